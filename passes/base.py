@@ -1,0 +1,44 @@
+"""What every pock pass is: a frozen dataclass whose fields are its command-line options."""
+
+import dataclasses
+from dataclasses import dataclass
+from typing import ClassVar
+
+from torch_mlir import ir
+
+
+class PassError(Exception):
+    """A pass cannot transform the IR; reported as an MLIR error at `location`."""
+
+    def __init__(self, message: str, location: ir.Location | None = None):
+        super().__init__(message)
+        self.location = location
+
+
+@dataclass(frozen=True)
+class ModulePass:
+    name: ClassVar[str]
+    description: ClassVar[str]
+
+    def apply(self, module: ir.Operation) -> None:
+        raise NotImplementedError
+
+    @classmethod
+    def options(cls) -> list[dataclasses.Field]:
+        return list(dataclasses.fields(cls))
+
+    @classmethod
+    def option_help(cls) -> dict[str, str]:
+        return {f.name: f.metadata.get("help", "") for f in cls.options()}
+
+
+def option(default, help: str):
+    """A pass option: a default and a one-line help text for --list-passes."""
+    return dataclasses.field(default=default, metadata={"help": help})
+
+
+def functions(module: ir.Operation):
+    """The func.func ops of a module."""
+    for op in module.regions[0].blocks[0].operations:
+        if op.operation.name == "func.func":
+            yield op

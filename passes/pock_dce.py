@@ -1,0 +1,44 @@
+"""pock-dce: erase value-semantic ops whose results nobody uses.
+
+Upstream DCE keeps torch ops (they carry no memory-effect interface), so after autodiff or
+sparse pruning the backward ops that no kept gradient needs would survive without this.
+"""
+
+from dataclasses import dataclass
+
+from torch_mlir import ir
+
+from .base import ModulePass, functions
+
+# torch ops with effects beyond their results: never erased even when unused.
+_EFFECTFUL = ("torch.runtime.assert", "torch.prim.Print", "torch.overwrite.tensor.contents",
+              "torch.copy.to_tensor", "torch.prim.RaiseException")
+
+
+def is_pure(op: ir.Operation) -> bool:
+    name = op.name
+    if name.startswith(_EFFECTFUL):
+        return False
+    return name.startswith(("torch.aten.", "torch.prims.", "torch.constant.", "torch.prim.", "torch.vtensor.literal", "pock."))
+
+
+def erase_dead_ops(block: ir.Block) -> int:
+    """Erase unused pure ops in one reverse sweep (uses always come after definitions)."""
+    erased = 0
+    for op in reversed(list(block.operations)):
+        op = op.operation
+        if op.results and is_pure(op) and all(not list(r.uses) for r in op.results):
+            op.erase()
+            erased += 1
+    return erased
+
+
+@dataclass(frozen=True)
+class DeadCodeEliminationPass(ModulePass):
+    name = "pock-dce"
+    description = "Erase torch and pock ops whose results are unused (the backward ops no kept gradient needs)"
+
+    def apply(self, module: ir.Operation) -> None:
+        for func in functions(module):
+            for block in func.regions[0].blocks:
+                erase_dead_ops(block)

@@ -1,0 +1,16 @@
+"""Every pock pass, registered by its command-line name in this one place."""
+
+from .pock_autodiff import AutodiffPass
+from .pock_dce import DeadCodeEliminationPass
+from .pock_lower_optimizers import LowerOptimizersPass
+from .pock_strip_params import StripParamsPass
+
+PASSES = {
+    p.name: p
+    for p in (
+        AutodiffPass,
+        DeadCodeEliminationPass,
+        LowerOptimizersPass,
+        StripParamsPass,
+    )
+}

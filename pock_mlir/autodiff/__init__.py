@@ -1,0 +1,6 @@
+"""Compile-time reverse-mode autodiff over torch-dialect IR."""
+
+from .reverse import MissingRuleError, differentiate
+from .rules import RULES, defrule
+
+__all__ = ["MissingRuleError", "differentiate", "RULES", "defrule"]

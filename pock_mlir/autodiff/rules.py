@@ -1,0 +1,209 @@
+"""Derivative rules: one small vector-Jacobian product per torch-dialect op.
+
+A rule is registered under the op's name without the `torch.` prefix and is called as
+`rule(b, g, out, *args)`: `b` is a TorchBuilder placed at the backward pass, `g` the
+cotangent of the op's result (a tuple for several results), `out` its forward result(s),
+and `args` the forward operands, tensors as values and constants as Python values. It
+returns one cotangent per operand, None where an operand has none (constants, indices).
+The builder's helpers (`sum_to`, `expand_to`, ...) carry broadcasting, so rules read like
+the maths.
+"""
+
+from typing import Callable
+
+from pock_mlir.torch_builder import TorchBuilder
+
+Rule = Callable[..., tuple]
+RULES: dict[str, Rule] = {}
+
+
+def defrule(*names: str):
+    def register(fn: Rule) -> Rule:
+        for name in names:
+            RULES[name] = fn
+        return fn
+
+    return register
+
+
+def _unreduce(b: TorchBuilder, g, dims, keepdim, shape):
+    """Broadcast the cotangent of a reduction over `dims` back to the input `shape`."""
+    rank = len(shape)
+    dims = range(rank) if dims is None or dims == [] else [d % rank for d in dims]
+    if not keepdim:
+        for d in sorted(dims):
+            g = b.aten.unsqueeze(g, d)
+    return b.expand_to(g, shape)
+
+
+# -- elementwise arithmetic -------------------------------------------------------------
+
+@defrule("aten.add.Tensor")
+def add_tensor(b, g, out, x, y, alpha):
+    return b.sum_to(g, b.shape(x)), b.sum_to(b.mul(g, alpha) if alpha != 1 else g, b.shape(y)), None
+
+
+@defrule("aten.sub.Tensor")
+def sub_tensor(b, g, out, x, y, alpha):
+    return b.sum_to(g, b.shape(x)), b.sum_to(b.mul(g, -alpha), b.shape(y)), None
+
+
+@defrule("aten.add.Scalar", "aten.sub.Scalar")
+def add_scalar(b, g, out, x, y, alpha):
+    return g, None, None
+
+
+@defrule("aten.rsub.Scalar")
+def rsub_scalar(b, g, out, x, y, alpha):
+    return b.mul(g, -alpha), None, None
+
+
+@defrule("aten.mul.Tensor")
+def mul_tensor(b, g, out, x, y):
+    return b.sum_to(b.mul(g, y), b.shape(x)), b.sum_to(b.mul(g, x), b.shape(y))
+
+
+@defrule("aten.mul.Scalar")
+def mul_scalar(b, g, out, x, s):
+    return b.mul(g, s), None
+
+
+@defrule("aten.div.Tensor")
+def div_tensor(b, g, out, x, y):
+    gx = b.div(g, y)
+    return b.sum_to(gx, b.shape(x)), b.sum_to(b.neg(b.mul(gx, out)), b.shape(y))
+
+
+@defrule("aten.div.Scalar")
+def div_scalar(b, g, out, x, s):
+    return b.div(g, s), None
+
+
+@defrule("aten.neg")
+def neg(b, g, out, x):
+    return (b.neg(g),)
+
+
+@defrule("aten.pow.Tensor_Scalar")
+def pow_tensor_scalar(b, g, out, x, p):
+    return b.mul(b.mul(g, b.aten.pow.Tensor_Scalar(x, p - 1)), p), None
+
+
+# -- unary maths --------------------------------------------------------------------------
+
+@defrule("aten.exp")
+def exp(b, g, out, x):
+    return (b.mul(g, out),)
+
+
+@defrule("aten.log")
+def log(b, g, out, x):
+    return (b.div(g, x),)
+
+
+@defrule("aten.relu")
+def relu(b, g, out, x):
+    return (b.aten.threshold_backward(g, out, 0),)
+
+
+# -- reductions ---------------------------------------------------------------------------
+
+@defrule("aten.sum.dim_IntList")
+def sum_dim(b, g, out, x, dims, keepdim, dtype):
+    return _unreduce(b, g, dims, keepdim, b.shape(x)), None, None, None
+
+
+@defrule("aten.sum")
+def sum_all(b, g, out, x, dtype):
+    return b.expand_to(b.reshape(g, [1] * len(b.shape(x))), b.shape(x)), None
+
+
+@defrule("aten.mean.dim")
+def mean_dim(b, g, out, x, dims, keepdim, dtype):
+    shape = b.shape(x)
+    count = 1
+    for d in (range(len(shape)) if not dims else dims):
+        count *= shape[d]
+    return b.div(_unreduce(b, g, dims, keepdim, shape), float(count)), None, None, None
+
+
+@defrule("aten.amax")
+def amax(b, g, out, x, dims, keepdim):
+    # Ties share the gradient equally, as in torch.
+    shape = b.shape(x)
+    hit = b.cast(b.aten.eq.Tensor(x, _unreduce(b, out, dims, keepdim, shape)), b.type_of(x).dtype)
+    count = _unreduce(b, b.sum(hit, dims, keepdim), dims, keepdim, shape)
+    return b.div(b.mul(hit, _unreduce(b, g, dims, keepdim, shape)), count), None, None
+
+
+# -- linear algebra -----------------------------------------------------------------------
+
+@defrule("aten.mm")
+def mm(b, g, out, x, w):
+    return b.aten.mm(g, b.transpose(w)), b.aten.mm(b.transpose(x), g)
+
+
+@defrule("aten.addmm")
+def addmm(b, g, out, bias, x, w, beta, alpha):
+    gx = b.aten.mm(g, b.transpose(w))
+    gw = b.aten.mm(b.transpose(x), g)
+    if alpha != 1:
+        gx, gw = b.mul(gx, alpha), b.mul(gw, alpha)
+    return b.sum_to(b.mul(g, beta) if beta != 1 else g, b.shape(bias)), gx, gw, None, None
+
+
+# -- shapes -------------------------------------------------------------------------------
+
+@defrule("aten.permute")
+def permute(b, g, out, x, dims):
+    rank = len(dims)
+    inverse = [0] * rank
+    for i, d in enumerate(dims):
+        inverse[d % rank] = i
+    return b.aten.permute(g, inverse), None
+
+
+@defrule("aten.transpose.int")
+def transpose(b, g, out, x, dim0, dim1):
+    return b.transpose(g, dim0, dim1), None, None
+
+
+@defrule("aten.t")
+def t(b, g, out, x):
+    return (b.aten.t(g),)
+
+
+@defrule("aten.view", "aten.reshape", "aten._unsafe_view", "prims.squeeze", "aten.squeeze.dim",
+         "aten.squeeze.dims", "aten.squeeze", "aten.unsqueeze", "aten.flatten.using_ints")
+def reshape_like(b, g, out, x, *shape_args):
+    return (b.reshape(g, b.shape(x)),) + (None,) * len(shape_args)
+
+
+@defrule("aten.expand")
+def expand(b, g, out, x, size, implicit):
+    return b.sum_to(g, b.shape(x)), None, None
+
+
+@defrule("aten.clone", "aten.alias", "aten.contiguous")
+def identity(b, g, out, x, *rest):
+    return (g,) + (None,) * len(rest)
+
+
+@defrule("prims.convert_element_type", "aten._to_copy")
+def convert(b, g, out, x, *rest):
+    return (b.cast(g, b.type_of(x).dtype),) + (None,) * len(rest)
+
+
+# -- selection ----------------------------------------------------------------------------
+
+@defrule("aten.where.self")
+def where(b, g, out, cond, x, y):
+    zero = b.full((), 0.0, b.type_of(g).dtype)
+    gx = b.aten.where.self(cond, g, zero)
+    gy = b.aten.where.self(cond, zero, g)
+    return None, b.sum_to(gx, b.shape(x)), b.sum_to(gy, b.shape(y))
+
+
+@defrule("aten.gather")
+def gather(b, g, out, x, dim, index, sparse_grad):
+    return b.aten.scatter_add(b.zeros_like(x), dim, index, g), None, None, None

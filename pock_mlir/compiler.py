@@ -1,0 +1,87 @@
+"""compile_training: the one verb from a PyTorch model to a compiled training program."""
+
+from __future__ import annotations
+
+import time
+
+from torch_mlir import ir
+
+from pock_mlir.context import make_context
+from pock_mlir.frontend import import_model
+from pock_mlir.optim import SGD
+from pock_mlir.passes import run_pipeline
+from pock_mlir.program import TrainingProgram
+from pock_mlir.sparse import resolve_sparse
+from pock_mlir.targets import resolve_target
+from pock_mlir.training import build_training_functions
+
+# The pass pipeline after each stage, by stage name; `program.ir(stage)` shows the result.
+STAGE_PIPELINES = {
+    "autodiff": "inline,pock-autodiff,pock-dce",
+    "sparse": "pock-dce",
+    "lowered": "pock-lower-optimizers,pock-strip-params,pock-dce,canonicalize",
+}
+STAGES = ("imported", "training", *STAGE_PIPELINES)
+
+
+class CompileError(RuntimeError):
+    """Compilation failed; the message names the op, its source location and what to change."""
+
+
+def _diagnostics(e: ir.MLIRError) -> str:
+    lines = [str(d.message) for d in e.error_diagnostics] or [str(e)]
+    return "\n".join(lines)
+
+
+def compile_training(model, example_inputs, example_target, *, loss="cross_entropy", optimizer=None,
+                     sparse=None, target="host", iree_flags=(), verbose=False) -> TrainingProgram:
+    """Compile one training step of `model` (forward, loss, backward and optimizer) with IREE.
+
+    example_inputs: a tensor or tuple of tensors (torch or numpy) with the batch shape to train on.
+    example_target: the target the loss compares the output with (class indices for cross_entropy).
+    loss: "cross_entropy", "mse" or a callable loss(output, target) returning a scalar.
+    optimizer: pock.SGD(...) or pock.AdamW(...); SGD(lr=0.01) by default.
+    sparse: which parameters to update: None (all), a dict, pock.SparseUpdate, a preset name or a
+        YAML/JSON path (see README, "Sparse updates").
+    target: host, x86-64[:cpu], aarch64[:features], vulkan or cuda[:sm_XX].
+    """
+    optimizer = optimizer or SGD(lr=0.01)
+    resolved_target = resolve_target(target)
+    context = make_context()
+    stages: dict[str, str] = {}
+    timings: dict[str, float] = {}
+
+    def log(message):
+        if verbose:
+            print(f"[pock] {message}", flush=True)
+
+    with context, ir.Location.unknown():
+        start = time.perf_counter()
+        imported = import_model(model, example_inputs, example_target, loss, context)
+        stages["imported"] = str(imported.module)
+        timings["import"] = time.perf_counter() - start
+        log(f"imported {len(imported.params)} parameters in {timings['import']:.1f}s")
+
+        scheme = resolve_sparse(sparse, model, [p.name for p in imported.params])
+        signature = build_training_functions(imported, optimizer, scheme.policies)
+        stages["training"] = str(imported.module)
+
+        for stage, pipeline in STAGE_PIPELINES.items():
+            start = time.perf_counter()
+            try:
+                run_pipeline(imported.module, pipeline)
+            except ir.MLIRError as e:
+                raise CompileError(f"{stage} stage failed:\n{_diagnostics(e)}") from None
+            stages[stage] = str(imported.module)
+            timings[stage] = time.perf_counter() - start
+            log(f"{stage} stage done in {timings[stage]:.1f}s")
+
+    program = TrainingProgram(
+        stages=stages, signature=signature, target=resolved_target, optimizer=optimizer, scheme=scheme,
+        initial_params=imported.initial_params, initial_buffers=imported.initial_buffers,
+        extra_flags=tuple(iree_flags), timings=timings)
+    start = time.perf_counter()
+    program.vmfb  # compile now so that errors surface here, not at the first step
+    timings["iree"] = time.perf_counter() - start
+    log(f"IREE compiled for {resolved_target.name} in {timings['iree']:.1f}s")
+    return program

@@ -1,0 +1,52 @@
+"""TrainingProgram: what compile_training returns, with small documented methods."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from functools import cached_property
+
+import numpy as np
+
+from pock_mlir.targets import Target
+from pock_mlir.training import StepSignature
+
+
+@dataclass
+class TrainingProgram:
+    stages: dict[str, str]
+    signature: StepSignature
+    target: Target
+    optimizer: object
+    scheme: object
+    initial_params: dict[str, np.ndarray]
+    initial_buffers: dict[str, np.ndarray]
+    extra_flags: tuple[str, ...] = ()
+    timings: dict[str, float] = field(default_factory=dict)
+
+    def ir(self, stage: str = "lowered") -> str:
+        """The IR text after a stage: imported, training, autodiff, sparse or lowered."""
+        if stage not in self.stages:
+            raise KeyError(f"unknown stage '{stage}'; stages are {', '.join(self.stages)}")
+        return self.stages[stage]
+
+    def iree_flags(self) -> list[str]:
+        return ["--iree-input-type=torch", f"--iree-hal-target-backends={self.target.backend}",
+                *self.target.compile_flags(), *self.extra_flags]
+
+    @cached_property
+    def vmfb(self) -> bytes:
+        """The IREE module (compiled on first use)."""
+        from iree.compiler import compile_str
+        from iree.compiler.tools import CompilerToolError
+
+        try:
+            return compile_str(self.stages["lowered"], extra_args=self.iree_flags())
+        except CompilerToolError as e:
+            raise RuntimeError(f"IREE failed to compile the training program for target {self.target.name}:\n"
+                               f"{str(e)[:4000]}") from None
+
+    def trainer(self, device: str | None = None):
+        """Load the module on the IREE runtime; parameters start at the model's values."""
+        from pock_mlir.runtime import Trainer
+
+        return Trainer(self, device=device)

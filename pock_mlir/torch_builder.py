@@ -1,0 +1,242 @@
+"""Emitting torch-dialect ops from Python.
+
+`TorchBuilder.aten.<op>.<overload>(*args)` creates `torch.aten.<op>.<overload>` with constant
+operands for Python values, and infers its result type by running the same ATen op on meta
+tensors, so derivative rules and lowerings never compute shapes by hand. A handful of
+arithmetic helpers (`add`, `mul`, `sum_to`, ...) accept Python scalars as well as values.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch_mlir import ir
+
+from pock_mlir.torch_types import TensorType, parse_tensor_type, tensor_type_of
+
+# c10::ScalarType codes, as torch-dialect dtype operands spell them.
+SCALAR_TYPE_CODES = {
+    torch.uint8: 0, torch.int8: 1, torch.int16: 2, torch.int32: 3, torch.int64: 4,
+    torch.float16: 5, torch.float32: 6, torch.float64: 7, torch.bool: 11, torch.bfloat16: 15,
+}
+_CODE_TO_DTYPE = {code: dtype for dtype, code in SCALAR_TYPE_CODES.items()}
+
+
+def resolve_overload(qualified: str) -> tuple[torch._ops.OpOverload, str]:
+    """'aten.sum.dim_IntList' -> (torch.ops.aten.sum.dim_IntList, 'torch.aten.sum.dim_IntList')."""
+    parts = qualified.split(".")
+    namespace, op_name = parts[0], parts[1]
+    overload = parts[2] if len(parts) > 2 else "default"
+    packet = getattr(getattr(torch.ops, namespace), op_name)
+    mlir_name = f"torch.{namespace}.{op_name}" + ("" if overload == "default" else f".{overload}")
+    return getattr(packet, overload), mlir_name
+
+
+def constant_value(value: ir.Value):
+    """The Python value of a torch-dialect constant operand (int, float, bool, None, str,
+    or a list of them); raises ValueError for a value computed at run time."""
+    owner = value.owner
+    if isinstance(owner, ir.Block):
+        raise ValueError("a block argument is not a compile-time constant")
+    name = owner.name
+    if name in ("torch.constant.int",):
+        return ir.IntegerAttr(owner.attributes["value"]).value
+    if name == "torch.constant.float":
+        return ir.FloatAttr(owner.attributes["value"]).value
+    if name == "torch.constant.bool":
+        return ir.BoolAttr(owner.attributes["value"]).value
+    if name == "torch.constant.none":
+        return None
+    if name in ("torch.constant.str", "torch.constant.device"):
+        return ir.StringAttr(owner.attributes["value"]).value
+    if name == "torch.prim.ListConstruct":
+        return [constant_value(v) if tensor_type_of(v) is None else v for v in owner.operands]
+    raise ValueError(f"{name} is not a compile-time constant")
+
+
+def decode_operand(value: ir.Value):
+    """A tensor operand stays an ir.Value; a constant operand becomes its Python value."""
+    if tensor_type_of(value) is not None:
+        return value
+    return constant_value(value)
+
+
+class _OpNamespace:
+    """`b.aten.mm(...)`, `b.aten.sum.dim_IntList(...)`: attribute access names the op."""
+
+    def __init__(self, builder: TorchBuilder, path: str):
+        self._builder, self._path = builder, path
+
+    def __getattr__(self, part: str) -> _OpNamespace:
+        return _OpNamespace(self._builder, f"{self._path}.{part}")
+
+    def __call__(self, *args):
+        return self._builder.op(self._path, *args)
+
+
+class TorchBuilder:
+    """Creates torch-dialect ops before an insertion point, at one source location."""
+
+    def __init__(self, ip: ir.InsertionPoint, loc: ir.Location):
+        self.ip, self.loc = ip, loc
+        self.aten = _OpNamespace(self, "aten")
+        self.prims = _OpNamespace(self, "prims")
+
+    def at(self, loc: ir.Location) -> TorchBuilder:
+        return TorchBuilder(self.ip, loc)
+
+    # -- op creation -------------------------------------------------------------------
+
+    def _create(self, name, result_types, operands, attributes=None) -> ir.Operation:
+        return ir.Operation.create(
+            name, results=result_types, operands=operands, attributes=attributes or {}, loc=self.loc, ip=self.ip)
+
+    def op(self, qualified: str, *args):
+        """Create `torch.<qualified>` on args; returns its result, or a tuple for several."""
+        overload, mlir_name = resolve_overload(qualified)
+        positional, keywords = [], {}
+        for spec, arg in zip(overload._schema.arguments, args):
+            meta = "meta" if spec.name == "device" else self._meta(arg)
+            if spec.kwarg_only:
+                keywords[spec.name] = meta
+            else:
+                positional.append(meta)
+        try:
+            meta_out = overload(*positional, **keywords)
+        except Exception as e:  # shape errors surface here, naming the op being built
+            raise ValueError(f"cannot build {mlir_name} on {[self._describe(a) for a in args]}: {e}") from e
+        outs = meta_out if isinstance(meta_out, (tuple, list)) else (meta_out,)
+        result_types = [ir.Type.parse(TensorType(tuple(o.shape), o.dtype).asm()) for o in outs]
+        operands = [self.operand(a) for a in args]
+        op = self._create(mlir_name, result_types, operands)
+        return op.results[0] if len(op.results) == 1 else tuple(op.results)
+
+    def _meta(self, arg):
+        if isinstance(arg, ir.Value):
+            t = tensor_type_of(arg)
+            if t is None:
+                raise TypeError(f"expected a !torch.vtensor operand, got {arg.type}")
+            return torch.empty(t.shape, dtype=t.dtype, device="meta")
+        if isinstance(arg, (list, tuple)):
+            return [self._meta(a) for a in arg]
+        return arg
+
+    @staticmethod
+    def _describe(arg):
+        if isinstance(arg, ir.Value):
+            return str(arg.type)
+        return repr(arg)
+
+    def operand(self, arg) -> ir.Value:
+        """An SSA operand for a value or a Python constant."""
+        if isinstance(arg, ir.Value):
+            return arg
+        if isinstance(arg, torch.dtype):
+            return self.operand(SCALAR_TYPE_CODES[arg])
+        if arg is None:
+            return self._create("torch.constant.none", [ir.Type.parse("!torch.none")], []).result
+        if isinstance(arg, bool):
+            return self._create("torch.constant.bool", [ir.Type.parse("!torch.bool")], [],
+                                {"value": ir.BoolAttr.get(arg)}).result
+        if isinstance(arg, int):
+            return self._create("torch.constant.int", [ir.Type.parse("!torch.int")], [],
+                                {"value": ir.IntegerAttr.get(ir.IntegerType.get_signless(64), arg)}).result
+        if isinstance(arg, float):
+            return self._create("torch.constant.float", [ir.Type.parse("!torch.float")], [],
+                                {"value": ir.FloatAttr.get(ir.F64Type.get(), arg)}).result
+        if isinstance(arg, str):
+            return self._create("torch.constant.str", [ir.Type.parse("!torch.str")], [],
+                                {"value": ir.StringAttr.get(arg)}).result
+        if isinstance(arg, (list, tuple)):
+            items = [self.operand(a) for a in arg]
+            element = self._list_element_type(arg)
+            return self._create("torch.prim.ListConstruct", [ir.Type.parse(f"!torch.list<{element}>")], items).result
+        raise TypeError(f"cannot make a torch-dialect operand from {arg!r}")
+
+    @staticmethod
+    def _list_element_type(items) -> str:
+        if all(isinstance(a, ir.Value) for a in items) and items:
+            return "vtensor"
+        if all(isinstance(a, bool) for a in items) and items:
+            return "bool"
+        if all(isinstance(a, int) and not isinstance(a, bool) for a in items):
+            return "int"
+        if all(isinstance(a, (int, float)) for a in items):
+            return "float"
+        raise TypeError(f"cannot make a torch list from {items!r}")
+
+    # -- helpers that keep rules reading like the maths ---------------------------------
+
+    @staticmethod
+    def type_of(value: ir.Value) -> TensorType:
+        t = tensor_type_of(value)
+        if t is None:
+            raise TypeError(f"expected a !torch.vtensor, got {value.type}")
+        return t
+
+    def shape(self, value) -> tuple[int, ...]:
+        return self.type_of(value).shape
+
+    def add(self, x, y):
+        if isinstance(y, ir.Value):
+            return self.aten.add.Tensor(x, y, 1)
+        return self.aten.add.Scalar(x, y, 1)
+
+    def sub(self, x, y):
+        if isinstance(y, ir.Value):
+            return self.aten.sub.Tensor(x, y, 1)
+        return self.aten.sub.Scalar(x, y, 1)
+
+    def mul(self, x, y):
+        if isinstance(y, ir.Value):
+            return self.aten.mul.Tensor(x, y)
+        return self.aten.mul.Scalar(x, y)
+
+    def div(self, x, y):
+        if isinstance(y, ir.Value):
+            return self.aten.div.Tensor(x, y)
+        return self.aten.div.Scalar(x, y)
+
+    def neg(self, x):
+        return self.aten.neg(x)
+
+    def transpose(self, x, dim0=-2, dim1=-1):
+        return self.aten.transpose.int(x, dim0, dim1)
+
+    def reshape(self, x, shape):
+        return self.aten.view(x, list(shape))
+
+    def sum(self, x, dims, keepdim=False):
+        return self.aten.sum.dim_IntList(x, list(dims), keepdim, None)
+
+    def full(self, shape, fill: float, dtype=torch.float32):
+        return self.aten.full(list(shape), fill, dtype, None, None, False)
+
+    def zeros_like(self, x):
+        return self.full(self.shape(x), 0.0, self.type_of(x).dtype)
+
+    def ones_like(self, x):
+        return self.full(self.shape(x), 1.0, self.type_of(x).dtype)
+
+    def cast(self, x, dtype: torch.dtype):
+        if self.type_of(x).dtype == dtype:
+            return x
+        return self.prims.convert_element_type(x, dtype)
+
+    def expand_to(self, x, shape):
+        """Broadcast x to shape (numpy rules)."""
+        if self.shape(x) == tuple(shape):
+            return x
+        return self.aten.expand(x, list(shape), False)
+
+    def sum_to(self, x, shape):
+        """Undo broadcasting: sum x down to `shape` (the reverse of expand_to)."""
+        shape = tuple(shape)
+        x_shape = self.shape(x)
+        if x_shape == shape:
+            return x
+        lead = len(x_shape) - len(shape)
+        dims = list(range(lead)) + [
+            lead + i for i, d in enumerate(shape) if d == 1 and x_shape[lead + i] != 1]
+        if dims:
+            x = self.sum(x, dims, keepdim=True)
+        return self.reshape(x, shape)
