@@ -4,6 +4,9 @@ Only ops that both depend on a requested parameter and lead to the loss are diff
 so an op without a rule in a frozen part of the model never needs one.
 """
 
+import os
+import re
+
 from torch_mlir import ir
 
 from pock_mlir.torch_builder import TorchBuilder, decode_operand
@@ -29,9 +32,20 @@ def parameter_name(value: ir.Value, index: int) -> str:
     return f"parameter #{index}"
 
 
+_FRAME = re.compile(r'"([^"]+)":(\d+)')
+_LIBRARY_PARTS = (f"{os.sep}torch{os.sep}", f"{os.sep}pock_mlir{os.sep}", "site-packages")
+
+
 def describe_location(loc: ir.Location) -> str:
-    text = str(loc)
-    return text[len("loc(") : -1] if text.startswith("loc(") else text
+    """The model's own source line for an op: the innermost frame outside torch and pock_mlir
+    (callsite locations list the innermost frame first), with the library frame it came through."""
+    frames = [f"{path}:{line}" for path, line in _FRAME.findall(str(loc))]
+    if not frames:
+        return str(loc)
+    user = [f for f in frames if not any(part in f for part in _LIBRARY_PARTS)]
+    if user and user[0] != frames[0]:
+        return f"{user[0]} (through {frames[0]})"
+    return user[0] if user else frames[0]
 
 
 def _is_differentiable(value: ir.Value) -> bool:
@@ -90,7 +104,7 @@ def differentiate(loss: ir.Value, params: list[ir.Value], insert_before: ir.Oper
             raise MissingRuleError(
                 f"no derivative rule for {op.name} (at {describe_location(op.location)}); "
                 f"the gradients of {names} need it. Freeze these parameters (for example "
-                f"sparse={{'<pattern>': 'frozen'}}) or add a rule for '{op_key(op)}' in pock_mlir/autodiff/rules.py",
+                f"sparse={{'<pattern>': 'frozen'}}) or add a rule for '{op_key(op)}' in pock_mlir/autodiff/rules/",
                 op.location)
         b = builder.at(op.location)
         if len(results) == 1:

@@ -1,39 +1,6 @@
-"""Derivative rules: one small vector-Jacobian product per torch-dialect op.
+"""Core rules: elementwise arithmetic, reductions, matmul, shapes and selection."""
 
-A rule is registered under the op's name without the `torch.` prefix and is called as
-`rule(b, g, out, *args)`: `b` is a TorchBuilder placed at the backward pass, `g` the
-cotangent of the op's result (a tuple for several results), `out` its forward result(s),
-and `args` the forward operands, tensors as values and constants as Python values. It
-returns one cotangent per operand, None where an operand has none (constants, indices).
-The builder's helpers (`sum_to`, `expand_to`, ...) carry broadcasting, so rules read like
-the maths.
-"""
-
-from typing import Callable
-
-from pock_mlir.torch_builder import TorchBuilder
-
-Rule = Callable[..., tuple]
-RULES: dict[str, Rule] = {}
-
-
-def defrule(*names: str):
-    def register(fn: Rule) -> Rule:
-        for name in names:
-            RULES[name] = fn
-        return fn
-
-    return register
-
-
-def _unreduce(b: TorchBuilder, g, dims, keepdim, shape):
-    """Broadcast the cotangent of a reduction over `dims` back to the input `shape`."""
-    rank = len(shape)
-    dims = range(rank) if dims is None or dims == [] else [d % rank for d in dims]
-    if not keepdim:
-        for d in sorted(dims):
-            g = b.aten.unsqueeze(g, d)
-    return b.expand_to(g, shape)
+from .base import defrule, unreduce
 
 
 # -- elementwise arithmetic -------------------------------------------------------------
@@ -110,12 +77,21 @@ def relu(b, g, out, x):
 
 @defrule("aten.sum.dim_IntList")
 def sum_dim(b, g, out, x, dims, keepdim, dtype):
-    return _unreduce(b, g, dims, keepdim, b.shape(x)), None, None, None
+    return unreduce(b, g, dims, keepdim, b.shape(x)), None, None, None
 
 
 @defrule("aten.sum")
 def sum_all(b, g, out, x, dtype):
     return b.expand_to(b.reshape(g, [1] * len(b.shape(x))), b.shape(x)), None
+
+
+@defrule("aten.mean")
+def mean_all(b, g, out, x, dtype):
+    shape = b.shape(x)
+    count = 1
+    for d in shape:
+        count *= d
+    return b.div(b.expand_to(b.reshape(g, [1] * len(shape)), shape), float(count)), None
 
 
 @defrule("aten.mean.dim")
@@ -124,16 +100,16 @@ def mean_dim(b, g, out, x, dims, keepdim, dtype):
     count = 1
     for d in (range(len(shape)) if not dims else dims):
         count *= shape[d]
-    return b.div(_unreduce(b, g, dims, keepdim, shape), float(count)), None, None, None
+    return b.div(unreduce(b, g, dims, keepdim, shape), float(count)), None, None, None
 
 
 @defrule("aten.amax")
 def amax(b, g, out, x, dims, keepdim):
     # Ties share the gradient equally, as in torch.
     shape = b.shape(x)
-    hit = b.cast(b.aten.eq.Tensor(x, _unreduce(b, out, dims, keepdim, shape)), b.type_of(x).dtype)
-    count = _unreduce(b, b.sum(hit, dims, keepdim), dims, keepdim, shape)
-    return b.div(b.mul(hit, _unreduce(b, g, dims, keepdim, shape)), count), None, None
+    hit = b.cast(b.aten.eq.Tensor(x, unreduce(b, out, dims, keepdim, shape)), b.type_of(x).dtype)
+    count = unreduce(b, b.sum(hit, dims, keepdim), dims, keepdim, shape)
+    return b.div(b.mul(hit, unreduce(b, g, dims, keepdim, shape)), count), None, None
 
 
 # -- linear algebra -----------------------------------------------------------------------

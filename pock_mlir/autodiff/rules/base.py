@@ -1,0 +1,39 @@
+"""The rule table and the helpers rules share.
+
+A rule is registered under the op's name without the `torch.` prefix and is called as
+`rule(b, g, out, *args)`: `b` is a TorchBuilder placed at the backward pass, `g` the
+cotangent of the op's result (a tuple for several results, zeros where a result has none),
+`out` its forward result(s), and `args` the forward operands, tensors as values and constants
+as Python values. It returns one cotangent per operand, None where an operand has none
+(constants, indices); for a tensor-list operand, a list with one cotangent per element.
+The builder's helpers (`sum_to`, `expand_to`, ...) carry broadcasting, so rules read like
+the maths.
+"""
+
+from typing import Callable
+
+from pock_mlir.torch_builder import TorchBuilder
+
+Rule = Callable[..., tuple]
+RULES: dict[str, Rule] = {}
+
+
+def defrule(*names: str):
+    def register(fn: Rule) -> Rule:
+        for name in names:
+            if name in RULES:
+                raise ValueError(f"a derivative rule for {name} is already registered")
+            RULES[name] = fn
+        return fn
+
+    return register
+
+
+def unreduce(b: TorchBuilder, g, dims, keepdim, shape):
+    """Broadcast the cotangent of a reduction over `dims` back to the input `shape`."""
+    rank = len(shape)
+    dims = range(rank) if dims is None or dims == [] else [d % rank for d in dims]
+    if not keepdim:
+        for d in sorted(dims):
+            g = b.aten.unsqueeze(g, d)
+    return b.expand_to(g, shape)

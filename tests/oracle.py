@@ -1,0 +1,50 @@
+"""PyTorch as the independent oracle: gradients from torch.autograd, trajectories from torch.optim."""
+
+from __future__ import annotations
+
+import copy
+
+import numpy as np
+import torch
+
+from pock_mlir.frontend import resolve_loss
+
+
+def assert_close_to_norm(actual, expected, rtol: float = 1e-4, what: str = "") -> None:
+    """|actual - expected| <= rtol * |expected| in the 2-norm (the brief's gradient criterion)."""
+    actual, expected = np.asarray(actual, np.float64), np.asarray(expected, np.float64)
+    assert actual.shape == expected.shape, f"{what}: shape {actual.shape} != {expected.shape}"
+    err = np.linalg.norm(actual - expected)
+    scale = max(np.linalg.norm(expected), 1e-12)
+    assert err <= rtol * scale, f"{what}: relative error {err / scale:.3e} > {rtol:.0e}"
+
+
+def torch_gradients(model: torch.nn.Module, inputs, target, loss="cross_entropy", trainable=None):
+    """Loss and {name: grad} from torch.autograd on a copy of the model."""
+    model = copy.deepcopy(model)
+    inputs = inputs if isinstance(inputs, tuple) else (inputs,)
+    for name, p in model.named_parameters():
+        p.requires_grad_(trainable is None or name in trainable)
+    value = resolve_loss(loss)(model(*inputs), target)
+    value.backward()
+    return value.item(), {n: p.grad.numpy().copy() for n, p in model.named_parameters() if p.grad is not None}
+
+
+def torch_trajectory(model: torch.nn.Module, inputs, target, optimizer, steps: int, loss="cross_entropy",
+                     trainable=None):
+    """Losses over `steps` torch.optim updates and the final parameters, on a copy of the model."""
+    model = copy.deepcopy(model)
+    inputs = inputs if isinstance(inputs, tuple) else (inputs,)
+    params = [p for n, p in model.named_parameters() if trainable is None or n in trainable]
+    for n, p in model.named_parameters():
+        p.requires_grad_(trainable is None or n in trainable)
+    opt = optimizer.torch_optimizer(params)
+    loss_fn = resolve_loss(loss)
+    losses = []
+    for _ in range(steps):
+        opt.zero_grad()
+        value = loss_fn(model(*inputs), target)
+        value.backward()
+        opt.step()
+        losses.append(value.item())
+    return losses, {n: p.detach().numpy().copy() for n, p in model.named_parameters()}
