@@ -3,6 +3,7 @@
 from .pock_autodiff import AutodiffPass
 from .pock_dce import DeadCodeEliminationPass
 from .pock_lower_optimizers import LowerOptimizersPass
+from .pock_reorder_updates import ReorderUpdatesPass
 from .pock_strip_params import StripParamsPass
 
 PASSES = {
@@ -11,6 +12,7 @@ PASSES = {
         AutodiffPass,
         DeadCodeEliminationPass,
         LowerOptimizersPass,
+        ReorderUpdatesPass,
         StripParamsPass,
     )
 }

@@ -19,7 +19,7 @@ from pock_mlir.training import build_training_functions
 STAGE_PIPELINES = {
     "autodiff": "inline,pock-autodiff,pock-dce",
     "sparse": "pock-dce",
-    "lowered": "pock-lower-optimizers,pock-strip-params,pock-dce,canonicalize",
+    "lowered": "pock-reorder-updates,pock-lower-optimizers,pock-strip-params,pock-dce,canonicalize",
 }
 STAGES = ("imported", "training", *STAGE_PIPELINES)
 
@@ -34,7 +34,7 @@ def _diagnostics(e: ir.MLIRError) -> str:
 
 
 def compile_training(model, example_inputs, example_target, *, loss="cross_entropy", optimizer=None,
-                     sparse=None, target="host", iree_flags=(), verbose=False) -> TrainingProgram:
+                     sparse=None, target="host", iree_flags=(), pipelines=None, verbose=False) -> TrainingProgram:
     """Compile one training step of `model` (forward, loss, backward and optimizer) with IREE.
 
     example_inputs: a tensor or tuple of tensors (torch or numpy) with the batch shape to train on.
@@ -44,8 +44,14 @@ def compile_training(model, example_inputs, example_target, *, loss="cross_entro
     sparse: which parameters to update: None (all), a dict, pock.SparseUpdate, a preset name or a
         YAML/JSON path (see README, "Sparse updates").
     target: host, x86-64[:cpu], aarch64[:features], vulkan or cuda[:sm_XX].
+    pipelines: {stage: pipeline} replacing STAGE_PIPELINES entries, e.g. to compare a step without
+        one of its passes (benchmarks do this for pock-reorder-updates).
     """
     optimizer = optimizer or SGD(lr=0.01)
+    unknown = sorted(set(pipelines or {}) - set(STAGE_PIPELINES))
+    if unknown:
+        raise ValueError(f"pipelines: unknown stage(s) {', '.join(unknown)}; stages with pipelines are {', '.join(STAGE_PIPELINES)}")
+    stage_pipelines = {**STAGE_PIPELINES, **(pipelines or {})}
     resolved_target = resolve_target(target)
     context = make_context()
     stages: dict[str, str] = {}
@@ -66,7 +72,7 @@ def compile_training(model, example_inputs, example_target, *, loss="cross_entro
         signature = build_training_functions(imported, optimizer, scheme.policies)
         stages["training"] = str(imported.module)
 
-        for stage, pipeline in STAGE_PIPELINES.items():
+        for stage, pipeline in stage_pipelines.items():
             start = time.perf_counter()
             try:
                 run_pipeline(imported.module, pipeline)

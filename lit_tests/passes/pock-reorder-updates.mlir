@@ -1,0 +1,72 @@
+// RUN: pock-opt %s -p pock-reorder-updates | filecheck %s
+// RUN: pock-opt %s -p pock-reorder-updates{roots=optimizer},pock-lower-optimizers | filecheck %s --check-prefix=LOWERED
+// RUN: pock-opt %s -p pock-lower-optimizers,pock-reorder-updates{roots=returned} | filecheck %s --check-prefix=RETURNED
+// RUN: not pock-opt %s -p pock-reorder-updates{roots=everything} 2>&1 | filecheck %s --check-prefix=BAD
+
+// Two linear layers, backward written out (%y stands in for the output's cotangent, %gx is the
+// input gradient a layer below would need), updates at the end as the training builder emits them.
+// Layer 2's update needs only %y and %h: it moves right after %y, before layer 1's backward;
+// layer 1's update moves right after %gh, the last op its gradient needs that stays in place.
+
+// CHECK-LABEL: func.func @two_layers
+// CHECK:      %[[P1:.*]] = "pock.param"(%arg0)
+// CHECK:      %[[P2:.*]] = "pock.param"(%arg1)
+// CHECK:      %[[H:.*]] = torch.aten.mm %arg2, %[[P1]]
+// CHECK:      %[[Y:.*]] = torch.aten.mm %[[H]], %[[P2]]
+// CHECK:      %[[HT:.*]] = torch.aten.transpose.int %[[H]]
+// CHECK-NEXT: %[[GW2:.*]] = torch.aten.mm %[[HT]], %[[Y]]
+// CHECK-NEXT: %[[N2:.*]] = "pock.sgd"(%[[P2]], %[[GW2]])
+// CHECK:      %[[GH:.*]] = torch.aten.mm %[[Y]]
+// CHECK:      %[[XT:.*]] = torch.aten.transpose.int %arg2
+// CHECK-NEXT: %[[GW1:.*]] = torch.aten.mm %[[XT]], %[[GH]]
+// CHECK-NEXT: %[[N1:.*]] = "pock.sgd"(%[[P1]], %[[GW1]])
+// CHECK:      %[[GX:.*]] = torch.aten.mm %[[GH]]
+// CHECK-NEXT: return %[[N1]], %[[N2]], %[[GX]]
+
+// The lowered arithmetic lands where the moved pock.sgd was.
+// LOWERED-LABEL: func.func @two_layers
+// LOWERED:      %[[P1:.*]] = "pock.param"(%arg0)
+// LOWERED:      %[[P2:.*]] = "pock.param"(%arg1)
+// LOWERED:      %[[H:.*]] = torch.aten.mm %arg2
+// LOWERED:      %[[Y:.*]] = torch.aten.mm %[[H]]
+// LOWERED:      %[[GW2:.*]] = torch.aten.mm %{{.*}}, %[[Y]]
+// LOWERED:      torch.aten.mul.Scalar %[[GW2]]
+// LOWERED:      torch.aten.sub.Tensor %[[P2]]
+// LOWERED:      %[[GH:.*]] = torch.aten.mm %[[Y]]
+
+// After lowering, roots=returned moves the arithmetic that only feeds the results.
+// RETURNED-LABEL: func.func @two_layers
+// RETURNED:      %[[P1:.*]] = "pock.param"(%arg0)
+// RETURNED:      %[[P2:.*]] = "pock.param"(%arg1)
+// RETURNED:      %[[H:.*]] = torch.aten.mm %arg2
+// RETURNED:      %[[Y:.*]] = torch.aten.mm %[[H]]
+// RETURNED:      %[[GW2:.*]] = torch.aten.mm %{{.*}}, %[[Y]]
+// RETURNED:      torch.aten.mul.Scalar %[[GW2]]
+// RETURNED:      torch.aten.sub.Tensor %[[P2]]
+// RETURNED:      %[[GH:.*]] = torch.aten.mm %[[Y]]
+// RETURNED:      %[[GW1:.*]] = torch.aten.mm %{{.*}}, %[[GH]]
+// RETURNED:      torch.aten.mul.Scalar %[[GW1]]
+// RETURNED:      torch.aten.sub.Tensor %[[P1]]
+// RETURNED-NEXT: return
+
+// BAD: error: pock-reorder-updates: roots must be one of optimizer, returned, got 'everything'
+
+func.func @two_layers(%w1: !torch.vtensor<[4,4],f32>, %w2: !torch.vtensor<[4,4],f32>, %x: !torch.vtensor<[2,4],f32>) -> (!torch.vtensor<[4,4],f32>, !torch.vtensor<[4,4],f32>, !torch.vtensor<[2,4],f32>) {
+  %p1 = "pock.param"(%w1) {param_name = "l1.weight", policy = "full", ratio = 1.0 : f64} : (!torch.vtensor<[4,4],f32>) -> !torch.vtensor<[4,4],f32>
+  %p2 = "pock.param"(%w2) {param_name = "l2.weight", policy = "full", ratio = 1.0 : f64} : (!torch.vtensor<[4,4],f32>) -> !torch.vtensor<[4,4],f32>
+  %h = torch.aten.mm %x, %p1 : !torch.vtensor<[2,4],f32>, !torch.vtensor<[4,4],f32> -> !torch.vtensor<[2,4],f32>
+  %y = torch.aten.mm %h, %p2 : !torch.vtensor<[2,4],f32>, !torch.vtensor<[4,4],f32> -> !torch.vtensor<[2,4],f32>
+  %int0 = torch.constant.int 0
+  %int1 = torch.constant.int 1
+  %p2t = torch.aten.transpose.int %p2, %int0, %int1 : !torch.vtensor<[4,4],f32>, !torch.int, !torch.int -> !torch.vtensor<[4,4],f32>
+  %gh = torch.aten.mm %y, %p2t : !torch.vtensor<[2,4],f32>, !torch.vtensor<[4,4],f32> -> !torch.vtensor<[2,4],f32>
+  %ht = torch.aten.transpose.int %h, %int0, %int1 : !torch.vtensor<[2,4],f32>, !torch.int, !torch.int -> !torch.vtensor<[4,2],f32>
+  %gw2 = torch.aten.mm %ht, %y : !torch.vtensor<[4,2],f32>, !torch.vtensor<[2,4],f32> -> !torch.vtensor<[4,4],f32>
+  %xt = torch.aten.transpose.int %x, %int0, %int1 : !torch.vtensor<[2,4],f32>, !torch.int, !torch.int -> !torch.vtensor<[4,2],f32>
+  %gw1 = torch.aten.mm %xt, %gh : !torch.vtensor<[4,2],f32>, !torch.vtensor<[2,4],f32> -> !torch.vtensor<[4,4],f32>
+  %p1t = torch.aten.transpose.int %p1, %int0, %int1 : !torch.vtensor<[4,4],f32>, !torch.int, !torch.int -> !torch.vtensor<[4,4],f32>
+  %gx = torch.aten.mm %gh, %p1t : !torch.vtensor<[2,4],f32>, !torch.vtensor<[4,4],f32> -> !torch.vtensor<[2,4],f32>
+  %n1 = "pock.sgd"(%p1, %gw1) {lr = 0.1 : f64, weight_decay = 0.0 : f64} : (!torch.vtensor<[4,4],f32>, !torch.vtensor<[4,4],f32>) -> !torch.vtensor<[4,4],f32>
+  %n2 = "pock.sgd"(%p2, %gw2) {lr = 0.1 : f64, weight_decay = 0.0 : f64} : (!torch.vtensor<[4,4],f32>, !torch.vtensor<[4,4],f32>) -> !torch.vtensor<[4,4],f32>
+  return %n1, %n2, %gx : !torch.vtensor<[4,4],f32>, !torch.vtensor<[4,4],f32>, !torch.vtensor<[2,4],f32>
+}

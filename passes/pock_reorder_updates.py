@@ -1,0 +1,98 @@
+"""pock-reorder-updates: apply each parameter's update as soon as its gradient is complete.
+
+The training builder appends every optimizer update after the whole backward pass, so each
+gradient buffer (and the activations its weight-gradient op reads) lives until the end of
+the step. This pass moves each update, together with the ops that exist only to feed it
+(its weight-gradient op, gradient slices, constants), to just after the last op it needs
+that stays in place. Values only move earlier, so no lifetime grows; IREE orders dispatches
+and packs transient buffers in program order, so the gradients die early there too.
+
+Roots are the optimizer ops before pock-lower-optimizers (`roots=optimizer`); after
+lowering, `roots=returned` takes every op whose results only the function returns (the
+lowered torch arithmetic of the updates).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from torch_mlir import ir
+
+from .base import ModulePass, PassError, functions, option
+
+OPTIMIZER_OPS = ("pock.sgd", "pock.sgd_momentum", "pock.adamw", "pock.channel_update")
+ROOT_KINDS = ("optimizer", "returned")
+
+
+def _users(op: ir.Operation) -> list[ir.Operation]:
+    return [use.owner for result in op.results for use in result.uses]
+
+
+def _is_root(op: ir.Operation, roots: str) -> bool:
+    if roots == "optimizer":
+        return op.name in OPTIMIZER_OPS
+    users = _users(op)
+    return bool(users) and all(u.name == "func.return" for u in users)
+
+
+def reorder_block(block: ir.Block, roots: str) -> None:
+    """Move the update subgraph of one block to its earliest points."""
+    ops = [op.operation for op in block.operations]
+    position = {op: i for i, op in enumerate(ops)}
+
+    # Each root with its feeders: the ops all of whose users are that one root's group (or the
+    # return). Ops shared between updates (the backward's cotangents) stay where they are.
+    group: dict[ir.Operation, ir.Operation] = {}
+    for op in reversed(ops):
+        if op.regions or op.name == "func.return":
+            continue
+        if _is_root(op, roots):
+            group[op] = op
+            continue
+        users = _users(op)
+        owners = {group.get(u) for u in users if u.name != "func.return"}
+        if len(owners) == 1 and None not in owners:
+            group[op] = owners.pop()
+    if not group:
+        return
+
+    # A group goes right after the last op outside it that any of its ops needs.
+    ready: dict[ir.Operation, int] = {}
+    for op, root in group.items():
+        for operand in op.operands:
+            owner = operand.owner
+            if isinstance(owner, ir.Block) or owner.operation in group and group[owner.operation] is root:
+                continue
+            ready[root] = max(ready.get(root, -1), position[owner.operation])
+    # A group that needs only arguments and its own constants goes first.
+    for op in ops:
+        if group.get(op) is op:
+            ready.setdefault(op, -1)
+
+    last_placed: dict[int, ir.Operation] = {}
+    for op in ops:  # original order within a group keeps every def before its uses
+        if op not in group:
+            continue
+        anchor = ready[group[op]]
+        after = last_placed.get(anchor) or (ops[anchor] if anchor >= 0 else None)
+        if after is None:
+            op.move_before(block.operations[0].operation)
+        else:
+            op.move_after(after)
+        last_placed[anchor] = op
+
+
+@dataclass(frozen=True)
+class ReorderUpdatesPass(ModulePass):
+    name = "pock-reorder-updates"
+    description = ("Move each parameter update (and the ops that only feed it) to just after its gradient is "
+                   "complete, so gradient buffers die during the backward pass instead of at its end")
+    roots: str = option("optimizer", "what to move: 'optimizer' (pock.sgd/sgd_momentum/adamw/channel_update, before "
+                                     "pock-lower-optimizers) or 'returned' (ops only the return uses, after lowering)")
+
+    def apply(self, module: ir.Operation) -> None:
+        if self.roots not in ROOT_KINDS:
+            raise PassError(f"roots must be one of {', '.join(ROOT_KINDS)}, got '{self.roots}'")
+        for func in functions(module):
+            for block in func.regions[0].blocks:
+                reorder_block(block, self.roots)
