@@ -29,6 +29,14 @@ def defrule(*names: str):
     return register
 
 
+def reduced_size(shape, dims) -> int:
+    """How many elements a reduction over `dims` (None or [] for all) combines."""
+    size = 1
+    for d in range(len(shape)) if not dims else dims:
+        size *= shape[d]
+    return size
+
+
 def unreduce(b: TorchBuilder, g, dims, keepdim, shape):
     """Broadcast the cotangent of a reduction over `dims` back to the input `shape`."""
     rank = len(shape)

@@ -165,6 +165,12 @@ def identity(b, g, out, x, *rest):
     return (g,) + (None,) * len(rest)
 
 
+@defrule("aten.detach")
+def detach(b, g, out, x):
+    """No gradient: a stop-gradient (the frontend keeps it from becoming an alias)."""
+    return (None,)
+
+
 @defrule("prims.convert_element_type", "aten._to_copy")
 def convert(b, g, out, x, *rest):
     return (b.cast(g, b.type_of(x).dtype),) + (None,) * len(rest)

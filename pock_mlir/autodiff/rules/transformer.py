@@ -1,0 +1,164 @@
+"""Rules for the ops transformer encoders and LLaMA-style decoders decompose into: embeddings,
+normalisation statistics, GELU, softmax, batched matmul, slicing and concatenation, head
+repetition. Docstrings name the backward form; the ops table in the README shows them.
+"""
+
+import math
+
+import torch
+
+from .base import defrule, reduced_size, unreduce
+
+
+def zero_where(b, cond, x):
+    """x with the elements where `cond` holds set to zero."""
+    return b.aten.where.self(cond, b.full((), 0.0, b.type_of(x).dtype), x)
+
+
+# -- embeddings ---------------------------------------------------------------------------
+
+@defrule("aten.embedding")
+def embedding(b, g, out, weight, indices, padding_idx, scale_grad_by_freq, sparse):
+    """index_put(zeros, [ids], g, accumulate=True); padding_idx rows get no gradient.
+
+    IREE lowers the accumulating index_put to one scatter: 25 ms where a one-hot matmul takes
+    288 ms (scatter_add 27 ms) for vocab 32000, 512 tokens, width 256 on two EPYC cores.
+    """
+    vocab, dim = b.shape(weight)
+    ids = b.reshape(indices, [-1])
+    rows = b.reshape(g, [-1, dim])
+    if padding_idx >= 0:
+        rows = zero_where(b, b.aten.unsqueeze(b.aten.eq.Scalar(ids, padding_idx), 1), rows)
+    grad = b.aten.index_put(b.zeros_like(weight), [ids], rows, True)
+    if scale_grad_by_freq:
+        ones = b.full(b.shape(ids), 1.0, b.type_of(weight).dtype)
+        counts = b.aten.index_put(b.full([vocab], 0.0, b.type_of(weight).dtype), [ids], ones, True)
+        grad = b.div(grad, b.aten.unsqueeze(b.aten.clamp_min(counts, 1.0), 1))
+    return grad, None, None, None, None
+
+
+# -- normalisation ------------------------------------------------------------------------
+
+def _var_input_grad(b, g_var, x, mean, dims, correction, keepdim):
+    """d var / dx = 2 (x - mean) / (N - correction), with `mean` kept over `dims`."""
+    shape = b.shape(x)
+    correction = 1 if correction is None else correction
+    scale = 2.0 / (reduced_size(shape, dims) - correction)
+    return b.mul(b.mul(b.sub(x, mean), unreduce(b, g_var, dims, keepdim, shape)), scale)
+
+
+@defrule("aten.var_mean.correction")
+def var_mean(b, g, out, x, dims, correction, keepdim):
+    g_var, g_mean = g
+    shape = b.shape(x)
+    mean = unreduce(b, out[1], dims, keepdim, shape)
+    gx_mean = b.div(unreduce(b, g_mean, dims, keepdim, shape), float(reduced_size(shape, dims)))
+    return b.add(_var_input_grad(b, g_var, x, mean, dims, correction, keepdim), gx_mean), None, None, None
+
+
+@defrule("aten.var.correction")
+def var(b, g, out, x, dims, correction, keepdim):
+    mean = b.aten.mean.dim(x, dims, True, None)
+    return _var_input_grad(b, g, x, mean, dims, correction, keepdim), None, None, None
+
+
+@defrule("aten.rsqrt")
+def rsqrt(b, g, out, x):
+    """-g y^3 / 2."""
+    return (b.mul(b.mul(g, b.mul(b.mul(out, out), out)), -0.5),)
+
+
+@defrule("aten.sqrt")
+def sqrt(b, g, out, x):
+    return (b.div(b.mul(g, 0.5), out),)
+
+
+@defrule("aten.rms_norm")
+def rms_norm(b, g, out, x, normalized_shape, weight, eps):
+    """With r = rsqrt(mean(x^2) + eps) over the normalized dims and h = g w:
+    dx = r (h - x r^2 mean(h x)), dw = sum over the leading dims of g x r."""
+    dims = list(range(-len(normalized_shape), 0))
+    if eps is None:
+        eps = torch.finfo(b.type_of(x).dtype).eps
+    r = b.aten.rsqrt(b.add(b.aten.mean.dim(b.mul(x, x), dims, True, None), eps))
+    h = b.mul(g, weight) if weight is not None else g
+    mean_hx = b.aten.mean.dim(b.mul(h, x), dims, True, None)
+    gx = b.mul(r, b.sub(h, b.mul(x, b.mul(b.mul(r, r), mean_hx))))
+    gw = b.sum_to(b.mul(g, b.mul(x, r)), b.shape(weight)) if weight is not None else None
+    return gx, None, gw, None
+
+
+# -- activations and softmax --------------------------------------------------------------
+
+@defrule("aten.gelu")
+def gelu(b, g, out, x, approximate):
+    """Elementwise erf/exp (approximate='none') or tanh (approximate='tanh') forms of GELU'."""
+    if approximate == "tanh":
+        beta, kappa = math.sqrt(2.0 / math.pi), 0.044715
+        x2 = b.mul(x, x)
+        t = b.aten.tanh(b.mul(b.add(x, b.mul(b.mul(x2, x), kappa)), beta))
+        d_inner = b.mul(b.add(b.mul(x2, 3.0 * kappa), 1.0), beta)
+        d_tanh = b.mul(b.mul(b.aten.rsub.Scalar(b.mul(t, t), 1.0, 1), d_inner), b.mul(x, 0.5))
+        slope = b.add(b.mul(b.add(t, 1.0), 0.5), d_tanh)
+    else:
+        cdf = b.mul(b.add(b.aten.erf(b.mul(x, math.sqrt(0.5))), 1.0), 0.5)
+        pdf = b.mul(b.aten.exp(b.mul(b.mul(x, x), -0.5)), 1.0 / math.sqrt(2.0 * math.pi))
+        slope = b.add(cdf, b.mul(x, pdf))
+    return b.mul(g, slope), None
+
+
+@defrule("aten._softmax")
+def softmax(b, g, out, x, dim, half_to_float):
+    """y (g - sum(g y, dim))."""
+    return b.mul(out, b.sub(g, b.sum(b.mul(g, out), [dim], keepdim=True))), None, None
+
+
+# -- batched matmul -----------------------------------------------------------------------
+
+@defrule("aten.bmm")
+def bmm(b, g, out, x, y):
+    """bmm(g, y^T), bmm(x^T, g)."""
+    return b.aten.bmm(g, b.transpose(y)), b.aten.bmm(b.transpose(x), g)
+
+
+# -- slicing, concatenation, repetition ---------------------------------------------------
+
+@defrule("aten.slice.Tensor")
+def slice_tensor(b, g, out, x, dim, start, end, step):
+    """slice_scatter of g into zeros."""
+    return b.aten.slice_scatter(b.zeros_like(x), g, dim, start, end, step), None, None, None, None
+
+
+@defrule("aten.select.int")
+def select(b, g, out, x, dim, index):
+    """select_scatter of g into zeros."""
+    return b.aten.select_scatter(b.zeros_like(x), g, dim, index), None, None
+
+
+@defrule("aten.cat")
+def cat(b, g, out, tensors, dim):
+    """Slices of g, one per input."""
+    grads, start = [], 0
+    for t in tensors:
+        size = b.shape(t)[dim]
+        grads.append(b.aten.slice.Tensor(g, dim, start, start + size, 1))
+        start += size
+    return grads, None
+
+
+@defrule("aten.repeat")
+def repeat(b, g, out, x, repeats):
+    """g viewed as (r0, s0, r1, s1, ...) and summed over the repeat counts r."""
+    shape = b.shape(x)
+    shape = (1,) * (len(repeats) - len(shape)) + shape
+    tiled = [d for r, s in zip(repeats, shape) for d in (r, s)]
+    summed = b.sum(b.reshape(g, tiled), list(range(0, len(tiled), 2)))
+    return b.reshape(summed, b.shape(x)), None
+
+
+# -- ops whose result does not change with their tensor operand ----------------------------
+
+@defrule("aten.full_like", "aten.zeros_like", "aten.ones_like", "aten.empty_like")
+def constant_valued(b, g, out, *args):
+    """No gradient: the result's values do not depend on the operand's."""
+    return (None,) * len(args)
