@@ -1,6 +1,7 @@
 """Every pock pass, registered by its command-line name in this one place."""
 
 from .pock_autodiff import AutodiffPass
+from .pock_backend_switch import BackendSwitchPass
 from .pock_dce import DeadCodeEliminationPass
 from .pock_lower_optimizers import LowerOptimizersPass
 from .pock_reorder_updates import ReorderUpdatesPass
@@ -10,6 +11,7 @@ PASSES = {
     p.name: p
     for p in (
         AutodiffPass,
+        BackendSwitchPass,
         DeadCodeEliminationPass,
         LowerOptimizersPass,
         ReorderUpdatesPass,

@@ -16,10 +16,12 @@ from pock_mlir.targets import resolve_target
 from pock_mlir.training import build_training_functions
 
 # The pass pipeline after each stage, by stage name; `program.ir(stage)` shows the result.
+# "{target}" stands for the target's name (its tuning table: pock_mlir/tuning/<name>.json).
 STAGE_PIPELINES = {
     "autodiff": "inline,pock-autodiff,pock-dce",
     "sparse": "pock-dce",
-    "lowered": "pock-reorder-updates,pock-lower-optimizers,pock-strip-params,pock-dce,canonicalize",
+    "lowered": "pock-backend-switch{target={target}},pock-reorder-updates,pock-lower-optimizers,pock-strip-params,"
+               "pock-dce,canonicalize",
 }
 STAGES = ("imported", "training", *STAGE_PIPELINES)
 
@@ -75,7 +77,7 @@ def compile_training(model, example_inputs, example_target, *, loss="cross_entro
         for stage, pipeline in stage_pipelines.items():
             start = time.perf_counter()
             try:
-                run_pipeline(imported.module, pipeline)
+                run_pipeline(imported.module, pipeline.replace("{target}", resolved_target.name.partition(":")[0]))
             except ir.MLIRError as e:
                 raise CompileError(f"{stage} stage failed:\n{_diagnostics(e)}") from None
             stages[stage] = str(imported.module)

@@ -45,6 +45,21 @@ class TrainingProgram:
             raise RuntimeError(f"IREE failed to compile the training program for target {self.target.name}:\n"
                                f"{str(e)[:4000]}") from None
 
+    def backend_report(self, function: str = "train_step") -> str:
+        """What pock-backend-switch chose for each convolution of `function` and why (the
+        measurements in pock_mlir/tuning/<target>.json that decided it)."""
+        import re
+
+        text = self.stages["lowered"]
+        start = text.find(f"func.func @{function}(")
+        body = text[start:text.find("\n  func.func @", start + 1)] if start >= 0 else ""
+        marks = re.findall(r'pock\.backend = "([^"]*)", pock\.backend_reason = "([^"]*)"', body)
+        if not marks:
+            return f"{function}: no convolutions, nothing for pock-backend-switch to choose"
+        lines = [f"{function}: {len(marks)} convolution op(s), implementation chosen per op for {self.target.name}"]
+        lines += [f"  {form:8s} {reason}" for form, reason in marks]
+        return "\n".join(lines)
+
     def trainer(self, device: str | None = None):
         """Load the module on the IREE runtime; parameters start at the model's values."""
         from pock_mlir.runtime import Trainer

@@ -1,0 +1,1 @@
+"""pock-mlir's benchmark suite: `python -m bench` (see bench/__main__.py)."""

@@ -1,0 +1,146 @@
+"""`python -m bench` (or `make bench`): train-step time, peak memory and loss of every model x
+scheme x system, side by side in one run; writes results.json, results.md and results.png.
+
+    python -m bench                       # everything (about 15-20 minutes on 2 cores)
+    python -m bench --quick               # the MLP, few steps: a smoke test of the harness
+    python -m bench --models mlp,bert --schemes sparse --systems eager,pock-mlir
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import platform
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from bench.models import MODELS, QUICK_MODELS, SCHEMES
+from bench.report import add_ratios, write_markdown, write_plot
+
+ROOT = Path(__file__).resolve().parent.parent
+SYSTEMS = ("eager", "torch.compile", "pock-mlir", "pock-mlir-no-reorder")
+QUICK_SYSTEMS = ("eager", "pock-mlir", "pock-mlir-no-reorder")
+THREADS = os.cpu_count() or 1  # IREE's local-task driver starts one worker per core; torch gets as many
+
+
+def pock_flags() -> list[str]:
+    from pock_mlir.targets import resolve_target
+
+    return resolve_target("host").compile_flags()
+
+
+def no_reorder_pipelines() -> dict[str, str]:
+    from pock_mlir.compiler import STAGE_PIPELINES
+
+    return {"lowered": ",".join(p for p in STAGE_PIPELINES["lowered"].split(",") if p != "pock-reorder-updates")}
+
+
+def run_child(spec: dict, timeout: float) -> dict:
+    spec = {"threads": THREADS, **spec}
+    try:
+        done = subprocess.run([sys.executable, "-m", "bench.child", json.dumps(spec)], cwd=ROOT, capture_output=True,
+                              text=True, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        return {"status": f"failed: timed out after {timeout:.0f}s"}
+    for line in done.stdout.splitlines():
+        if line.startswith("RESULT "):
+            return json.loads(line[len("RESULT "):])
+    tail = (done.stderr.strip().splitlines() or ["no output"])[-1]
+    return {"status": f"failed: child exited with {done.returncode}: {tail[:300]}"}
+
+
+def measure(model: str, scheme: str, system: str, args, workdir: Path) -> dict:
+    common = {"model": model, "scheme": scheme, "warmup": args.warmup, "steps": args.steps}
+    if system in ("eager", "torch.compile"):
+        return run_child({**common, "task": system, "count_flops": system == "eager"}, args.timeout)
+    program = workdir / f"{model}-{scheme}-{system}.pickle"
+    pipelines = no_reorder_pipelines() if system == "pock-mlir-no-reorder" else None
+    compiled = run_child({**common, "task": "pock-compile", "program": str(program), "iree_flags": args.iree_flags,
+                          "pipelines": pipelines}, args.timeout)
+    if compiled["status"] != "ok":
+        return compiled
+    ran = run_child({**common, "task": "pock-run", "program": str(program)}, args.timeout)
+    program.unlink(missing_ok=True)
+    return {**compiled, **ran}
+
+
+def parse_args(argv):
+    parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help=f"only {', '.join(QUICK_MODELS)}, 5 steps, no torch.compile")
+    parser.add_argument("--models", help=f"comma-separated subset of {','.join(MODELS)}")
+    parser.add_argument("--schemes", help=f"comma-separated subset of {','.join(SCHEMES)}")
+    parser.add_argument("--systems", help=f"comma-separated subset of {','.join(SYSTEMS)}")
+    parser.add_argument("--steps", type=int, help="timed steps per measurement (default 20; 5 with --quick)")
+    parser.add_argument("--warmup", type=int, help="untimed steps first (default 3; 2 with --quick)")
+    parser.add_argument("--timeout", type=float, default=900, help="seconds one child may take")
+    parser.add_argument("--iree-flags", default=None,
+                        help="extra IREE compile flags for pock-mlir, space-separated (the host target's flags always apply)")
+    parser.add_argument("--out", default=str(ROOT / "bench"), help="directory for results.json/.md/.png")
+    args = parser.parse_args(argv)
+
+    def subset(text, allowed, default):
+        chosen = tuple(text.split(",")) if text else default
+        unknown = [c for c in chosen if c not in allowed]
+        if unknown:
+            parser.error(f"unknown {', '.join(unknown)}; choose from {', '.join(allowed)}")
+        return chosen
+
+    args.models = subset(args.models, MODELS, QUICK_MODELS if args.quick else tuple(MODELS))
+    args.schemes = subset(args.schemes, SCHEMES, SCHEMES)
+    args.systems = subset(args.systems, SYSTEMS, QUICK_SYSTEMS if args.quick else SYSTEMS)
+    args.steps = args.steps or (5 if args.quick else 20)
+    args.warmup = args.warmup if args.warmup is not None else (2 if args.quick else 3)
+    args.iree_flags = args.iree_flags.split() if args.iree_flags else []
+    return args
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    started = time.time()
+    load_before = os.getloadavg()
+    machine = run_child({"task": "sgemm"}, args.timeout)
+    print(f"sgemm peak: {machine.get('peak_gflops', 0):.0f} GFLOP/s; load average {load_before[0]:.2f}", flush=True)
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="pock-bench-") as workdir:
+        for model in args.models:
+            for scheme in args.schemes:
+                for system in args.systems:
+                    row = {"model": model, "scheme": scheme, "system": system,
+                           **measure(model, scheme, system, args, Path(workdir))}
+                    rows.append(row)
+                    shown = f"{row['step_ms']:.2f} ms, {row['peak_mb']:.0f} MB, loss {row['loss']:.4f}" \
+                        if row["status"] == "ok" else row["status"]
+                    print(f"{model:12s} {scheme:7s} {system:22s} {shown}", flush=True)
+    results = {
+        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "machine": {"cpu": _cpu_name(), "cores": os.cpu_count(), "threads": THREADS, "python": platform.python_version(),
+                    "load_before": load_before, "load_after": os.getloadavg(), **machine},
+        "settings": {"steps": args.steps, "warmup": args.warmup, "pock_iree_flags": pock_flags() + args.iree_flags,
+                     "models": {m: MODELS[m].title for m in args.models}},
+        "rows": add_ratios(rows, MODELS, machine.get("peak_gflops")),
+        "wall_s": time.time() - started,
+    }
+    (out / "results.json").write_text(json.dumps(results, indent=2) + "\n")
+    write_markdown(results, out / "results.md")
+    write_plot(results, out / "results.png")
+    print(f"wrote {out / 'results.json'}, results.md and results.png in {results['wall_s'] / 60:.1f} min")
+    return 0
+
+
+def _cpu_name() -> str:
+    try:
+        with open("/proc/cpuinfo") as f:
+            return next(line.split(":", 1)[1].strip() for line in f if line.startswith("model name"))
+    except (OSError, StopIteration):
+        return platform.processor() or "unknown"
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,179 @@
+"""One measurement in its own process: `python -m bench.child '<json spec>'` prints `RESULT <json>`.
+
+Each system runs in a fresh process so that its peak memory is its own. Peak memory is the
+process's peak resident set during the timed steps (the kernel's high-water mark, reset by
+writing 5 to /proc/self/clear_refs after warm-up) minus the resident set right after the
+imports every child shares (torch, numpy, the IREE runtime, pock_mlir): what the model, its
+parameters, gradients, optimizer state, activations and the framework's working memory take.
+pock-mlir compiles in one child and trains in another, so compiler memory is not counted.
+"""
+
+from __future__ import annotations
+
+import gc
+import json
+import pickle
+import statistics
+import sys
+import time
+import traceback
+
+import iree.runtime  # noqa: F401  (part of the shared import baseline)
+import numpy as np
+import torch
+
+import pock_mlir as pock
+from bench.models import MODELS, sparse_spec, trainable_names
+from pock_mlir.frontend import resolve_loss
+
+
+def rss_kb(field: str = "VmRSS") -> int:
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith(field + ":"):
+                return int(line.split()[1])
+    raise RuntimeError(f"{field} missing from /proc/self/status")
+
+
+def reset_peak() -> None:
+    with open("/proc/self/clear_refs", "w") as f:
+        f.write("5")
+
+
+def first_line(error: Exception) -> str:
+    """The informative head of an error: its first line, joined with the next when it ends in ':'."""
+    lines = [line.strip() for line in str(error).strip().splitlines() if line.strip()] or [type(error).__name__]
+    head = lines[0] + (" " + lines[1] if lines[0].endswith(":") and len(lines) > 1 else "")
+    return head[:300]
+
+
+def timed_steps(step, warmup: int, steps: int) -> dict:
+    """Warm up, reset the memory high-water mark, then time each step (each returns the loss as a
+    Python float, which waits for the step to finish)."""
+    for _ in range(warmup):
+        step()
+    gc.collect()
+    reset_peak()
+    times, loss = [], None
+    for _ in range(steps):
+        start = time.perf_counter()
+        loss = step()
+        times.append(time.perf_counter() - start)
+    return {"step_ms": 1000 * statistics.median(times), "step_ms_min": 1000 * min(times),
+            "step_ms_max": 1000 * max(times), "steps": steps, "loss": float(loss), "peak_kb": rss_kb("VmHWM")}
+
+
+def _setup(spec):
+    model_def = MODELS[spec["model"]]
+    module = model_def.build()
+    inputs, target = model_def.batch()
+    scheme, label = ("full", "full") if spec["scheme"] == "full" else sparse_spec(model_def, module)
+    return model_def, module, inputs, target, scheme, label
+
+
+def run_torch(spec, compiled: bool) -> dict:
+    model_def, module, inputs, target, scheme, label = _setup(spec)
+    trainable = trainable_names(scheme, module)
+    for name, p in module.named_parameters():
+        p.requires_grad_(name in trainable)
+    params = [p for n, p in module.named_parameters() if n in trainable]
+    optimizer = model_def.optimizer.torch_optimizer(params)
+    loss_fn = resolve_loss(model_def.loss)
+    forward = torch.compile(module) if compiled else module
+
+    def forward_backward():
+        loss = loss_fn(forward(*inputs), target)
+        loss.backward()
+        return loss
+
+    def step():
+        optimizer.zero_grad(set_to_none=True)
+        loss = forward_backward()
+        optimizer.step()
+        return loss.item()
+
+    result = {"scheme_used": label, "trainable_params": sum(p.numel() for p in params)}
+    if compiled:
+        start = time.perf_counter()
+        step()  # compiles
+        result["compile_s"] = time.perf_counter() - start
+    result.update(timed_steps(step, spec["warmup"], spec["steps"]))
+    if spec.get("count_flops"):
+        from torch.utils.flop_counter import FlopCounterMode
+
+        optimizer.zero_grad(set_to_none=True)
+        counter = FlopCounterMode(display=False)
+        with counter:
+            forward_backward()
+        result["flops"] = counter.get_total_flops()
+    return result
+
+
+def compile_pock(spec) -> dict:
+    model_def, module, inputs, target, scheme, label = _setup(spec)
+    start = time.perf_counter()
+    program = pock.compile_training(module, inputs, target, loss=model_def.loss, optimizer=model_def.optimizer,
+                                    sparse=None if scheme == "full" else scheme, iree_flags=tuple(spec["iree_flags"]),
+                                    pipelines=spec.get("pipelines"))
+    compile_s = time.perf_counter() - start
+    with open(spec["program"], "wb") as f:
+        pickle.dump(program, f)
+    return {"scheme_used": label, "compile_s": compile_s, "compile_breakdown_s": dict(program.timings),
+            "iree_flags": program.iree_flags()}
+
+
+def run_pock(spec) -> dict:
+    model_def = MODELS[spec["model"]]
+    inputs, target = model_def.batch()
+    inputs = tuple(x.numpy().astype(np.int32) if x.dtype == torch.int64 else x.numpy() for x in inputs)
+    target = target.numpy().astype(np.int32) if target.dtype == torch.int64 else target.numpy()
+    with open(spec["program"], "rb") as f:
+        program = pickle.load(f)
+    trainer = program.trainer()
+    del program  # the trainer holds what it needs on the device
+    gc.collect()
+    return timed_steps(lambda: trainer.step(inputs, target), spec["warmup"], spec["steps"])
+
+
+def measure_sgemm(spec) -> dict:
+    """Practical single-precision matmul peak with every thread: the best of torch and numpy."""
+    n, repeats = 2048, 5
+    a, b = torch.randn(n, n), torch.randn(n, n)
+    best = {}
+    for name, mm, x, y in (("torch", torch.mm, a, b), ("numpy", np.matmul, a.numpy(), b.numpy())):
+        mm(x, y)
+        times = []
+        for _ in range(repeats):
+            start = time.perf_counter()
+            mm(x, y)
+            times.append(time.perf_counter() - start)
+        best[name] = 2 * n ** 3 / min(times) / 1e9
+    return {"sgemm_gflops": best, "peak_gflops": max(best.values())}
+
+
+RUNNERS = {
+    "eager": lambda spec: run_torch(spec, compiled=False),
+    "torch.compile": lambda spec: run_torch(spec, compiled=True),
+    "pock-compile": compile_pock,
+    "pock-run": run_pock,
+    "sgemm": measure_sgemm,
+}
+
+
+def main() -> None:
+    spec = json.loads(sys.argv[1])
+    torch.set_num_threads(spec["threads"])
+    baseline_kb = rss_kb()
+    try:
+        result = {"status": "ok", **RUNNERS[spec["task"]](spec)}
+        if "peak_kb" in result:
+            result["peak_mb"] = (result.pop("peak_kb") - baseline_kb) / 1024
+    except pock.CompileError as e:
+        result = {"status": f"not supported yet: {first_line(e)}"}
+    except Exception as e:  # any failure becomes a row in the results, not a crashed run
+        result = {"status": f"failed: {type(e).__name__}: {first_line(e)}", "traceback": traceback.format_exc()[-3000:]}
+    print("RESULT " + json.dumps(result), flush=True)
+
+
+if __name__ == "__main__":
+    main()

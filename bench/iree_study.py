@@ -1,0 +1,197 @@
+"""Measures what runs fastest under IREE on this machine; writes pock_mlir/tuning/<target>.json.
+
+    python -m bench.iree_study convs        # convolution forms, forward and backward
+    python -m bench.iree_study flags        # IREE flag sets on whole training steps
+
+convs: each conv shape class of the bench CNNs (batch 8) in each form pock-backend-switch can
+emit, as a standalone function compiled and timed alone: the forward as linalg convolution
+(with and without IREE's global im2col flag) or as explicit im2col + matmul; the weight and
+input gradients as torch's convolution_backward (which IREE decomposes into convolutions) or
+as explicit im2col + matmul. The measured table is what the pass reads.
+
+flags: whole compiled training steps under candidate flag sets; the winners go into
+pock_mlir/targets.py's CPU flags (see the results in the tuning file).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import os
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from pock_mlir.tuning import ConvShape, conv_forms_torch
+
+TUNING = Path(__file__).resolve().parent.parent / "pock_mlir" / "tuning"
+IM2COL_FLAG = "--iree-global-opt-use-im2col-for-convs"
+BASE_FLAGS = ["--iree-hal-target-backends=llvm-cpu", "--iree-input-type=torch"]
+
+
+def target_flags(target: str = "host") -> list[str]:
+    from pock_mlir.targets import resolve_target
+
+    return resolve_target(target).compile_flags()
+
+# The conv shape classes of the bench CNNs at batch 8 (MobileNetV2 x0.5 at 96 px, ResNet-18-like at 64 px).
+CONV_CASES = [
+    ConvShape(8, 3, 96, 96, 16, 3, 2, 1, 1),     # stem
+    ConvShape(8, 16, 48, 48, 48, 1, 1, 0, 1),    # pointwise expand, early
+    ConvShape(8, 48, 48, 48, 48, 3, 2, 1, 48),   # depthwise, stride 2
+    ConvShape(8, 96, 12, 12, 96, 3, 1, 1, 96),   # depthwise, late
+    ConvShape(8, 96, 12, 12, 32, 1, 1, 0, 1),    # pointwise project, late
+    ConvShape(8, 64, 16, 16, 64, 3, 1, 1, 1),    # ResNet stage 1
+    ConvShape(8, 128, 8, 8, 128, 3, 1, 1, 1),    # ResNet stage 2
+    ConvShape(8, 128, 8, 8, 256, 3, 2, 1, 1),    # ResNet downsampling
+    ConvShape(8, 256, 4, 4, 512, 3, 2, 1, 1),    # ResNet last stage
+]
+
+
+def import_function(fn, args) -> str:
+    """A torch function -> torch-dialect MLIR text (torch.export, core ATen decompositions, FX importer)."""
+    from torch_mlir.extras.fx_decomp_util import get_decomposition_table
+    from torch_mlir.extras.fx_importer import FxImporter
+
+    from pock_mlir.context import make_context
+
+    class Wrapped(torch.nn.Module):
+        def forward(self, *a):
+            return fn(*a)
+
+    program = torch.export.export(Wrapped(), tuple(args), strict=False).run_decompositions(get_decomposition_table())
+    importer = FxImporter(context=make_context())
+    importer.import_frozen_program(program, func_name="main")
+    return str(importer.module)
+
+
+def time_module(text: str, flags: list[str], args, function="main", repeats=30) -> float:
+    """Median milliseconds of one call, after IREE compiles `text` with `flags`."""
+    import iree.compiler as ic
+    import iree.runtime as rt
+
+    vmfb = ic.compile_str(text, extra_args=BASE_FLAGS + flags)
+    config = rt.Config("local-task")
+    context = rt.SystemContext(config=config)
+    context.add_vm_module(rt.VmModule.copy_buffer(config.vm_instance, vmfb))
+    fn = context.modules.module[function]
+    device_args = [rt.asdevicearray(config.device, np.require(a, requirements="C")) for a in args]
+    for _ in range(3):
+        np.asarray(fn(*device_args).to_host())
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        np.asarray(fn(*device_args).to_host())
+        times.append(time.perf_counter() - start)
+    return 1000 * statistics.median(times)
+
+
+def study_convs(flags: list[str], cases=CONV_CASES) -> list[dict]:
+    """Every form of every case, compiled with the target's flags."""
+    rows = []
+    for shape in cases:
+        x = torch.randn(shape.n, shape.c, shape.h, shape.w)
+        w = torch.randn(shape.o, shape.c // shape.groups, shape.k, shape.k)
+        g = torch.randn(shape.output_shape())
+        inputs = {"forward": (x, w), "weight_grad": (g, x, w), "input_grad": (g, x, w)}
+        row = {"shape": dataclasses.asdict(shape), "class": shape.kind(), "ms": {}}
+        for (op, form), fn in conv_forms_torch(shape).items():
+            args = inputs[op]
+            want = _reference(shape, op, args)
+            got = fn(*args)
+            assert torch.allclose(got, want, rtol=1e-3, atol=1e-3), f"{shape} {op} {form} disagrees with torch"
+            text = import_function(fn, args)
+            variants = {f"{op}/{form}": flags}
+            if form == "direct" and IM2COL_FLAG in flags:  # what IREE's global im2col flag is worth here
+                variants[f"{op}/direct-without-im2col-flag"] = [f for f in flags if f != IM2COL_FLAG]
+            for key, variant_flags in variants.items():
+                row["ms"][key] = time_module(text, variant_flags, [a.numpy() for a in args])
+                print(f"{shape.kind():34s} {key:40s} {row['ms'][key]:8.3f} ms", flush=True)
+        rows.append(row)
+    return rows
+
+
+def _reference(shape: ConvShape, op: str, args):
+    if op == "forward":
+        return F.conv2d(*args, stride=shape.stride, padding=shape.pad, groups=shape.groups)
+    g, x, w = args
+    mask = [op == "input_grad", op == "weight_grad", False]
+    grads = torch.ops.aten.convolution_backward(g, x, w, None, [shape.stride] * 2, [shape.pad] * 2, [1, 1], False,
+                                                [0, 0], shape.groups, mask)
+    return grads[0] if op == "input_grad" else grads[1]
+
+
+FLAG_SETS = {
+    "default": [],
+    "im2col": [IM2COL_FLAG],
+    "im2col+O3": [IM2COL_FLAG, "--iree-opt-level=O3"],
+    "im2col+data-tiling": [IM2COL_FLAG, "--iree-opt-data-tiling"],
+    "im2col+data-tiling+ukernels": [IM2COL_FLAG, "--iree-opt-data-tiling", "--iree-llvmcpu-enable-ukernels=all"],
+    "im2col+ukernels": [IM2COL_FLAG, "--iree-llvmcpu-enable-ukernels=all"],
+    "im2col+aggressive-fusion": [IM2COL_FLAG, "--iree-dispatch-creation-enable-aggressive-fusion"],
+}
+
+
+def study_flags(models: list[str], flag_sets=FLAG_SETS, steps=20) -> dict:
+    """Median train-step ms of whole compiled training programs under each flag set."""
+    import pock_mlir as pock
+    from bench.models import MODELS
+
+    results = {}
+    for name in models:
+        spec = MODELS[name]
+        module = spec.build()
+        inputs, target = spec.batch()
+        program = pock.compile_training(module, inputs, target, loss=spec.loss, optimizer=spec.optimizer)
+        base_target = dataclasses.replace(program.target, flags=("--iree-llvmcpu-target-cpu=host",))
+        results[name] = {}
+        for label, flags in flag_sets.items():
+            variant = dataclasses.replace(program, target=base_target, extra_flags=tuple(flags))
+            variant.__dict__.pop("vmfb", None)  # compile afresh with these flags
+            try:
+                start = time.perf_counter()
+                trainer = variant.trainer()
+                compile_s = time.perf_counter() - start
+                for _ in range(3):
+                    trainer.step(inputs, target)
+                times = []
+                for _ in range(steps):
+                    t = time.perf_counter()
+                    trainer.step(inputs, target)
+                    times.append(time.perf_counter() - t)
+                results[name][label] = {"step_ms": 1000 * statistics.median(times), "compile_s": compile_s}
+            except Exception as e:  # a flag set this IREE cannot compile is a result too
+                results[name][label] = {"error": str(e).strip().splitlines()[-1][:300]}
+            print(name, label, results[name][label], flush=True)
+    return results
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.iree_study", description=__doc__.splitlines()[0])
+    parser.add_argument("study", choices=("convs", "flags"))
+    parser.add_argument("--models", default="mlp,bert", help="for flags: bench models to compile")
+    parser.add_argument("--target", default="host")
+    args = parser.parse_args(argv)
+    torch.set_num_threads(os.cpu_count() or 1)
+    path = TUNING / f"{args.target}.json"
+    table = json.loads(path.read_text()) if path.exists() else {}
+    load = os.getloadavg()[0]
+    if args.study == "convs":
+        flags = target_flags(args.target)
+        table["convs"] = {"load_average": load, "iree_flags": flags, "cases": study_convs(flags)}
+    else:
+        table["flags"] = {"load_average": load, "step_ms": study_flags(args.models.split(","))}
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(table, indent=1) + "\n")
+    print(f"wrote {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,145 @@
+"""The benchmark models: what to build, the batch it trains on, its loss, optimizer and sparse scheme.
+
+CNNs and transformers come from examples/models/ (written with their derivative rules); a model
+whose module is missing, or whose compilation lacks a rule, shows as "not supported yet" in the
+results instead of stopping the run.
+"""
+
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass, field
+from typing import Callable
+
+import torch
+import torch.nn as nn
+
+import pock_mlir as pock
+
+
+@dataclass(frozen=True)
+class BenchModel:
+    name: str
+    title: str
+    build: Callable[[], nn.Module]
+    batch: Callable[[], tuple[tuple[torch.Tensor, ...], torch.Tensor]]
+    loss: object  # a pock loss name or a callable
+    optimizer: object
+    sparse_preset: str  # a pock_mlir.sparse preset name
+    sparse_fallback: dict = field(default_factory=dict)  # used while the preset does not exist
+    tokens_per_step: int | None = None  # for language models: report tokens/s
+
+
+def _examples(module: str):
+    """examples/models/<module>.py, imported from the repository root."""
+    return importlib.import_module(f"examples.models.{module}")
+
+
+def _seeded(fn):
+    def build():
+        torch.manual_seed(0)
+        return fn()
+
+    return build
+
+
+def _images(batch: int, size: int, classes: int):
+    def make():
+        g = torch.Generator().manual_seed(1)
+        return (torch.randn(batch, 3, size, size, generator=g),), torch.randint(0, classes, (batch,), generator=g)
+
+    return make
+
+
+def _tokens(batch: int, seq: int, vocab: int, target_shape):
+    def make():
+        g = torch.Generator().manual_seed(1)
+        ids = torch.randint(1, vocab, (batch, seq), generator=g)
+        return (ids,), torch.randint(0, vocab if target_shape == "tokens" else 2, (batch, seq) if target_shape == "tokens"
+                                     else (batch,), generator=g)
+
+    return make
+
+
+def _mlp():
+    return nn.Sequential(nn.Linear(256, 512), nn.ReLU(), nn.Linear(512, 512), nn.ReLU(), nn.Linear(512, 10))
+
+
+def _mlp_batch():
+    g = torch.Generator().manual_seed(1)
+    return (torch.randn(64, 256, generator=g),), torch.randint(0, 10, (64,), generator=g)
+
+
+def _mobilenet():
+    return _examples("cnn").MobileNetV2Like(width=0.5, num_classes=10)
+
+
+def _resnet():
+    return _examples("cnn").ResNetLike(num_classes=10)
+
+
+BERT_SEQ, BERT_BATCH, BERT_VOCAB = 128, 8, 8000
+LLAMA_SEQ, LLAMA_BATCH, LLAMA_VOCAB = 256, 4, 8000
+
+
+def _bert():
+    t = _examples("transformer")
+    return t.BertLike(t.BertConfig(vocab=BERT_VOCAB, max_len=BERT_SEQ, dim=256, heads=4, layers=4, hidden=1024,
+                                   classes=2))
+
+
+def _llama():
+    t = _examples("transformer")
+    return t.LlamaLike(t.LlamaConfig(vocab=LLAMA_VOCAB, max_len=LLAMA_SEQ, dim=384, heads=6, kv_heads=2, layers=6,
+                                     hidden=1024))
+
+
+def _token_loss(logits, target):
+    return _examples("transformer").token_cross_entropy(logits, target)
+
+
+MOMENTUM_SGD = pock.SGD(lr=0.01, momentum=0.9)
+ADAMW = pock.AdamW(lr=1e-4, weight_decay=0.01)
+
+MODELS = {m.name: m for m in (
+    BenchModel("mlp", "MLP 256-512-512-10, batch 64", _seeded(_mlp), _mlp_batch, "cross_entropy", MOMENTUM_SGD,
+               "bias-only", {"default": "bias"}),
+    BenchModel("mobilenetv2", "MobileNetV2 x0.5, 96 px, batch 8", _seeded(_mobilenet), _images(8, 96, 10),
+               "cross_entropy", MOMENTUM_SGD, "mobilenet-last-4",
+               {"default": "bias", "features.15": "full", "features.16": "full", "features.17": "full",
+                "features.18": "full", "classifier": "full"}),
+    BenchModel("resnet18", "ResNet-18-like, 64 px, batch 8", _seeded(_resnet), _images(8, 64, 10), "cross_entropy",
+               MOMENTUM_SGD, "last-2", {"default": "bias", "layer4": "full", "fc": "full"}),
+    BenchModel("bert", f"BERT-like, 4 layers, d=256, seq {BERT_SEQ}, batch {BERT_BATCH}", _seeded(_bert),
+               _tokens(BERT_BATCH, BERT_SEQ, BERT_VOCAB, "class"), "cross_entropy", ADAMW, "transformer-last-2",
+               {"default": "bias", "tokens": "frozen", "blocks.2": "full", "blocks.3": "full", "classifier": "full"}),
+    BenchModel("llama", f"LLaMA-like, 6 layers, d=384, seq {LLAMA_SEQ}, batch {LLAMA_BATCH}", _seeded(_llama),
+               _tokens(LLAMA_BATCH, LLAMA_SEQ, LLAMA_VOCAB, "tokens"), _token_loss, ADAMW, "transformer-last-2",
+               {"blocks.4": "full", "blocks.5": "full", "norm": "full"}, tokens_per_step=LLAMA_BATCH * LLAMA_SEQ),
+)}
+QUICK_MODELS = ("mlp",)
+SCHEMES = ("full", "sparse")
+
+
+def sparse_spec(model: BenchModel, module: nn.Module):
+    """The scheme compile_training gets for 'sparse': the preset if pock_mlir.sparse knows it,
+    else the fallback dict. Returns (spec, label)."""
+    from pock_mlir.sparse import SparseConfigError, resolve_sparse
+
+    names = {n: tuple(p.shape) for n, p in module.named_parameters()}
+    try:
+        resolve_sparse(model.sparse_preset, module, names)
+        return model.sparse_preset, model.sparse_preset
+    except (SparseConfigError, TypeError, AttributeError):
+        return dict(model.sparse_fallback), "explicit: " + ", ".join(f"{k}={v}" for k, v in model.sparse_fallback.items())
+
+
+def trainable_names(spec, module: nn.Module) -> set[str]:
+    """Parameters the scheme updates at all (PyTorch cannot update a channel slice: those train fully)."""
+    from pock_mlir.sparse import resolve_sparse
+
+    names = {n: tuple(p.shape) for n, p in module.named_parameters()}
+    if spec == "full":
+        return set(names)
+    scheme = resolve_sparse(spec, module, names)
+    return {n for n, policy in scheme.policies.items() if policy.kind != "frozen"}

@@ -1,0 +1,146 @@
+"""Ratios, the Markdown table the README shows, the target check and the bar chart."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+SYSTEM_TITLES = {
+    "eager": "PyTorch eager",
+    "torch.compile": "torch.compile",
+    "pock-mlir": "pock-mlir",
+    "pock-mlir-no-reorder": "pock-mlir, no reorder-updates",
+}
+CNNS_AND_TRANSFORMERS = ("mobilenetv2", "resnet18", "bert", "llama")
+SPARSE_VS_EAGER_4X = ("mobilenetv2", "bert")
+
+
+def _find(rows, model, scheme, system):
+    return next((r for r in rows if (r["model"], r["scheme"], r["system"]) == (model, scheme, system)
+                 and r["status"] == "ok"), None)
+
+
+def add_ratios(rows: list[dict], models: dict, peak_gflops: float | None) -> list[dict]:
+    """Speed-ups against PyTorch eager full BP and against the same system's full BP, memory
+    against eager full BP, achieved GFLOP/s (the FLOPs PyTorch's autograd step performs, from
+    torch's FlopCounterMode, over the step time) and tokens/s."""
+    for row in rows:
+        if row["status"] != "ok":
+            continue
+        eager_full = _find(rows, row["model"], "full", "eager")
+        same_full = _find(rows, row["model"], "full", row["system"])
+        counted = _find(rows, row["model"], row["scheme"], "eager")
+        if eager_full:
+            row["speedup_vs_eager_full"] = eager_full["step_ms"] / row["step_ms"]
+            row["memory_vs_eager_full"] = row["peak_mb"] / eager_full["peak_mb"] if eager_full["peak_mb"] > 0 else None
+        if same_full and row["scheme"] != "full":
+            row["speedup_vs_own_full"] = same_full["step_ms"] / row["step_ms"]
+        if counted and counted.get("flops"):
+            row["gflops"] = counted["flops"] / 1e9 / (row["step_ms"] / 1e3)
+            if peak_gflops:
+                row["percent_of_sgemm_peak"] = 100 * row["gflops"] / peak_gflops
+        tokens = models[row["model"]].tokens_per_step
+        if tokens:
+            row["tokens_per_s"] = tokens / (row["step_ms"] / 1e3)
+    return rows
+
+
+def check_targets(rows: list[dict]) -> list[tuple[str, bool | None, str]]:
+    """(target, reached or None when unmeasured, the numbers) for the issue's targets."""
+    checks = []
+    for model in sorted({r["model"] for r in rows}, key=lambda m: [r["model"] for r in rows].index(m)):
+        eager_full = _find(rows, model, "full", "eager")
+        pock_full = _find(rows, model, "full", "pock-mlir")
+        pock_sparse = _find(rows, model, "sparse", "pock-mlir")
+
+        def ratio(target, a, b, what, threshold, better=">="):
+            if not (a and b):
+                checks.append((target, None, "not measured"))
+                return
+            value = what(a, b)
+            ok = value >= threshold if better == ">=" else value <= threshold
+            checks.append((target, ok, f"{value:.2f}x"))
+
+        ratio(f"{model}: pock-mlir full BP faster than PyTorch eager full BP", eager_full, pock_full,
+              lambda e, p: e["step_ms"] / p["step_ms"], 1.0)
+        if model in CNNS_AND_TRANSFORMERS:
+            ratio(f"{model}: pock-mlir sparse BP >= 2x faster than pock-mlir full BP", pock_full, pock_sparse,
+                  lambda f, s: f["step_ms"] / s["step_ms"], 2.0)
+        if model in SPARSE_VS_EAGER_4X:
+            ratio(f"{model}: pock-mlir sparse BP >= 4x faster than PyTorch eager full BP", eager_full, pock_sparse,
+                  lambda e, s: e["step_ms"] / s["step_ms"], 4.0)
+        ratio(f"{model}: pock-mlir sparse peak memory <= 0.5x PyTorch eager full BP", eager_full, pock_sparse,
+              lambda e, s: s["peak_mb"] / e["peak_mb"], 0.5, better="<=")
+    return checks
+
+
+def _fmt(value, pattern="{:.2f}", missing=""):
+    return missing if value is None else pattern.format(value)
+
+
+def write_markdown(results: dict, path: Path) -> None:
+    m, s = results["machine"], results["settings"]
+    load = f"{m['load_before'][0]:.2f} before, {m['load_after'][0]:.2f} after (1-minute load average)"
+    lines = [
+        "# pock-mlir training-step benchmark",
+        "",
+        f"{results['date']} on {m['cpu']} ({m['cores']} cores; every system uses {m['threads']} threads). "
+        f"Machine load: {load}.",
+        f"Step time: median of {s['steps']} steps after {s['warmup']} warm-up steps, one fixed batch; compile time "
+        "is separate. Peak memory: the child process's peak resident set during the timed steps minus its resident "
+        "set after the shared imports (torch, numpy, IREE runtime, pock_mlir); each system runs in its own process. "
+        "Loss: the last step's. GFLOP/s: the FLOPs of PyTorch's autograd step (FlopCounterMode) over the step "
+        f"time; measured sgemm peak {_fmt(m.get('peak_gflops'), '{:.0f}')} GFLOP/s "
+        f"(torch {_fmt(m.get('sgemm_gflops', {}).get('torch'), '{:.0f}')}, "
+        f"numpy {_fmt(m.get('sgemm_gflops', {}).get('numpy'), '{:.0f}')}).",
+        f"pock-mlir IREE flags: `{' '.join(s['pock_iree_flags'])}`.",
+        "",
+        "| model | scheme | system | step ms | speed-up vs eager full | sparse vs own full | peak MB | "
+        "memory vs eager full | loss | GFLOP/s (% peak) | tokens/s | compile s |",
+        "| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+    ]
+    for r in results["rows"]:
+        model = s["models"].get(r["model"], r["model"])
+        system = SYSTEM_TITLES.get(r["system"], r["system"])
+        scheme = r["scheme"] if r["scheme"] == "full" else f"sparse ({r.get('scheme_used', '?')})"
+        if r["status"] != "ok":
+            lines.append(f"| {model} | {scheme} | {system} | {r['status']} |  |  |  |  |  |  |  |  |")
+            continue
+        gflops = f"{r['gflops']:.1f} ({r.get('percent_of_sgemm_peak', 0):.0f}%)" if r.get("gflops") else ""
+        lines.append(
+            f"| {model} | {scheme} | {system} | {r['step_ms']:.2f} | {_fmt(r.get('speedup_vs_eager_full'), '{:.2f}x')} | "
+            f"{_fmt(r.get('speedup_vs_own_full'), '{:.2f}x')} | {r['peak_mb']:.1f} | "
+            f"{_fmt(r.get('memory_vs_eager_full'), '{:.2f}x')} | {r['loss']:.4f} | {gflops} | "
+            f"{_fmt(r.get('tokens_per_s'), '{:.0f}')} | {_fmt(r.get('compile_s'), '{:.1f}')} |")
+    lines += ["", "## Targets", "", "| target | reached | value |", "| --- | --- | ---: |"]
+    for target, ok, value in check_targets(results["rows"]):
+        lines.append(f"| {target} | {'yes' if ok else 'no' if ok is False else '-'} | {value} |")
+    path.write_text("\n".join(lines) + "\n")
+
+
+def write_plot(results: dict, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rows = [r for r in results["rows"] if r["status"] == "ok"]
+    groups = list(dict.fromkeys((r["model"], r["scheme"]) for r in rows)) or [("none", "")]
+    systems = list(dict.fromkeys(r["system"] for r in rows))
+    fig, axes = plt.subplots(2, 1, figsize=(max(6, 1.6 * len(groups) + 2), 7), constrained_layout=True)
+    width = 0.8 / max(1, len(systems))
+    for ax, key, label in ((axes[0], "step_ms", "train step, ms (log)"), (axes[1], "peak_mb", "peak memory, MB (log)")):
+        for i, system in enumerate(systems):
+            xs, ys = [], []
+            for g, (model, scheme) in enumerate(groups):
+                row = _find(rows, model, scheme, system)
+                if row and row[key] > 0:
+                    xs.append(g + (i - (len(systems) - 1) / 2) * width)
+                    ys.append(row[key])
+            ax.bar(xs, ys, width, label=SYSTEM_TITLES.get(system, system))
+        ax.set_yscale("log")
+        ax.set_ylabel(label)
+        ax.set_xticks(range(len(groups)), [f"{m}\n{s}" for m, s in groups])
+    axes[0].legend(fontsize="small", ncols=2)
+    axes[0].set_title(f"pock-mlir benchmark, {results['machine']['cpu']}, {results['machine']['threads']} threads")
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
