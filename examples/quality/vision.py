@@ -1,0 +1,208 @@
+"""Vision transfer learning: sparse fine-tuning against full fine-tuning, on real images.
+
+An MCUNet-style MobileNetV2 is pretrained in PyTorch on scikit-learn's digits 0-4, then
+fine-tuned with pock-mlir on digits 5-9 (new classes, a fresh classifier head) under several
+update schemes, with PyTorch full fine-tuning as the reference row. BatchNorm runs in eval
+mode (frozen statistics), the usual choice when fine-tuning. Each scheme runs in its own
+process so that its peak memory is its own. Deterministic for a seed; writes a JSON result,
+a Markdown table and a PNG plot.
+
+    python examples/quality/vision.py [--quick] [--out examples/quality/results]
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import json
+import resource
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))
+from examples.models.cnn import MobileNetV2Like, Stage  # noqa: E402
+
+BATCH = 32
+SIZE = 32
+STAGES = (Stage(1, 16, 1, 1), Stage(4, 24, 2, 2), Stage(4, 32, 2, 2), Stage(4, 64, 2, 2))
+
+SCHEMES = {
+    "full": None,
+    "bias only": {"preset": "bias-only", "classifier.*": "full"},
+    "last 2 blocks": {"features.6.*": "full", "features.7.*": "full", "features.8.*": "full",
+                      "classifier.*": "full", "default": "frozen"},
+    "sparse preset": "mobilenet-last-3",
+    "channel-sparse (50%)": {"features.*.conv.0.0": 0.5, "features.*.conv.2": 0.5, "*bias": "full",
+                             "classifier.*": "full", "default": "frozen"},
+}
+
+
+def images(seed: int):
+    """Digits as 3x32x32 images; (pretrain split, fine-tune train split, fine-tune test split)."""
+    from sklearn.datasets import load_digits
+
+    digits = load_digits()
+    x = torch.from_numpy((digits.images / 16.0).astype(np.float32))[:, None]
+    x = F.interpolate(x, size=(SIZE, SIZE), mode="bilinear", align_corners=False).repeat(1, 3, 1, 1)
+    x = ((x - 0.3) / 0.4).numpy()
+    y = digits.target.astype(np.int64)
+    order = np.random.RandomState(seed).permutation(len(x))
+    x, y = x[order], y[order]
+    old, new = y < 5, y >= 5
+    x_new, y_new = x[new], y[new] - 5
+    split = int(0.7 * len(x_new))
+    return (x[old], y[old]), (x_new[:split], y_new[:split]), (x_new[split:], y_new[split:])
+
+
+def batches(x, y, seed):
+    order = np.random.RandomState(seed).permutation(len(x))
+    for start in range(0, len(x) - BATCH + 1, BATCH):
+        index = order[start:start + BATCH]
+        yield x[index], y[index]
+
+
+def accuracy(predict, x, y) -> float:
+    correct, seen = 0, 0
+    for start in range(0, len(x) - BATCH + 1, BATCH):
+        correct += int((np.argmax(predict(x[start:start + BATCH]), 1) == y[start:start + BATCH]).sum())
+        seen += BATCH
+    return correct / seen
+
+
+def pretrain(seed: int, epochs: int, path: Path):
+    (x, y), _, _ = images(seed)
+    torch.manual_seed(seed)
+    model = MobileNetV2Like(width=1.0, num_classes=5, stages=STAGES, stem=16, head=128)
+    opt = torch.optim.AdamW(model.parameters(), lr=3e-3)
+    for epoch in range(epochs):
+        model.train()
+        for xb, yb in batches(x, y, seed + epoch):
+            opt.zero_grad()
+            F.cross_entropy(model(torch.from_numpy(xb)), torch.from_numpy(yb)).backward()
+            opt.step()
+    model.eval()
+    with torch.no_grad():
+        acc = accuracy(lambda xb: model(torch.from_numpy(xb)).numpy(), x, y)
+    print(f"pretrained on digits 0-4: train accuracy {acc:.3f}", flush=True)
+    torch.save(model.state_dict(), path)
+
+
+def fresh_head(path: Path, seed: int) -> nn.Module:
+    model = MobileNetV2Like(width=1.0, num_classes=5, stages=STAGES, stem=16, head=128)
+    model.load_state_dict(torch.load(path))
+    torch.manual_seed(seed + 100)
+    model.classifier[-1].reset_parameters()  # new classes: a fresh head
+    return model.eval()
+
+
+def run_scheme(name: str, path: Path, seed: int, epochs: int) -> dict:
+    _, (x, y), (x_test, y_test) = images(seed)
+    model = fresh_head(path, seed)
+    lr = 0.05
+    step_times, losses = [], []
+    if name == "pytorch full (reference)":
+        opt = torch.optim.SGD(model.parameters(), lr=lr, momentum=0.9)
+        for epoch in range(epochs):
+            for xb, yb in batches(x, y, seed + epoch):
+                t = time.perf_counter()
+                opt.zero_grad()
+                loss = F.cross_entropy(model(torch.from_numpy(xb)), torch.from_numpy(yb))
+                loss.backward()
+                opt.step()
+                step_times.append(time.perf_counter() - t)
+                losses.append(loss.item())
+        with torch.no_grad():
+            acc = accuracy(lambda xb: model(torch.from_numpy(xb)).numpy(), x_test, y_test)
+        compile_s = 0.0
+    else:
+        import pock_mlir as pock
+
+        start = time.perf_counter()
+        program = pock.compile_training(model, x[:BATCH], y[:BATCH], loss="cross_entropy",
+                                        optimizer=pock.SGD(lr=lr, momentum=0.9), sparse=SCHEMES[name])
+        compile_s = time.perf_counter() - start
+        trainer = program.trainer()
+        for epoch in range(epochs):
+            for xb, yb in batches(x, y, seed + epoch):
+                t = time.perf_counter()
+                losses.append(trainer.step(xb, yb))
+                step_times.append(time.perf_counter() - t)
+        acc = accuracy(trainer.evaluate, x_test, y_test)
+    return {"accuracy": acc, "step_ms": 1000 * float(np.median(step_times[3:])), "loss": losses,
+            "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, "compile_s": compile_s}
+
+
+def plot(results: dict, path: Path):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 4))
+    for name, r in results.items():
+        ax.plot(np.convolve(r["loss"], np.ones(5) / 5, mode="valid"), label=f"{name} (acc {r['accuracy']:.3f})")
+    ax.set_xlabel("fine-tuning step")
+    ax.set_ylabel("training loss (5-step mean)")
+    ax.set_title("Fine-tuning a MobileNetV2-like CNN from digits 0-4 to digits 5-9")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+
+
+def markdown_table(results: dict) -> str:
+    ref = results["pytorch full (reference)"]
+    rows = ["| scheme | system | test accuracy | vs full (points) | ms/step | vs PyTorch | peak RSS MB |",
+            "| --- | --- | --- | --- | --- | --- | --- |"]
+    for name, r in results.items():
+        system = "PyTorch eager" if name.startswith("pytorch") else "pock-mlir"
+        rows.append(f"| {name} | {system} | {r['accuracy']:.3f} | {100 * (r['accuracy'] - ref['accuracy']):+.1f} | "
+                    f"{r['step_ms']:.2f} | {ref['step_ms'] / r['step_ms']:.2f}x | {r['peak_rss_mb']:.0f} |")
+    return "\n".join(rows)
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="a much shorter run, for a smoke test")
+    parser.add_argument("--out", default=str(Path(__file__).parent / "results"))
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--scheme", help=argparse.SUPPRESS)  # internal: run one scheme in this process
+    args = parser.parse_args(argv)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    pretrain_epochs, finetune_epochs = (2, 1) if args.quick else (12, 10)
+    checkpoint = out / "vision_pretrained.pt"
+
+    if args.scheme:
+        print(json.dumps(run_scheme(args.scheme, checkpoint, args.seed, finetune_epochs)))
+        return
+    pretrain(args.seed, pretrain_epochs, checkpoint)
+    results = {}
+    for name in ["pytorch full (reference)", *SCHEMES]:
+        print(f"fine-tuning: {name}", flush=True)
+        command = [sys.executable, __file__, "--scheme", name, "--out", str(out), "--seed", str(args.seed)]
+        command += ["--quick"] if args.quick else []
+        done = subprocess.run(command, capture_output=True, text=True)
+        if done.returncode != 0:
+            raise SystemExit(f"scheme {name!r} failed:\n{done.stderr[-3000:]}")
+        results[name] = json.loads(done.stdout.strip().splitlines()[-1])
+        r = results[name]
+        print(f"  accuracy {r['accuracy']:.3f}, {r['step_ms']:.2f} ms/step, peak {r['peak_rss_mb']:.0f} MB", flush=True)
+    table = markdown_table(results)
+    print(table)
+    (out / "vision.json").write_text(json.dumps({"results": results, "pretrain_epochs": pretrain_epochs,
+                                                 "finetune_epochs": finetune_epochs}, indent=1))
+    (out / "vision.md").write_text(table + "\n")
+    plot(results, out / "vision.png")
+    checkpoint.unlink()
+
+
+if __name__ == "__main__":
+    main()
