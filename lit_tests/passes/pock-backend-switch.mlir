@@ -1,0 +1,66 @@
+// RUN: pock-opt %s -p 'pock-backend-switch{target=no-such-target}' | filecheck %s --check-prefix=UNMEASURED
+// RUN: pock-opt %s -p 'pock-backend-switch{force=im2col},canonicalize' | filecheck %s --check-prefix=IM2COL
+// RUN: pock-opt %s -p 'pock-backend-switch{force=patches}' | filecheck %s --check-prefix=PATCHES
+// RUN: pock-opt %s -p 'pock-backend-switch{force=direct}' | filecheck %s --check-prefix=DIRECT
+// RUN: not pock-opt %s -p 'pock-backend-switch{force=winograd}' 2>&1 | filecheck %s --check-prefix=BAD
+
+// A dense 3x3 conv, a depthwise stride-2 conv and the dense conv's convolution_backward (input
+// and weight gradients), as torch.export gives them.
+
+// Without measurements for the target every op stays as it is, marked with why.
+// UNMEASURED:      torch.aten.convolution {{.*}} {pock.backend = "direct", pock.backend_reason = "convolution dense 3x3/s1 3->4 6x6 n2: no measurements for target 'no-such-target'
+// UNMEASURED:      torch.aten.convolution {{.*}} {pock.backend = "direct", pock.backend_reason = "convolution depthwise 3x3/s2 4->4 6x6 n2: no measurements
+// UNMEASURED:      torch.aten.convolution_backward {{.*}} {pock.backend = "direct"
+
+// im2col: the dense conv becomes one matmul of the reshaped weight with the stacked windows; the
+// depthwise conv has no im2col form and stays direct; both gradients become matmuls, the input
+// gradient folded back with col2im (pads of each tap's window, summed, cropped).
+// IM2COL-LABEL: func.func @main
+// IM2COL:       torch.aten.constant_pad_nd %arg0
+// IM2COL:       torch.aten.stack
+// IM2COL:       torch.aten.mm {{.*}} {pock.backend = "im2col", pock.backend_reason = "convolution dense 3x3/s1 3->4 6x6 n2: forced by force=im2col"} : !torch.vtensor<[4,27],f32>, !torch.vtensor<[27,72],f32> -> !torch.vtensor<[4,72],f32>
+// IM2COL:       torch.aten.convolution {{.*}} {pock.backend = "direct"
+// IM2COL:       torch.aten.mm {{.*}} {pock.backend = "im2col", pock.backend_reason = "input_grad dense 3x3/s1 3->4 6x6 n2: forced by force=im2col"} : !torch.vtensor<[27,4],f32>, !torch.vtensor<[4,72],f32> -> !torch.vtensor<[27,72],f32>
+// IM2COL-COUNT-9: torch.aten.constant_pad_nd
+// IM2COL:       torch.aten.mm {{.*}} {pock.backend = "im2col", pock.backend_reason = "weight_grad dense 3x3/s1 3->4 6x6 n2: forced by force=im2col"} : !torch.vtensor<[4,72],f32>, !torch.vtensor<[72,27],f32> -> !torch.vtensor<[4,27],f32>
+// IM2COL-NOT:   torch.aten.convolution_backward
+
+// patches: only the depthwise conv has that form: a multiply by the taps and a sum over them.
+// PATCHES:      torch.aten.convolution {{.*}} {pock.backend = "direct"
+// PATCHES:      torch.aten.mul.Tensor {{.*}} -> !torch.vtensor<[2,4,9,3,3],f32>
+// PATCHES-NEXT: torch.constant.int 2
+// PATCHES:      torch.aten.sum.dim_IntList {{.*}} {pock.backend = "patches", pock.backend_reason = "convolution depthwise 3x3/s2 4->4 6x6 n2: forced by force=patches"}
+// PATCHES:      torch.aten.convolution_backward {{.*}} {pock.backend = "direct"
+
+// DIRECT-COUNT-2: torch.aten.convolution {{.*}} {pock.backend = "direct"
+// DIRECT:         torch.aten.convolution_backward {{.*}} {pock.backend = "direct", pock.backend_reason = "backward dense 3x3/s1 3->4 6x6 n2: forced by force=direct"}
+// DIRECT-NOT:     torch.aten.mm
+
+// BAD: error: pock-backend-switch: force must be one of direct, im2col, patches, got 'winograd'
+
+func.func @main(%arg0: !torch.vtensor<[2,3,6,6],f32>, %arg1: !torch.vtensor<[4,3,3,3],f32>, %arg2: !torch.vtensor<[4,1,3,3],f32>, %arg3: !torch.vtensor<[2,4,6,6],f32>) -> (!torch.vtensor<[2,4,3,3],f32>, !torch.vtensor<[2,3,6,6],f32>, !torch.vtensor<[4,3,3,3],f32>) {
+  %true = torch.constant.bool true
+  %int4 = torch.constant.int 4
+  %int2 = torch.constant.int 2
+  %int0 = torch.constant.int 0
+  %false = torch.constant.bool false
+  %none = torch.constant.none
+  %int1 = torch.constant.int 1
+  %0 = torch.prim.ListConstruct %int1, %int1 : (!torch.int, !torch.int) -> !torch.list<int>
+  %1 = torch.prim.ListConstruct %int1, %int1 : (!torch.int, !torch.int) -> !torch.list<int>
+  %2 = torch.prim.ListConstruct %int1, %int1 : (!torch.int, !torch.int) -> !torch.list<int>
+  %3 = torch.prim.ListConstruct %int0, %int0 : (!torch.int, !torch.int) -> !torch.list<int>
+  %4 = torch.aten.convolution %arg0, %arg1, %none, %0, %1, %2, %false, %3, %int1 : !torch.vtensor<[2,3,6,6],f32>, !torch.vtensor<[4,3,3,3],f32>, !torch.none, !torch.list<int>, !torch.list<int>, !torch.list<int>, !torch.bool, !torch.list<int>, !torch.int -> !torch.vtensor<[2,4,6,6],f32>
+  %5 = torch.prim.ListConstruct %int2, %int2 : (!torch.int, !torch.int) -> !torch.list<int>
+  %6 = torch.prim.ListConstruct %int1, %int1 : (!torch.int, !torch.int) -> !torch.list<int>
+  %7 = torch.prim.ListConstruct %int1, %int1 : (!torch.int, !torch.int) -> !torch.list<int>
+  %8 = torch.prim.ListConstruct %int0, %int0 : (!torch.int, !torch.int) -> !torch.list<int>
+  %9 = torch.aten.convolution %4, %arg2, %none, %5, %6, %7, %false, %8, %int4 : !torch.vtensor<[2,4,6,6],f32>, !torch.vtensor<[4,1,3,3],f32>, !torch.none, !torch.list<int>, !torch.list<int>, !torch.list<int>, !torch.bool, !torch.list<int>, !torch.int -> !torch.vtensor<[2,4,3,3],f32>
+  %10 = torch.prim.ListConstruct %int1, %int1 : (!torch.int, !torch.int) -> !torch.list<int>
+  %11 = torch.prim.ListConstruct %int1, %int1 : (!torch.int, !torch.int) -> !torch.list<int>
+  %12 = torch.prim.ListConstruct %int1, %int1 : (!torch.int, !torch.int) -> !torch.list<int>
+  %13 = torch.prim.ListConstruct %int0, %int0 : (!torch.int, !torch.int) -> !torch.list<int>
+  %14 = torch.prim.ListConstruct %true, %true, %false : (!torch.bool, !torch.bool, !torch.bool) -> !torch.list<bool>
+  %result0, %result1, %result2 = torch.aten.convolution_backward %arg3, %arg0, %arg1, %none, %10, %11, %12, %false, %13, %int1, %14 : !torch.vtensor<[2,4,6,6],f32>, !torch.vtensor<[2,3,6,6],f32>, !torch.vtensor<[4,3,3,3],f32>, !torch.none, !torch.list<int>, !torch.list<int>, !torch.list<int>, !torch.bool, !torch.list<int>, !torch.int, !torch.list<bool> -> !torch.vtensor<[2,3,6,6],f32>, !torch.vtensor<[4,3,3,3],f32>, !torch.none
+  return %9, %result0, %result1 : !torch.vtensor<[2,4,3,3],f32>, !torch.vtensor<[2,3,6,6],f32>, !torch.vtensor<[4,3,3,3],f32>
+}
