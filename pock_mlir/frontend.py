@@ -5,10 +5,25 @@ exported, as functions of (parameters, buffers, inputs, target) through function
 pock-autodiff derives the backward pass. Core ATen decompositions are applied before import
 (IREE cannot compile some undecomposed ops). Integer targets travel as int32 and are widened
 inside the exported function, because IREE misreads i64 input buffers on demotion.
+
+Dropout in training mode stays on and is reproducible: when the model draws dropout masks, its
+functions take one more input after the model's own, `seed` (an int32 scalar), and the model
+is traced inside `pock_mlir.dropout.SeededDropout(seed)`, which computes each mask with a
+counter-based integer hash of (seed, dropout call number, element index) in pure int32 torch
+ops; see pock_mlir/dropout.py for the exact scheme. The Trainer passes the seed and increments
+it after every step. Any other random op (torch.rand, bernoulli, ...) is an error naming the
+op and its source line, never silently dropped.
+
+Token-level cross-entropy (output (B, T, V), target (B, T)) goes through a callable loss, e.g.
+`lambda out, y: F.cross_entropy(out.flatten(0, 1), y.flatten().long(), ignore_index=-100)`:
+the "cross_entropy" string follows F.cross_entropy, whose class dimension is dim 1, and the
+target arrives as int32, hence the `.long()`.
 """
 
 from __future__ import annotations
 
+import itertools
+import re
 import warnings
 from dataclasses import dataclass
 from typing import Callable
@@ -20,6 +35,9 @@ from torch.func import functional_call
 from torch_mlir import ir
 from torch_mlir.extras.fx_decomp_util import get_decomposition_table
 from torch_mlir.extras.fx_importer import FxImporter
+
+from pock_mlir.dropout import SeededDropout
+from pock_mlir.runtime.trainer import SEED_INPUT
 
 LOSSES: dict[str, Callable] = {
     "cross_entropy": lambda output, target: F.cross_entropy(output, target.long()),
@@ -85,27 +103,59 @@ def resolve_loss(loss) -> Callable:
     raise FrontendError(f"unknown loss {loss!r}; use one of {', '.join(LOSSES)} or a callable loss(output, target)")
 
 
+def _call_model(model, state: dict, inputs: tuple, seeded: bool):
+    """model(*inputs) with `state`; a seeded call's last input is the seed of its dropout masks."""
+    if not seeded:
+        return functional_call(model, state, inputs)
+    with SeededDropout(inputs[-1]):
+        return functional_call(model, state, inputs[:-1])
+
+
+def _hold_outside_module_tree(wrapper: torch.nn.Module, model: torch.nn.Module) -> None:
+    """wrapper.model = model without making it a submodule: torch.export would lift the model's
+    own buffers into the program, and the importer finds no value for non-persistent ones (rotary
+    tables, attention masks). Every tensor reaches the model through functional_call instead."""
+    object.__setattr__(wrapper, "model", model)
+
+
 class _ForwardLoss(torch.nn.Module):
-    def __init__(self, model, names, n_inputs, loss_fn):
+    def __init__(self, model, names, n_inputs, seeded, loss_fn):
         super().__init__()
-        self.model, self.names, self.n_inputs, self.loss_fn = model, names, n_inputs, loss_fn
+        _hold_outside_module_tree(self, model)
+        self.names, self.n_inputs, self.seeded, self.loss_fn = names, n_inputs, seeded, loss_fn
 
     def forward(self, *args):
         n = len(self.names)
         state = dict(zip(self.names, args[:n]))
         inputs, target = args[n : n + self.n_inputs], args[n + self.n_inputs]
-        output = functional_call(self.model, state, inputs)
+        output = _call_model(self.model, state, inputs, self.seeded)
         return self.loss_fn(output, target)
 
 
 class _Forward(torch.nn.Module):
-    def __init__(self, model, names):
+    def __init__(self, model, names, seeded):
         super().__init__()
-        self.model, self.names = model, names
+        _hold_outside_module_tree(self, model)
+        self.names, self.seeded = names, seeded
 
     def forward(self, *args):
         n = len(self.names)
-        return functional_call(self.model, dict(zip(self.names, args[:n])), args[n:])
+        return _call_model(self.model, dict(zip(self.names, args[:n])), args[n:], self.seeded)
+
+
+def _split_into_slices(x, split_sizes, dim=0):
+    starts = [0, *itertools.accumulate(split_sizes)]
+    return [torch.ops.aten.slice.Tensor(x, dim, start, end) for start, end in zip(starts, starts[1:])]
+
+
+def decompositions() -> dict:
+    """torch-mlir's core ATen decompositions, except that `detach` stays (the table turns it into
+    `alias`, through which gradients would flow) and splits become slices (no tensor lists for
+    pock-autodiff to follow)."""
+    table = dict(get_decomposition_table())
+    del table[torch.ops.aten.detach.default]
+    table[torch.ops.aten.split_with_sizes.default] = _split_into_slices
+    return table
 
 
 def _export(module: torch.nn.Module, args: tuple, what: str):
@@ -113,9 +163,28 @@ def _export(module: torch.nn.Module, args: tuple, what: str):
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             program = torch.export.export(module, args, strict=False)
-            return program.run_decompositions(get_decomposition_table())
+            program = program.run_decompositions(decompositions())
     except Exception as e:
         raise FrontendError(f"torch.export failed on the model's {what}: {type(e).__name__}: {e}") from e
+    _reject_random_ops(program)
+    return program
+
+
+def _model_frame(stack_trace: str | None) -> str:
+    """The innermost `file:line` of a traced op's stack outside torch and pock_mlir."""
+    frames = re.findall(r'File "([^"]+)", line (\d+)', stack_trace or "")
+    user = [f"{path}:{line}" for path, line in frames if not re.search(r"[/\\](torch|pock_mlir)[/\\]", path)]
+    return user[-1] if user else "an unknown line"
+
+
+def _reject_random_ops(program) -> None:
+    for node in program.graph.nodes:
+        if node.op == "call_function" and torch.Tag.nondeterministic_seeded in getattr(node.target, "tags", ()):
+            raise FrontendError(
+                f"{node.target} (at {_model_frame(node.meta.get('stack_trace'))}) draws random numbers, which a "
+                f"compiled step cannot reproduce. Dropout (nn.Dropout, F.dropout, F.dropout1d/2d/3d, "
+                f"scaled_dot_product_attention's dropout_p) is supported through a seeded hash; draw other random "
+                f"tensors outside the model and pass them as inputs, or put the model in eval mode.")
 
 
 def import_model(model: torch.nn.Module, example_inputs, example_target, loss, context: ir.Context) -> ImportedModel:
@@ -132,8 +201,10 @@ def import_model(model: torch.nn.Module, example_inputs, example_target, loss, c
     names = list(params) + list(buffers)
     state = tuple(params.values()) + tuple(buffers.values())
 
+    dropout_probe = SeededDropout(torch.zeros((), dtype=torch.int32))
     with torch.no_grad():
-        output = functional_call(model, dict(zip(names, state)), inputs)
+        with dropout_probe:
+            output = functional_call(model, dict(zip(names, state)), inputs)
         try:
             loss_value = loss_fn(output, target)
         except Exception as e:
@@ -141,9 +212,15 @@ def import_model(model: torch.nn.Module, example_inputs, example_target, loss, c
                                 f"{tuple(target.shape)}: {e}") from e
     if not isinstance(loss_value, torch.Tensor) or loss_value.dim() != 0:
         raise FrontendError("the loss must return a scalar tensor (use a mean or sum reduction)")
+    seeded = dropout_probe.calls > 0
+    input_names = [f"input{i}" for i in range(len(inputs))]
+    if seeded:
+        inputs += (torch.zeros((), dtype=torch.int32),)
+        input_names.append(SEED_INPUT)
 
-    forward_loss = _export(_ForwardLoss(model, names, len(inputs), loss_fn), state + inputs + (target,), "forward and loss")
-    forward = _export(_Forward(model, names), state + inputs, "forward pass")
+    forward_loss = _export(_ForwardLoss(model, names, len(inputs), seeded, loss_fn),
+                           state + inputs + (target,), "forward and loss")
+    forward = _export(_Forward(model, names, seeded), state + inputs, "forward pass")
     importer = FxImporter(context=context)
     importer.import_frozen_program(forward_loss, func_name="forward_loss")
     importer.import_frozen_program(forward, func_name="evaluate")
@@ -151,7 +228,7 @@ def import_model(model: torch.nn.Module, example_inputs, example_target, loss, c
         module=importer.module,
         params=[TensorSpec.of(n, t) for n, t in params.items()],
         buffers=[TensorSpec.of(n, t) for n, t in buffers.items()],
-        inputs=[TensorSpec.of(f"input{i}", t) for i, t in enumerate(inputs)],
+        inputs=[TensorSpec.of(name, t) for name, t in zip(input_names, inputs)],
         target=TensorSpec.of("target", target),
         output=TensorSpec.of("output", output),
         initial_params={n: t.numpy().copy() for n, t in params.items()},

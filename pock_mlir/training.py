@@ -8,6 +8,11 @@ the runtime and the device bundle rely on (`StepSignature`):
   gradients(params..., buffers..., inputs..., target) -> (loss, grads of trainable params...)
   evaluate(params..., buffers..., inputs...) -> output
 
+A model that draws dropout masks (dropout in training mode) has one more input after its own:
+the last of `inputs...` is `seed`, an int32 scalar from which every mask of the call is hashed
+(pock_mlir/dropout.py), in all three functions. The Trainer supplies it and increments it after
+each step; on a device, pass a new seed per step.
+
 Frozen parameters are arguments only; a channel-sparse parameter's gradient and optimizer
 state cover its leading `channels` rows, and `pock.channel_update` writes them back.
 """

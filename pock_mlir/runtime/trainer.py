@@ -7,10 +7,18 @@ the host between steps.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
 import iree.runtime as rt
 
-from pock_mlir.frontend import TensorSpec
+if TYPE_CHECKING:  # the runtime runs on devices without PyTorch, which the frontend imports
+    from pock_mlir.frontend import TensorSpec
+
+
+# A model with dropout in training mode takes the seed of its masks as its last input, after
+# the model's own (see pock_mlir/dropout.py); the trainer supplies it.
+SEED_INPUT = "seed"
 
 
 class InputError(ValueError):
@@ -48,6 +56,9 @@ class Trainer:
         self._buffers = {b.name: self._put(program.initial_buffers[b.name]) for b in sig.buffers}
         self._state = [self._put(np.zeros(s.shape, np.float32)) for s in sig.state]
         self._step = self._put(np.zeros((), np.float32))
+        self._seeded = bool(sig.inputs) and sig.inputs[-1].name == SEED_INPUT
+        self._input_specs = sig.inputs[:-1] if self._seeded else sig.inputs
+        self.seed = 0  # the dropout seed of the next call; step() increments it
 
     # -- data movement --------------------------------------------------------------------
 
@@ -73,9 +84,14 @@ class Trainer:
             checked.append(self._put(v))
         return checked
 
+    def _inputs(self, inputs):
+        checked = self._check(_as_tuple(inputs), self._input_specs)
+        if self._seeded:
+            checked.append(self._put(np.array(self.seed & 0xFFFFFFFF, np.uint32).view(np.int32)))
+        return checked
+
     def _batch(self, inputs, target):
-        sig = self.signature
-        return self._check(_as_tuple(inputs), sig.inputs) + self._check((target,), [sig.target])
+        return self._inputs(inputs) + self._check((target,), [self.signature.target])
 
     def _model_state(self):
         return list(self._params.values()) + list(self._buffers.values())
@@ -83,7 +99,8 @@ class Trainer:
     # -- the API ---------------------------------------------------------------------------
 
     def step(self, inputs, target) -> float:
-        """One optimizer update; returns the loss before the update."""
+        """One optimizer update; returns the loss before the update. Dropout masks come from
+        `self.seed`, which then increments, so every step draws fresh masks."""
         results = self._train_step(*self._model_state(), *self._state, self._step, *self._batch(inputs, target))
         loss, rest = results[0], list(results[1:])
         n = len(self.signature.trainable)
@@ -91,6 +108,7 @@ class Trainer:
             self._params[name] = value
         self._state = rest[n:n + len(self._state)]
         self._step = rest[-1]
+        self.seed += 1
         return float(self._host(loss))
 
     def gradients(self, inputs, target) -> tuple[float, dict[str, np.ndarray]]:
@@ -100,8 +118,9 @@ class Trainer:
         return float(self._host(results[0])), grads
 
     def evaluate(self, inputs) -> np.ndarray:
-        """The model's output for a batch of the compiled shape."""
-        return self._host(self._evaluate(*self._model_state(), *self._check(_as_tuple(inputs), self.signature.inputs)))
+        """The model's output for a batch of the compiled shape (in the mode the model was compiled
+        in: a model in training mode applies dropout, with `self.seed`)."""
+        return self._host(self._evaluate(*self._model_state(), *self._inputs(inputs)))
 
     def state_dict(self) -> dict[str, np.ndarray]:
         """Parameters and buffers by state_dict name, copied to the host."""

@@ -12,6 +12,7 @@ def abs_(b, g, out, x):
 
 @defrule("aten.log1p")
 def log1p(b, g, out, x):
+    """g / (1 + x)."""
     return (b.div(g, b.add(x, 1.0)),)
 
 

@@ -1,6 +1,8 @@
-"""Rules for the ops transformer encoders and LLaMA-style decoders decompose into: embeddings,
-normalisation statistics, GELU, softmax, batched matmul, slicing and concatenation, head
-repetition. Docstrings name the backward form; the ops table in the README shows them.
+"""Rules for the ops transformer encoders and LLaMA-style decoders decompose into: embeddings and
+indexing, normalisation statistics, GELU and tanh, softmax, batched matmul, slicing and
+concatenation, head repetition. Docstrings name the backward form; the README's ops table
+shows them. Gathers scatter back with an accumulating index_put, which IREE lowers to one
+scatter; matmuls stay (batched) matmuls.
 """
 
 import math
@@ -37,6 +39,33 @@ def embedding(b, g, out, weight, indices, padding_idx, scale_grad_by_freq, spars
     return grad, None, None, None, None
 
 
+def _without_whole_dims(b, x, indices):
+    """Advanced-indexing `indices` with each leading None (a whole dim) replaced by an arange that
+    broadcasts against the index tensors: torch-mlir cannot lower an index_put with None indices."""
+    lead = next(i for i, t in enumerate(indices) if t is not None)
+    if any(t is None for t in indices[lead:]):
+        raise NotImplementedError("indexing with a whole dim after an index tensor has no rule")
+    rank = max(len(b.shape(t)) for t in indices[lead:])
+    dtype = b.type_of(indices[lead]).dtype
+    shape = b.shape(x)
+    wholes = [b.reshape(b.aten.arange(shape[d], dtype, None, None, None), [shape[d]] + [1] * (lead - 1 - d + rank))
+              for d in range(lead)]
+    return wholes + list(indices[lead:])
+
+
+@defrule("aten.index.Tensor")
+def index(b, g, out, x, indices):
+    """index_put(zeros, indices, g, accumulate=True), as for embeddings."""
+    return b.aten.index_put(b.zeros_like(x), _without_whole_dims(b, x, indices), g, True), None
+
+
+@defrule("aten.index_select")
+def index_select(b, g, out, x, dim, index):
+    """index_put(zeros, [:, ..., index], g, accumulate=True) along `dim`."""
+    indices = _without_whole_dims(b, x, [None] * (dim % len(b.shape(x))) + [index])
+    return b.aten.index_put(b.zeros_like(x), indices, g, True), None, None
+
+
 # -- normalisation ------------------------------------------------------------------------
 
 def _var_input_grad(b, g_var, x, mean, dims, correction, keepdim):
@@ -49,6 +78,7 @@ def _var_input_grad(b, g_var, x, mean, dims, correction, keepdim):
 
 @defrule("aten.var_mean.correction")
 def var_mean(b, g, out, x, dims, correction, keepdim):
+    """2 g_var (x - mean) / (N - correction) + g_mean / N."""
     g_var, g_mean = g
     shape = b.shape(x)
     mean = unreduce(b, out[1], dims, keepdim, shape)
@@ -58,6 +88,7 @@ def var_mean(b, g, out, x, dims, correction, keepdim):
 
 @defrule("aten.var.correction")
 def var(b, g, out, x, dims, correction, keepdim):
+    """2 g (x - mean) / (N - correction)."""
     mean = b.aten.mean.dim(x, dims, True, None)
     return _var_input_grad(b, g, x, mean, dims, correction, keepdim), None, None, None
 
@@ -70,6 +101,7 @@ def rsqrt(b, g, out, x):
 
 @defrule("aten.sqrt")
 def sqrt(b, g, out, x):
+    """g / (2 y)."""
     return (b.div(b.mul(g, 0.5), out),)
 
 
@@ -89,6 +121,12 @@ def rms_norm(b, g, out, x, normalized_shape, weight, eps):
 
 
 # -- activations and softmax --------------------------------------------------------------
+
+@defrule("aten.tanh")
+def tanh(b, g, out, x):
+    """g (1 - y^2)."""
+    return (b.mul(g, b.aten.rsub.Scalar(b.mul(out, out), 1.0, 1)),)
+
 
 @defrule("aten.gelu")
 def gelu(b, g, out, x, approximate):
