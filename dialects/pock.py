@@ -26,7 +26,34 @@ POLICIES = ("full", "frozen", "bias", "channels")
 
 
 class _Verified(Pock.Operation):
-    """Helpers that make a verifier read as a list of rules."""
+    """Helpers that make a verifier read as a list of rules (each op's `verify_rules`)."""
+
+    def verify_invariants(self) -> bool:
+        # This verifier runs before IRDL's, so an op missing an operand or attribute must pass
+        # here to let IRDL name what is missing instead of the rules failing on an absent field.
+        if not self.has_declared_fields():
+            return True
+        try:
+            return self.verify_rules()
+        except ValueError as e:  # parse_tensor_type rejects dynamic shapes
+            return self.fail(str(e))
+
+    def has_declared_fields(self) -> bool:
+        """Every declared operand and result is there, and every attribute with its declared kind."""
+        fields = self._fields
+        if len(self.operands) != sum(isinstance(f, ext.OperandDef) for f in fields):
+            return False
+        if len(self.results) != sum(isinstance(f, ext.ResultDef) for f in fields):
+            return False
+        for f in fields:
+            if isinstance(f, ext.AttributeDef):
+                if f.name not in self.attributes:
+                    return False
+                try:
+                    f.constraint(self.attributes[f.name])  # casts to the declared kind or raises
+                except ValueError:
+                    return False
+        return True
 
     def fail(self, message: str) -> bool:
         self.location.emit_error(f"'{self.OPERATION_NAME}' op {message}")
@@ -90,7 +117,9 @@ class ParamOp(_Verified, name="param"):
     ratio: ir.FloatAttr
     result: ext.Result[Any]
 
-    def verify_invariants(self) -> bool:
+    def verify_rules(self) -> bool:
+        if not self.check_float_tensor("value", self.value):
+            return False
         policy = self.str_attr("policy")
         if policy not in POLICIES:
             return self.fail(f"policy must be one of {', '.join(POLICIES)}, got '{policy}'")
@@ -98,7 +127,7 @@ class ParamOp(_Verified, name="param"):
             return False
         if policy != "channels" and self.float_attr("ratio") != 1.0:
             return self.fail(f"ratio must be 1.0 unless policy is 'channels', got {self.float_attr('ratio')}")
-        if policy == "channels" and (parse_tensor_type(self.value.type) or ()) and parse_tensor_type(self.value.type).rank == 0:
+        if policy == "channels" and parse_tensor_type(self.value.type).rank == 0:
             return self.fail("policy 'channels' needs a tensor with an output-channel dimension, got a scalar")
         return self.check_same_types([("value", self.value), ("result", self.result)])
 
@@ -117,7 +146,7 @@ class GradOp(_Verified, name="grad"):
     param: ext.Operand[Any]
     grad: ext.Result[Any]
 
-    def verify_invariants(self) -> bool:
+    def verify_rules(self) -> bool:
         loss = parse_tensor_type(self.loss.type)
         if loss is None or loss.shape != () or not loss.is_float:
             return self.fail(f"loss must be a rank-0 float !torch.vtensor, got {self.loss.type}")
@@ -138,7 +167,7 @@ class SGDOp(_Verified, name="sgd"):
     weight_decay: ir.FloatAttr
     new_param: ext.Result[Any]
 
-    def verify_invariants(self) -> bool:
+    def verify_rules(self) -> bool:
         return (
             self.check_float_tensor("param", self.param)
             and self.check_same_types([("param", self.param), ("grad", self.grad), ("new_param", self.new_param)])
@@ -163,7 +192,7 @@ class SGDMomentumOp(_Verified, name="sgd_momentum"):
     new_param: ext.Result[Any]
     new_momentum_buffer: ext.Result[Any]
 
-    def verify_invariants(self) -> bool:
+    def verify_rules(self) -> bool:
         ok = (
             self.check_float_tensor("param", self.param)
             and self.check_same_types([
@@ -197,7 +226,7 @@ class AdamWOp(_Verified, name="adamw"):
     new_exp_avg: ext.Result[Any]
     new_exp_avg_sq: ext.Result[Any]
 
-    def verify_invariants(self) -> bool:
+    def verify_rules(self) -> bool:
         return (
             self.check_float_tensor("param", self.param)
             and self.check_same_types([
@@ -219,7 +248,7 @@ class ChannelSliceOp(_Verified, name="channel_slice"):
     channels: ir.IntegerAttr
     result: ext.Result[Any]
 
-    def verify_invariants(self) -> bool:
+    def verify_rules(self) -> bool:
         src, res = parse_tensor_type(self.value.type), parse_tensor_type(self.result.type)
         k = self.int_attr("channels")
         if src is None or src.rank == 0:
@@ -238,9 +267,10 @@ class ChannelUpdateOp(_Verified, name="channel_update"):
     update: ext.Operand[Any]
     result: ext.Result[Any]
 
-    def verify_invariants(self) -> bool:
+    def verify_rules(self) -> bool:
         p, u = parse_tensor_type(self.param.type), parse_tensor_type(self.update.type)
-        if p is None or u is None or p.rank == 0 or p.rank != u.rank or p.shape[1:] != u.shape[1:] or u.shape[0] > p.shape[0]:
+        if (p is None or u is None or p.rank == 0 or p.rank != u.rank or p.dtype != u.dtype
+                or p.shape[1:] != u.shape[1:] or not 0 < u.shape[0] <= p.shape[0]):
             return self.fail(f"update type {self.update.type} must be a leading channel slice of param type {self.param.type}")
         return self.check_same_types([("param", self.param), ("result", self.result)])
 

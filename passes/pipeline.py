@@ -7,7 +7,9 @@ other element is handed to MLIR's own pipeline parser. All run in one PassManage
 """
 
 import dataclasses
+import difflib
 import os
+import re
 import traceback
 import typing
 
@@ -29,11 +31,15 @@ def split_top_level(text: str, separator: str = ",") -> list[str]:
             depth += 1
         elif ch in ")}":
             depth -= 1
+        if depth < 0:
+            break
         if ch == separator and depth == 0:
             parts.append("".join(current).strip())
             current = []
         else:
             current.append(ch)
+    if depth != 0:
+        raise PipelineError(f"unbalanced brackets in pipeline '{text}'")
     if "".join(current).strip():
         parts.append("".join(current).strip())
     return [p for p in parts if p]
@@ -93,6 +99,8 @@ def build_pass_manager(pipeline: str, *, print_ir_after_all: bool = False) -> Pa
     for element in split_top_level(pipeline):
         name = element.split("{")[0].split("(")[0].strip()
         if name in PASSES:
+            if "(" in element.split("{")[0]:
+                raise PipelineError(f"pock pass '{name}' runs on the whole module and takes no nested pipeline: '{element}'")
             instance = parse_pock_pass(element)
             pm.add(_python_pass(instance), name=instance.name, argument=instance.name,
                    description=instance.description)
@@ -100,9 +108,15 @@ def build_pass_manager(pipeline: str, *, print_ir_after_all: bool = False) -> Pa
         try:
             pm.add(element)
         except ValueError as e:
+            nested = [p for p in PASSES if re.search(rf"[(,]\s*{re.escape(p)}\b", element)]
+            if nested:
+                raise PipelineError(f"pock passes run on the whole module, so '{nested[0]}' cannot be nested in "
+                                    f"'{element}'; list it at the top level of the pipeline") from None
             first_line = str(e).strip().splitlines()[0]
+            close = difflib.get_close_matches(name, PASSES, n=1)
+            did_you_mean = f"Did you mean '{close[0]}'? " if close else ""
             raise PipelineError(
-                f"unknown pass or bad options in '{element}' ({first_line}).\n"
+                f"unknown pass or bad options in '{element}' ({first_line}).\n{did_you_mean}"
                 f"pock passes: {', '.join(sorted(PASSES))}; any upstream MLIR pass is accepted too "
                 f"(canonicalize, cse, inline, symbol-dce, ...). `pock-opt --list-passes` describes them.") from None
     if print_ir_after_all:

@@ -4,6 +4,7 @@ Upstream DCE keeps torch ops (they carry no memory-effect interface), so after a
 sparse pruning the backward ops that no kept gradient needs would survive without this.
 """
 
+import re
 from dataclasses import dataclass
 
 from torch_mlir import ir
@@ -13,11 +14,16 @@ from .base import ModulePass, functions
 # torch ops with effects beyond their results: never erased even when unused.
 _EFFECTFUL = ("torch.runtime.assert", "torch.prim.Print", "torch.overwrite.tensor.contents",
               "torch.copy.to_tensor", "torch.prim.RaiseException")
+# In-place ATen ops (aten.add_.Tensor, aten.copy_) write into their operand; dunder names
+# such as aten.__and__ are not in-place.
+_IN_PLACE = re.compile(r"^torch\.aten\.\w*[^_]_(\.|$)")
 
 
 def is_pure(op: ir.Operation) -> bool:
     name = op.name
-    if name.startswith(_EFFECTFUL):
+    if name.startswith(_EFFECTFUL) or _IN_PLACE.match(name):
+        return False
+    if len(op.regions):  # torch.prim.If / Loop: their bodies may raise or print
         return False
     return name.startswith(("torch.aten.", "torch.prims.", "torch.constant.", "torch.prim.", "torch.vtensor.literal", "pock."))
 

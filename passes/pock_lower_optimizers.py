@@ -30,7 +30,7 @@ def lower_sgd_momentum(b: TorchBuilder, op):
     lr, momentum = _attr(op, "lr"), _attr(op, "momentum")
     dampening, wd, nesterov = _attr(op, "dampening"), _attr(op, "weight_decay"), _attr(op, "nesterov")
     direction = b.add(grad, b.mul(param, wd)) if wd else grad
-    new_buf = b.add(b.mul(buf, momentum), b.mul(direction, 1.0 - dampening))
+    new_buf = b.add(b.mul(buf, momentum), b.mul(direction, 1.0 - dampening) if dampening else direction)
     if dampening:
         # torch starts the buffer at the undamped gradient; with dampening 0 the zero-initialised
         # buffer already gives the same first step.

@@ -6,6 +6,7 @@ Errors come out as `FILE:LINE:COL: error: MESSAGE` with exit code 1, never a tra
 from __future__ import annotations
 
 import argparse
+import os
 import re
 import sys
 from dataclasses import dataclass
@@ -18,7 +19,8 @@ from pock_mlir.passes.pipeline import build_pass_manager
 
 SPLIT_MARKER = "// -----"
 _LOCATION = re.compile(r'"(?P<file>[^"]*)":(?P<line>\d+):(?P<col>\d+)')
-_EXPECTED = re.compile(r"//\s*expected-(?P<kind>error|warning|remark|note)\s*(?:@(?P<offset>[+-]\d+))?\s*\{\{(?P<text>.*?)\}\}")
+_EXPECTED = re.compile(r"//\s*expected-(?P<kind>error|warning|remark|note)\s*(?:@(?P<offset>[+-]\d+))?\s*\{\{(?P<text>.*)\}\}")
+_REGEX_PART = re.compile(r"\{\{(.*?)\}\}")
 
 
 @dataclass
@@ -29,23 +31,19 @@ class Diagnostic:
     message: str
 
 
-@dataclass
-class Chunk:
-    text: str
-    first_line: int  # 1-based line of the chunk's first line in the input file
-
-
-def split_chunks(text: str, split: bool) -> list[Chunk]:
+def split_chunks(text: str, split: bool) -> list[str]:
+    """The input, or each '// -----' chunk of it with blank lines in place of the lines before
+    it, so that every location MLIR reports (also inside pass messages) is a line of the file."""
     if not split:
-        return [Chunk(text, 1)]
-    chunks, current, start = [], [], 1
-    for number, line in enumerate(text.splitlines(keepends=True), 1):
+        return [text]
+    chunks, current, start = [], [], 0
+    for number, line in enumerate(text.splitlines(keepends=True)):
         if line.strip() == SPLIT_MARKER:
-            chunks.append(Chunk("".join(current), start))
+            chunks.append("\n" * start + "".join(current))
             current, start = [], number + 1
         else:
             current.append(line)
-    chunks.append(Chunk("".join(current), start))
+    chunks.append("\n" * start + "".join(current))
     return chunks
 
 
@@ -53,45 +51,49 @@ def _severity(diag) -> str:
     return str(diag.severity).rsplit(".", 1)[-1].lower()
 
 
-def _collect(diags, chunk: Chunk) -> list[Diagnostic]:
+def _collect(diags) -> list[Diagnostic]:
     found = []
     for d in diags:
         m = _LOCATION.search(str(d.location))
-        line = int(m["line"]) + chunk.first_line - 1 if m else 0
-        col = int(m["col"]) if m else 0
-        diagnostic = Diagnostic(line, col, _severity(d), str(d.message))
+        diagnostic = Diagnostic(int(m["line"]) if m else 0, int(m["col"]) if m else 0, _severity(d), str(d.message))
         if diagnostic not in found:  # MLIR can report a verifier error twice (parse and verify)
             found.append(diagnostic)
     return found
 
 
-def process(chunk: Chunk, pipeline: str, print_ir_after_all: bool) -> tuple[str | None, list[Diagnostic]]:
+def process(chunk: str, pipeline: str, print_ir_after_all: bool) -> tuple[str | None, list[Diagnostic]]:
     """Parse and transform one chunk; returns (output IR or None, diagnostics)."""
     context = make_context()
     with context:
         try:
-            module = ir.Module.parse(chunk.text)
+            module = ir.Module.parse(chunk)
             if pipeline:
                 run_pipeline(module, pipeline, print_ir_after_all=print_ir_after_all)
         except ir.MLIRError as e:
-            return None, _collect(e.error_diagnostics, chunk)
+            return None, _collect(e.error_diagnostics)
         return str(module), []
 
 
-def expected_diagnostics(chunk: Chunk) -> list[Diagnostic]:
+def expected_diagnostics(chunk: str) -> list[Diagnostic]:
     expected = []
-    for number, line in enumerate(chunk.text.splitlines(), chunk.first_line):
+    for number, line in enumerate(chunk.splitlines(), 1):
         for m in _EXPECTED.finditer(line):
             expected.append(Diagnostic(number + int(m["offset"] or 0), 0, m["kind"], m["text"]))
     return expected
 
 
-def verify(chunk: Chunk, produced: list[Diagnostic], filename: str) -> list[str]:
+def expected_pattern(text: str) -> re.Pattern:
+    """MLIR's expected-* text: a substring of the message, with `{{regex}}` for the parts that vary."""
+    parts = _REGEX_PART.split(text)  # literal text at even positions, regexes at odd ones
+    return re.compile("".join(part if i % 2 else re.escape(part) for i, part in enumerate(parts)))
+
+
+def verify(chunk: str, produced: list[Diagnostic], filename: str) -> list[str]:
     """Compare produced diagnostics with the chunk's expected-* annotations."""
     problems, remaining = [], list(produced)
     for want in expected_diagnostics(chunk):
         match = next((d for d in remaining if d.line == want.line and d.severity == want.severity
-                      and want.message in d.message), None)
+                      and expected_pattern(want.message).search(d.message)), None)
         if match is None:
             problems.append(f"{filename}:{want.line}: expected {want.severity} \"{want.message}\" was not produced")
         else:
@@ -121,7 +123,7 @@ def build_parser() -> argparse.ArgumentParser:
                         help="comma-separated passes, options in braces: 'pock-autodiff,canonicalize,pock-x{opt=1}'")
     parser.add_argument("--split-input-file", action="store_true", help=f"process each '{SPLIT_MARKER}' chunk separately")
     parser.add_argument("--verify-diagnostics", action="store_true",
-                        help="check errors against '// expected-error [@+N] {{text}}' annotations")
+                        help="check errors against '// expected-error [@+N] {{text}}' annotations ({{regex}} inside text)")
     parser.add_argument("--mlir-print-ir-after-all", action="store_true", help="print the IR after every pass (stderr)")
     parser.add_argument("--list-passes", action="store_true", help="list pock passes with their options")
     parser.add_argument("--emit-irdl", action="store_true", help="print the pock dialect as IRDL (for --irdl-file)")
@@ -137,6 +139,11 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     except OSError as e:
         print(f"pock-opt: error: {e}", file=sys.stderr)
+        return 1
+    except Exception as e:  # a bug in pock itself still reaches the user as one line
+        if os.environ.get("POCK_DEBUG"):
+            raise
+        print(f"pock-opt: internal error: {type(e).__name__}: {e} (POCK_DEBUG=1 shows the traceback)", file=sys.stderr)
         return 1
 
 
