@@ -64,7 +64,8 @@ def measure(model: str, scheme: str, system: str, args, workdir: Path) -> dict:
                           "pipelines": pipelines}, args.timeout)
     if compiled["status"] != "ok":
         return compiled
-    ran = run_child({**common, "task": "pock-run", "program": str(program)}, args.timeout)
+    ran = run_child({**common, "task": "pock-run", "program": str(program),
+                     "profile": args.profile and system == "pock-mlir"}, args.timeout)
     program.unlink(missing_ok=True)
     return {**compiled, **ran}
 
@@ -80,6 +81,8 @@ def parse_args(argv):
     parser.add_argument("--timeout", type=float, default=900, help="seconds one child may take")
     parser.add_argument("--iree-flags", default=None,
                         help="extra IREE compile flags for pock-mlir, space-separated (the host target's flags always apply)")
+    parser.add_argument("--profile", action=argparse.BooleanOptionalAction, default=None,
+                        help="per-dispatch profile of each pock-mlir step (default: on, off with --quick)")
     parser.add_argument("--out", default=str(ROOT / "bench"), help="directory for results.json/.md/.png")
     args = parser.parse_args(argv)
 
@@ -96,6 +99,7 @@ def parse_args(argv):
     args.steps = args.steps or (5 if args.quick else 20)
     args.warmup = args.warmup if args.warmup is not None else (2 if args.quick else 3)
     args.iree_flags = args.iree_flags.split() if args.iree_flags else []
+    args.profile = not args.quick if args.profile is None else args.profile
     return args
 
 

@@ -10,6 +10,7 @@ pock-mlir compiles in one child and trains in another, so compiler memory is not
 
 from __future__ import annotations
 
+import dataclasses
 import gc
 import json
 import pickle
@@ -116,8 +117,11 @@ def compile_pock(spec) -> dict:
                                     sparse=None if scheme == "full" else scheme, iree_flags=tuple(spec["iree_flags"]),
                                     pipelines=spec.get("pipelines"))
     compile_s = time.perf_counter() - start
+    # what training needs, without the IR text of every stage (which would stay resident in the run)
+    runnable = dataclasses.replace(program, stages={})
+    runnable.__dict__["vmfb"] = program.vmfb
     with open(spec["program"], "wb") as f:
-        pickle.dump(program, f)
+        pickle.dump(runnable, f)
     return {"scheme_used": label, "compile_s": compile_s, "compile_breakdown_s": dict(program.timings),
             "iree_flags": program.iree_flags()}
 
@@ -132,7 +136,13 @@ def run_pock(spec) -> dict:
     trainer = program.trainer()
     del program  # the trainer holds what it needs on the device
     gc.collect()
-    return timed_steps(lambda: trainer.step(inputs, target), spec["warmup"], spec["steps"])
+    result = timed_steps(lambda: trainer.step(inputs, target), spec["warmup"], spec["steps"])
+    if spec.get("profile"):
+        from bench.profile import profile_step
+
+        with open(spec["program"], "rb") as f:
+            result["profile"] = profile_step(pickle.load(f), inputs, target)
+    return result
 
 
 def measure_sgemm(spec) -> dict:
@@ -170,6 +180,10 @@ def main() -> None:
             result["peak_mb"] = (result.pop("peak_kb") - baseline_kb) / 1024
     except (pock.CompileError, pock.FrontendError) as e:  # a missing rule or an op the importer lacks
         result = {"status": f"not supported yet: {first_line(e)}"}
+    except ModuleNotFoundError as e:
+        if not (e.name or "").startswith("examples"):
+            raise
+        result = {"status": f"not supported yet: {e.name.replace('.', '/')}.py does not exist yet"}
     except Exception as e:  # any failure becomes a row in the results, not a crashed run
         result = {"status": f"failed: {type(e).__name__}: {first_line(e)}", "traceback": traceback.format_exc()[-3000:]}
     print("RESULT " + json.dumps(result), flush=True)

@@ -114,7 +114,24 @@ def write_markdown(results: dict, path: Path) -> None:
     lines += ["", "## Targets", "", "| target | reached | value |", "| --- | --- | ---: |"]
     for target, ok, value in check_targets(results["rows"]):
         lines.append(f"| {target} | {'yes' if ok else 'no' if ok is False else '-'} | {value} |")
+    lines += profile_section(results["rows"])
     path.write_text("\n".join(lines) + "\n")
+
+
+def profile_section(rows: list[dict], top: int = 6) -> list[str]:
+    """The slowest dispatches of each profiled pock-mlir step (IREE HAL host-execution profiling)."""
+    profiled = [r for r in rows if r.get("profile")]
+    if not profiled:
+        return []
+    lines = ["", "## Where pock-mlir's time goes", "",
+             "Per-dispatch wall time from IREE's HAL profiling (iree-benchmark-module "
+             "--device_profiling_mode=host-execution, aggregated by iree-profile statistics); ms per step.", ""]
+    for r in profiled:
+        p = r["profile"]
+        lines.append(f"- **{r['model']} / {r['scheme']}**: {p['dispatch_ms_per_step']:.2f} ms in {p['dispatches']} "
+                     f"dispatches (step {r['step_ms']:.2f} ms): " + "; ".join(
+                         f"`{d['name']}` {d['ms_per_step']:.2f} ({100 * d['share']:.0f}%)" for d in p["top"][:top]))
+    return lines
 
 
 def write_plot(results: dict, path: Path) -> None:

@@ -4,8 +4,13 @@ The training builder appends every optimizer update after the whole backward pas
 gradient buffer (and the activations its weight-gradient op reads) lives until the end of
 the step. This pass moves each update, together with the ops that exist only to feed it
 (its weight-gradient op, gradient slices, constants), to just after the last op it needs
-that stays in place. Values only move earlier, so no lifetime grows; IREE orders dispatches
-and packs transient buffers in program order, so the gradients die early there too.
+that stays in place. Values only move earlier, so no lifetime grows.
+
+Under IREE the effect on memory is nil so far: IREE fuses an elementwise update into the
+dispatch that produces its gradient wherever the update sits, so the gradient is never a
+buffer (BERT-like, AdamW: the same 126 MB transient slab per step with and without this pass,
+measured with IREE's HAL profiling). The order matters to runtimes that execute and free in
+program order, and it makes the IR read as the schedule PockEngine describes.
 
 Roots are the optimizer ops before pock-lower-optimizers (`roots=optimizer`); after
 lowering, `roots=returned` takes every op whose results only the function returns (the

@@ -1,0 +1,57 @@
+"""Where a compiled train step spends its time, per IREE dispatch.
+
+The step runs under iree-benchmark-module with HAL host-execution profiling (the local-task
+driver records every dispatch's wall time); `iree-profile statistics` aggregates the bundle
+per executable function. Dispatch names say what each one is (e.g.
+`train_step$async_dispatch_25_matmul_512x512x64_f32`).
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import numpy as np
+
+BIN = Path(sys.executable).parent
+
+
+def step_arguments(program, inputs, target) -> list[np.ndarray]:
+    """train_step's arguments in its ABI order (see pock_mlir.training): parameters, buffers,
+    optimizer state (zeros), step, inputs, target."""
+    sig = program.signature
+    return ([program.initial_params[p.name] for p in sig.params] + [program.initial_buffers[b.name] for b in sig.buffers]
+            + [np.zeros(s.shape, np.float32) for s in sig.state] + [np.zeros((), np.float32), *inputs, target])
+
+
+def profile_step(program, inputs, target, iterations: int = 20, top: int = 10) -> dict:
+    with tempfile.TemporaryDirectory(prefix="pock-profile-") as tmp:
+        tmp = Path(tmp)
+        (tmp / "step.vmfb").write_bytes(program.vmfb)
+        flags = []
+        for i, array in enumerate(step_arguments(program, inputs, target)):
+            np.save(tmp / f"arg{i}.npy", np.require(array, requirements="C"))
+            flags.append(f"--input=@{tmp / f'arg{i}.npy'}")
+        bundle = tmp / "step.ireeprof"
+        subprocess.run([str(BIN / "iree-benchmark-module"), f"--module={tmp / 'step.vmfb'}", "--function=train_step",
+                        f"--device={program.target.device}", *flags, f"--benchmark_min_time={iterations}x",
+                        "--device_profiling_mode=host-execution", f"--device_profiling_output={bundle}"],
+                       check=True, capture_output=True, text=True)
+        stats = subprocess.run([str(BIN / "iree-profile"), "statistics", "--format=jsonl", str(bundle)],
+                               check=True, capture_output=True, text=True).stdout
+    rows = [json.loads(line) for line in stats.splitlines()]
+    # only train_step ran; its dispatches may carry another function's name (IREE shares executables)
+    functions = [r for r in rows if r.get("row_type") == "host_execution_function" and r.get("function_name")]
+    total = sum(r["total_duration_ns"] for r in functions)
+    functions.sort(key=lambda r: r["total_duration_ns"], reverse=True)
+    per_step = lambda ns: ns / iterations / 1e6  # noqa: E731
+    return {
+        "dispatch_ms_per_step": per_step(total),
+        "dispatches": len(functions),
+        "top": [{"name": r["function_name"].split("$", 1)[1], "ms_per_step": per_step(r["total_duration_ns"]),
+                 "min_ms": r["minimum_duration_ns"] / 1e6, "share": r["total_duration_ns"] / total if total else 0.0}
+                for r in functions[:top]],
+    }
