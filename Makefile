@@ -14,8 +14,11 @@ $(STAMP): pyproject.toml
 demo: $(STAMP)
 	$(PY) examples/demo.py
 
+# The device tests need qemu, lavapipe and IREE's aarch64 runtime; the script installs them or says
+# why not (those tests then skip; -rs prints the reasons).
 test: $(STAMP)
-	$(PY) -m pytest tests
+	sh tools/setup_device_deps.sh $(PY)
+	$(PY) -m pytest -rs tests
 
 lit: $(STAMP)
 	$(VENV)/bin/lit -v lit_tests
@@ -24,4 +27,4 @@ bench: $(STAMP)
 	$(PY) -m bench
 
 clean:
-	rm -rf $(VENV) build *.egg-info
+	rm -rf $(VENV) build *.egg-info .cache

@@ -6,11 +6,24 @@
     loss = trainer.step(x, y)
 """
 
-from pock_mlir.compiler import STAGES, CompileError, compile_training
-from pock_mlir.frontend import FrontendError
-from pock_mlir.optim import SGD, AdamW
-from pock_mlir.program import TrainingProgram
-from pock_mlir.sparse import SparseConfigError, SparseUpdate
+import importlib
 
-__all__ = ["compile_training", "CompileError", "FrontendError", "SGD", "AdamW", "TrainingProgram",
-           "SparseUpdate", "SparseConfigError", "STAGES"]
+# Imported on first use: the compiler needs PyTorch and torch-mlir, while pock_mlir.runtime and
+# pock-train run bundles on devices that have neither.
+_EXPORTS = {
+    "compile_training": "pock_mlir.compiler", "CompileError": "pock_mlir.compiler", "STAGES": "pock_mlir.compiler",
+    "FrontendError": "pock_mlir.frontend", "SGD": "pock_mlir.optim", "AdamW": "pock_mlir.optim",
+    "TrainingProgram": "pock_mlir.program", "SparseUpdate": "pock_mlir.sparse", "SparseConfigError": "pock_mlir.sparse",
+}
+
+__all__ = list(_EXPORTS)
+
+
+def __getattr__(name):
+    if name not in _EXPORTS:
+        raise AttributeError(f"module 'pock_mlir' has no attribute '{name}'")
+    return getattr(importlib.import_module(_EXPORTS[name]), name)
+
+
+def __dir__():
+    return sorted(list(globals()) + __all__)

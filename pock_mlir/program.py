@@ -30,8 +30,7 @@ class TrainingProgram:
         return self.stages[stage]
 
     def iree_flags(self) -> list[str]:
-        return ["--iree-input-type=torch", f"--iree-hal-target-backends={self.target.backend}",
-                *self.target.compile_flags(), *self.extra_flags]
+        return ["--iree-input-type=torch", *self.target.compile_flags(), *self.extra_flags]
 
     @cached_property
     def vmfb(self) -> bytes:

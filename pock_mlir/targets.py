@@ -1,7 +1,14 @@
-"""Compilation targets: each name maps to its IREE backend and flags in this one place."""
+"""Compilation targets: each name maps to its IREE device, backend and flags in this one place.
+
+Flag names are those of iree-base-compiler 3.13 (`iree-compile --help`): the device is chosen
+with `--iree-hal-target-device` (`local` for CPUs, whose code generator is then named by
+`--iree-hal-local-target-device-backends`), and each backend takes its own target flags.
+"""
 
 from __future__ import annotations
 
+import platform
+import re
 from dataclasses import dataclass
 
 
@@ -9,45 +16,89 @@ class TargetError(ValueError):
     pass
 
 
+CPU_DRIVERS = ("local-task", "local-sync")
+# IREE's default Vulkan target, named explicitly so that bundles record what they assume:
+# the Android baseline 2022 profile runs on any Vulkan 1.1+ GPU (and on lavapipe).
+PORTABLE_VULKAN = "vp_android_baseline_2022"
+X86_64_CPUS = ("generic", "x86-64-v2", "x86-64-v3", "x86-64-v4")
+
+
 @dataclass(frozen=True)
 class Target:
-    name: str
-    backend: str  # IREE HAL target backend
-    device: str  # IREE runtime driver that runs it
-    flags: tuple[str, ...]
+    name: str  # the spec as given: "aarch64:+dotprod"
+    hal_device: str  # --iree-hal-target-device
+    backend: str  # the code generator of executables
+    drivers: tuple[str, ...]  # IREE runtime drivers that can run the module; the first is the default
+    arch: str | None  # the CPU architecture a CPU module needs (platform.machine() spelling); None for GPUs
+    flags: tuple[str, ...]  # backend flags
     description: str
 
+    @property
+    def device(self) -> str:
+        """The runtime driver used unless told otherwise."""
+        return self.drivers[0]
+
     def compile_flags(self) -> list[str]:
-        return list(self.flags)
+        device = [f"--iree-hal-target-device={self.hal_device}"]
+        if self.hal_device == "local":
+            device.append(f"--iree-hal-local-target-device-backends={self.backend}")
+        return device + list(self.flags)
+
+    def check_runtime(self, driver: str, machine: str | None = None) -> None:
+        """Raise TargetError unless `driver` on this machine (or `machine`) can run the module."""
+        if driver not in self.drivers:
+            raise TargetError(f"a module compiled for target '{self.name}' ({self.description}) runs on device "
+                              f"{' or '.join(self.drivers)}, not '{driver}'")
+        machine = machine or platform.machine()
+        if self.arch and _normalize_arch(machine) != self.arch:
+            raise TargetError(f"a module compiled for target '{self.name}' needs a {self.arch} CPU; this machine is "
+                              f"{machine} (recompile with --target host or x86-64, or run it on the device)")
+
+
+def _normalize_arch(machine: str) -> str:
+    return {"amd64": "x86_64", "arm64": "aarch64"}.get(machine.lower(), machine.lower())
 
 
 # Flags every CPU target shares: im2col for convolutions measured 2.2x faster forward here.
 _CPU_COMMON = ("--iree-global-opt-use-im2col-for-convs",)
 
 
+def _cpu(spec: str, arch: str, flags: tuple[str, ...], description: str) -> Target:
+    return Target(spec, "local", "llvm-cpu", CPU_DRIVERS, arch, flags + _CPU_COMMON, description)
+
+
 def resolve_target(spec: str) -> Target:
-    """'host', 'x86-64', 'x86-64:generic', 'aarch64', 'aarch64:+dotprod,+sve', 'vulkan', 'cuda:sm_87'."""
+    """'host', 'x86-64', 'x86-64:generic', 'aarch64', 'aarch64:+dotprod,+sve', 'vulkan', 'vulkan:valhall4', 'cuda:sm_87'."""
     name, _, option = spec.partition(":")
     if name == "host":
-        return Target(spec, "llvm-cpu", "local-task", ("--iree-llvmcpu-target-cpu=host",) + _CPU_COMMON,
-                      "this machine's CPU, with every feature it has")
+        if option:
+            raise TargetError(f"target 'host' takes no option, got '{option}'")
+        return _cpu(spec, _normalize_arch(platform.machine()), ("--iree-llvmcpu-target-cpu=host",),
+                    "this machine's CPU, with every feature it has")
     if name == "x86-64":
         cpu = option or "x86-64-v3"
-        if cpu not in ("generic", "x86-64-v2", "x86-64-v3", "x86-64-v4"):
-            raise TargetError(f"x86-64 takes generic, x86-64-v2, x86-64-v3 or x86-64-v4, got '{cpu}'")
-        return Target(spec, "llvm-cpu", "local-task", (
-            "--iree-llvmcpu-target-triple=x86_64-unknown-linux-gnu", f"--iree-llvmcpu-target-cpu={cpu}") + _CPU_COMMON,
-            f"portable x86-64 ({cpu})")
+        if cpu not in X86_64_CPUS:
+            raise TargetError(f"x86-64 takes {', '.join(X86_64_CPUS)}, got '{cpu}'")
+        return _cpu(spec, "x86_64", ("--iree-llvmcpu-target-triple=x86_64-unknown-linux-gnu",
+                                     f"--iree-llvmcpu-target-cpu={cpu}"), f"portable x86-64 ({cpu})")
     if name == "aarch64":
-        features = option or ""
+        features = [f for f in option.split(",") if f]
+        bad = [f for f in features if not re.fullmatch(r"[+-][a-z0-9.-]+", f)]
+        if bad:
+            raise TargetError(f"aarch64 takes CPU features like +dotprod,+sve (each starting with + or -), got "
+                              f"{', '.join(bad)}")
         flags = ("--iree-llvmcpu-target-triple=aarch64-unknown-linux-gnu", "--iree-llvmcpu-target-cpu=generic")
         if features:
-            flags += (f"--iree-llvmcpu-target-cpu-features={features}",)
-        return Target(spec, "llvm-cpu", "local-task", flags + _CPU_COMMON, "ARM64 Linux/Android CPUs")
+            flags += (f"--iree-llvmcpu-target-cpu-features={','.join(features)}",)
+        return _cpu(spec, "aarch64", flags, "ARM64 Linux/Android CPUs" + (f" with {option}" if features else ""))
     if name == "vulkan":
-        return Target(spec, "vulkan-spirv", "vulkan", ("--iree-vulkan-target=" + (option or "generic"),),
-                      "Vulkan SPIR-V GPUs")
+        gpu = option or PORTABLE_VULKAN
+        return Target(spec, "vulkan", "vulkan-spirv", ("vulkan",), None, (f"--iree-vulkan-target={gpu}",),
+                      f"Vulkan SPIR-V GPUs ({gpu})")
     if name == "cuda":
         sm = option or "sm_87"
-        return Target(spec, "cuda", "cuda", (f"--iree-cuda-target={sm}",), f"NVIDIA GPUs ({sm})")
-    raise TargetError(f"unknown target '{spec}'; use host, x86-64[:cpu], aarch64[:features], vulkan or cuda[:sm_XX]")
+        if not re.fullmatch(r"sm_\d{2,3}a?", sm):
+            raise TargetError(f"cuda takes a compute capability like sm_87 (Jetson Orin) or sm_80, got '{sm}'")
+        return Target(spec, "cuda", "cuda", ("cuda",), None, (f"--iree-cuda-target={sm}",), f"NVIDIA GPUs ({sm})")
+    raise TargetError(f"unknown target '{spec}'; use host, x86-64[:cpu], aarch64[:features], vulkan[:gpu] or "
+                      f"cuda[:sm_XX]")

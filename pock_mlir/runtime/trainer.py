@@ -44,8 +44,11 @@ def _as_tuple(inputs):
 
 class Trainer:
     def __init__(self, program, device: str | None = None):
+        """program: a TrainingProgram or a pock_mlir.bundle.Bundle; device: an IREE driver
+        (local-task, local-sync, vulkan, cuda), by default the target's."""
         self.signature = program.signature
         self.device_name = device or program.target.device
+        program.target.check_runtime(self.device_name)
         self._config = rt.Config(self.device_name)
         self._context = rt.SystemContext(config=self._config)
         self._context.add_vm_module(rt.VmModule.copy_buffer(self._config.vm_instance, program.vmfb))
@@ -60,14 +63,40 @@ class Trainer:
         self._input_specs = sig.inputs[:-1] if self._seeded else sig.inputs
         self.seed = 0  # the dropout seed of the next call; step() increments it
 
+    @classmethod
+    def from_bundle(cls, bundle, device: str | None = None) -> Trainer:
+        """A trainer for a device bundle (its path, or a loaded pock_mlir.bundle.Bundle) starting from
+        the bundle's parameters and optimizer state; raises BundleError or TargetError when it cannot run here."""
+        from pock_mlir.bundle import Bundle, load_bundle
+
+        if not isinstance(bundle, Bundle):
+            bundle = load_bundle(bundle)
+        trainer = cls(bundle, device)
+        trainer.load_optimizer_state(bundle.optimizer_state)
+        return trainer
+
     # -- data movement --------------------------------------------------------------------
 
     def _put(self, array: np.ndarray):
         return rt.asdevicearray(self._config.device, np.require(array, requirements="C"))  # keeps rank 0, unlike ascontiguousarray
 
-    @staticmethod
-    def _host(array) -> np.ndarray:
-        return np.array(array.to_host())
+    def _host(self, array) -> np.ndarray:
+        # DeviceArray has no public accessor for its buffer.
+        buffer = array._buffer_view.get_buffer()
+        if buffer.allowed_usage() & int(rt.BufferUsage.MAPPING_SCOPED):
+            return np.array(array.to_host())  # CPU drivers: maps the buffer
+        # to_host() would import a numpy allocation into the driver, which lavapipe rejects
+        # (minImportedHostPointerAlignment 4096): copy through a staging buffer the driver allocates.
+        device = self._config.device
+        staging = device.allocator.allocate_buffer(
+            memory_type=int(rt.MemoryType.HOST_LOCAL | rt.MemoryType.DEVICE_VISIBLE),
+            allowed_usage=int(rt.BufferUsage.TRANSFER_TARGET | rt.BufferUsage.MAPPING_SCOPED),
+            allocation_size=buffer.byte_length())
+        semaphore = device.create_semaphore(0)
+        device.queue_copy(buffer, staging, wait_semaphores=rt.HalFence.create_at(semaphore, 0),
+                          signal_semaphores=rt.HalFence.create_at(semaphore, 1))
+        rt.HalFence.create_at(semaphore, 1).wait()
+        return np.array(staging.map().asarray(array.shape, array.dtype))
 
     def _check(self, values, specs: list[TensorSpec]) -> list[np.ndarray]:
         values = [_to_numpy(v) for v in values]
@@ -117,6 +146,10 @@ class Trainer:
         grads = {name: self._host(g) for name, g in zip(self.signature.trainable, results[1:])}
         return float(self._host(results[0])), grads
 
+    def loss(self, inputs, target) -> float:
+        """The loss on a batch, without updating anything (for validation)."""
+        return float(self._host(self._gradients(*self._model_state(), *self._batch(inputs, target))[0]))
+
     def evaluate(self, inputs) -> np.ndarray:
         """The model's output for a batch of the compiled shape (in the mode the model was compiled
         in: a model in training mode applies dropout, with `self.seed`)."""
@@ -136,6 +169,26 @@ class Trainer:
         for name, value in state.items():
             (array,) = self._check((value,), [known[name]])
             (self._params if name in self._params else self._buffers)[name] = array
+
+    def optimizer_state(self) -> dict[str, np.ndarray]:
+        """The optimizer's state by "<param>.<slot>" name and "step" (the steps taken, a float32
+        scalar), copied to the host: with state_dict(), everything a checkpoint needs."""
+        state = {spec.name: self._host(value) for spec, value in zip(self.signature.state, self._state)}
+        state["step"] = self._host(self._step)
+        return state
+
+    def load_optimizer_state(self, state: dict) -> None:
+        """Replace the whole optimizer state (the entries optimizer_state() returns)."""
+        names = [spec.name for spec in self.signature.state] + ["step"]
+        missing, unknown = sorted(set(names) - set(state)), sorted(set(state) - set(names))
+        if missing or unknown:
+            raise InputError(f"optimizer state: missing {', '.join(missing) or 'nothing'}; "
+                             f"unknown {', '.join(unknown) or 'nothing'}")
+        step = _to_numpy(state["step"])
+        if step.shape != () or step.dtype != np.float32:
+            raise InputError(f"optimizer state: step must be a float32 scalar, got shape {step.shape} and dtype {step.dtype}")
+        slots = self._check([state[spec.name] for spec in self.signature.state], self.signature.state)
+        self._state, self._step = slots, self._put(step)
 
     @property
     def steps_taken(self) -> int:

@@ -1,0 +1,385 @@
+"""Device bundles: one folder with everything a device needs to train, without PyTorch.
+
+    bundle/
+      manifest.json          functions and their arguments, parameters, sparse scheme, target, versions
+      module.vmfb            the IREE module: train_step, gradients, evaluate (see pock_mlir.training)
+      params.safetensors     the model's state_dict as compiled (parameters and buffers)
+      optimizer.safetensors  the optimizer state ("<param>.<slot>") and "step"
+      args/                  one .npy per train_step argument, for iree-run-module --input=@FILE
+      run_step.sh            one training step with the stock iree-run-module
+
+The module takes the parameters as arguments (it reads no parameter archive), so args/ holds
+them in the form iree-run-module reads; args/batch/ holds the example batch the module was
+compiled for. Loading a bundle (`load_bundle`, `Trainer.from_bundle`) needs numpy, safetensors
+and iree.runtime only.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import importlib.metadata
+import json
+import os
+import shutil
+import tempfile
+from dataclasses import dataclass
+from functools import cached_property
+from pathlib import Path
+
+import numpy as np
+from safetensors import SafetensorError
+from safetensors.numpy import load_file, save
+
+from pock_mlir.runtime.trainer import SEED_INPUT
+from pock_mlir.targets import Target, TargetError, resolve_target
+
+FORMAT = "pock-bundle"
+FORMAT_VERSION = 1
+MANIFEST, MODULE, PARAMS, OPTIMIZER, ARGS, RUN_STEP = (
+    "manifest.json", "module.vmfb", "params.safetensors", "optimizer.safetensors", "args", "run_step.sh")
+VERSIONED_PACKAGES = ("pock-mlir", "iree-base-compiler", "iree-base-runtime", "torch", "torch-mlir")
+
+
+class BundleError(ValueError):
+    pass
+
+
+@dataclass(frozen=True)
+class ArraySpec:
+    """A tensor as the manifest records it (the runtime's TensorSpec, without PyTorch)."""
+
+    name: str
+    shape: tuple[int, ...]
+    dtype: str
+
+
+STEP = ArraySpec("step", (), "float32")
+LOSS = ArraySpec("loss", (), "float32")
+
+
+@dataclass(frozen=True)
+class BundleSignature:
+    """The StepSignature fields the runtime uses, read back from a manifest."""
+
+    params: list[ArraySpec]
+    buffers: list[ArraySpec]
+    updated_buffers: list[str]
+    trainable: list[str]
+    state: list[ArraySpec]
+    inputs: list[ArraySpec]
+    target: ArraySpec
+    output: ArraySpec
+
+
+def function_abi(signature) -> dict[str, dict[str, list[tuple[str, object]]]]:
+    """Each function's arguments and results as (relative .npy path, spec), in the order of the ABI
+    in pock_mlir.training. A result that updates an argument has the argument's path, so a step's
+    outputs can replace its inputs."""
+    by_name = {spec.name: spec for spec in signature.params + signature.buffers}
+    params = [(f"params/{p.name}.npy", p) for p in signature.params]
+    buffers = [(f"buffers/{b.name}.npy", b) for b in signature.buffers]
+    state = [(f"optimizer/{s.name}.npy", s) for s in signature.state]
+    inputs = [(f"batch/{i.name}.npy", i) for i in signature.inputs]
+    target = [("batch/target.npy", signature.target)]
+    step = [("optimizer/step.npy", STEP)]
+    return {
+        "train_step": {
+            "arguments": params + buffers + state + step + inputs + target,
+            "results": [("loss.npy", LOSS)] + [(f"params/{n}.npy", by_name[n]) for n in signature.trainable] + state
+            + [(f"buffers/{n}.npy", by_name[n]) for n in signature.updated_buffers] + step,
+        },
+        "gradients": {
+            "arguments": params + buffers + inputs + target,
+            "results": [("loss.npy", LOSS)] + [(f"grads/{n}.npy", ArraySpec(n, signature.trainable_shape(n), "float32"))
+                                               for n in signature.trainable],
+        },
+        "evaluate": {"arguments": params + buffers + inputs, "results": [("output.npy", signature.output)]},
+    }
+
+
+def _spec_json(spec) -> dict:
+    return {"name": spec.name, "shape": list(spec.shape), "dtype": spec.dtype}
+
+
+def _spec(entry: dict) -> ArraySpec:
+    return ArraySpec(entry["name"], tuple(entry["shape"]), entry["dtype"])
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def _versions() -> dict[str, str]:
+    versions = {}
+    for package in VERSIONED_PACKAGES:
+        try:
+            versions[package] = importlib.metadata.version(package)
+        except importlib.metadata.PackageNotFoundError:
+            continue
+    return versions
+
+
+def _loss_name(loss) -> str:
+    return loss if isinstance(loss, str) else f"custom:{getattr(loss, '__qualname__', type(loss).__name__)}"
+
+
+def model_inputs(signature) -> list:
+    """The inputs a batch provides: all but the dropout seed, which the runtime supplies."""
+    return [spec for spec in signature.inputs if spec.name != SEED_INPUT]
+
+
+def _as_array(value, spec) -> np.ndarray:
+    """A batch tensor in the device's dtype (int64 targets travel as int32, see pock_mlir.frontend)."""
+    array = np.asarray(value.detach().cpu().numpy() if hasattr(value, "detach") else value)
+    if tuple(array.shape) != tuple(spec.shape):
+        raise BundleError(f"{spec.name}: the example batch has shape {array.shape}, the module takes {spec.shape}")
+    return np.require(array.astype(spec.dtype, copy=False), requirements="C")
+
+
+def _state_dict_sources(model, signature) -> dict[str, str]:
+    """PyTorch state_dict name -> the parameter or buffer (as the module takes them) holding it: a tied
+    weight appears under each of its names, a non-persistent buffer under none."""
+    known = [s.name for s in signature.params + signature.buffers]
+    if model is None:
+        return {name: name for name in known}
+    first_name: dict[int, str] = {}
+    for name, tensor in [*model.named_parameters(remove_duplicate=False), *model.named_buffers(remove_duplicate=False)]:
+        first_name.setdefault(id(tensor), name)
+    return {name: first_name[id(tensor)] for name, tensor in model.state_dict(keep_vars=True).items()
+            if first_name.get(id(tensor)) in known}
+
+
+def _manifest(program, *, model, model_file: str | None, loss, sparse) -> dict:
+    sig, target, optimizer = program.signature, program.target, program.optimizer
+    policies = {p.name: sig.policies.get(p.name) for p in sig.params}
+    abi = function_abi(sig)
+    return {
+        "format": FORMAT,
+        "format_version": FORMAT_VERSION,
+        "model": model_file,
+        "target": {"name": target.name, "description": target.description, "hal_device": target.hal_device,
+                   "backend": target.backend, "drivers": list(target.drivers), "arch": target.arch,
+                   "iree_compile_flags": program.iree_flags()},
+        "versions": _versions(),
+        "module": {"file": MODULE},  # sha256 added once the file is written
+        "loss": _loss_name(loss),
+        "optimizer": {"name": type(optimizer).__name__.lower(), **dataclasses.asdict(optimizer)},
+        "sparse": {"scheme": program.scheme.source, "config": None if sparse is None else str(sparse),
+                   "policies": {name: dataclasses.asdict(p) if p else {"kind": "full", "ratio": 1.0}
+                                for name, p in policies.items()}},
+        "params": [_spec_json(p) for p in sig.params],
+        "buffers": [_spec_json(b) for b in sig.buffers],
+        "updated_buffers": list(sig.updated_buffers),
+        "state_dict": _state_dict_sources(model, sig),
+        "trainable": list(sig.trainable),
+        "optimizer_state": [_spec_json(s) for s in sig.state],
+        "batch": {"inputs": [_spec_json(i) for i in sig.inputs], "target": _spec_json(sig.target)},
+        "output": _spec_json(sig.output),
+        "functions": {name: {part: [{"path": path, **_spec_json(spec)} for path, spec in entries]
+                             for part, entries in function.items()} for name, function in abi.items()},
+        "files": {"parameters": PARAMS, "optimizer_state": OPTIMIZER, "arguments": ARGS + "/", "run_step": RUN_STEP},
+    }
+
+
+def run_step_script(manifest: dict) -> str:
+    """run_step.sh: one train_step with the stock iree-run-module, arguments from args/."""
+    step = manifest["functions"]["train_step"]
+    state_dirs = sorted({r["path"].split("/")[0] for r in step["results"] if "/" in r["path"]})
+    inputs = "".join(f'  --input=@"$bundle/{ARGS}/{a["path"]}" \\\n' for a in step["arguments"])
+    outputs = " \\\n".join(f'  --output=@"$out/{r["path"]}"' for r in step["results"])
+    target = manifest["target"]
+    seed_note = "".join(f"\n# args/{a['path']} seeds the dropout masks: give each step another value (pock-train "
+                        f"uses the step number)." for a in step["arguments"] if a["name"] == SEED_INPUT)
+    return f"""#!/bin/sh
+# One training step of this bundle (target {target['name']}: {target['description']}) with IREE's
+# stock runtime; no Python needed.
+#
+#   ./run_step.sh [OUT_DIR]        (OUT_DIR defaults to ./out)
+#
+# Reads the train_step arguments from args/ next to this script: the parameters, buffers and
+# optimizer state as compiled and a batch (args/batch/*.npy: replace them with your own data of
+# the same shapes and dtypes, see manifest.json). Writes the loss and the updated state to
+# OUT_DIR under the paths they have in args/, so that
+#   cp -R {' '.join(f'OUT_DIR/{d}' for d in state_dirs)} args/
+# makes the next run continue training from there.{seed_note}
+#
+# IREE_RUN_MODULE: the iree-run-module command (default: the one on PATH), e.g. for an ARM module
+#   on an x86 machine: "qemu-aarch64 -L /usr/aarch64-linux-gnu /path/to/aarch64/iree-run-module".
+# IREE_DEVICE: the IREE driver (default {target['drivers'][0]}; this module runs on {', '.join(target['drivers'])}).
+set -eu
+bundle=$(cd "$(dirname "$0")" && pwd)
+out=${{1:-out}}
+mkdir -p {' '.join(f'"$out/{d}"' for d in state_dirs)}
+# IREE_RUN_MODULE is split into words on purpose: it may be a command with arguments.
+${{IREE_RUN_MODULE:-iree-run-module}} \\
+  --device="${{IREE_DEVICE:-{target['drivers'][0]}}}" \\
+  --module="$bundle/{MODULE}" \\
+  --function=train_step \\
+{inputs}{outputs}
+"""
+
+
+def _replace_directory(staged: Path, destination: Path) -> None:
+    """Move a fully written bundle into place; an existing bundle there is replaced."""
+    if destination.exists():
+        retired = Path(tempfile.mkdtemp(prefix=f".{destination.name}.old-", dir=destination.parent))
+        os.replace(destination, retired / destination.name)
+        os.replace(staged, destination)
+        shutil.rmtree(retired)
+    else:
+        os.replace(staged, destination)
+
+
+def check_destination(directory) -> Path:
+    """The bundle directory to write: new, empty, or an earlier bundle (which is replaced)."""
+    destination = Path(directory)
+    if destination.exists() and not (destination / MANIFEST).is_file() and (
+            not destination.is_dir() or any(destination.iterdir())):
+        raise BundleError(f"{destination} exists and is not a pock bundle; choose another output directory")
+    return destination
+
+
+def write_bundle(program, directory, *, example_inputs, example_target, loss, model=None, model_file=None,
+                 sparse=None) -> Path:
+    """Write `program` as a device bundle into `directory` (see the module docstring).
+
+    example_inputs/example_target: the batch the program was compiled for, written to args/batch/
+    so that run_step.sh runs as it is. model: the nn.Module compiled, whose state_dict layout (tied
+    weights, non-persistent buffers) the manifest records for exporting trained weights; without
+    it, the state_dict is the parameters and buffers. Nothing appears at `directory` unless the
+    whole bundle was written."""
+    destination = check_destination(directory)
+    destination.parent.mkdir(parents=True, exist_ok=True)
+    sig = program.signature
+    manifest = _manifest(program, model=model, model_file=model_file, loss=loss, sparse=sparse)
+    inputs = example_inputs if isinstance(example_inputs, (tuple, list)) else (example_inputs,)
+    if len(inputs) != len(model_inputs(sig)):
+        raise BundleError(f"the example batch has {len(inputs)} input(s), the module takes {len(model_inputs(sig))}")
+    batch = {spec.name: _as_array(value, spec) for spec, value in zip(model_inputs(sig), inputs)}
+    batch["target"] = _as_array(example_target, sig.target)
+    if any(spec.name == SEED_INPUT for spec in sig.inputs):
+        batch[SEED_INPUT] = np.zeros((), np.int32)  # the first step's dropout masks
+    state = {**program.initial_params, **program.initial_buffers}
+    optimizer_state = {s.name: np.zeros(s.shape, np.float32) for s in sig.state} | {"step": np.zeros((), np.float32)}
+
+    staged = destination.with_name(f".{destination.name}.tmp-{os.getpid()}")
+    shutil.rmtree(staged, ignore_errors=True)  # left by a killed run of the same process id
+    staged.mkdir()  # unlike mkdtemp, honours the umask: the bundle is meant to be copied and shared
+    try:
+        (staged / MODULE).write_bytes(program.vmfb)
+        manifest["module"]["sha256"] = _sha256(staged / MODULE)
+        (staged / PARAMS).write_bytes(save({n: np.require(v, requirements="C") for n, v in state.items()}))
+        (staged / OPTIMIZER).write_bytes(save(optimizer_state))
+        values = {"params": state, "buffers": state, "optimizer": optimizer_state, "batch": batch}
+        for argument in manifest["functions"]["train_step"]["arguments"]:
+            group, name = argument["path"].split("/", 1)
+            path = staged / ARGS / argument["path"]
+            path.parent.mkdir(parents=True, exist_ok=True)
+            np.save(path, values[group][name.removesuffix(".npy")])
+        (staged / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n")
+        (staged / RUN_STEP).write_text(run_step_script(manifest))
+        (staged / RUN_STEP).chmod(0o755)
+        _replace_directory(staged, destination)
+    except BaseException:
+        shutil.rmtree(staged, ignore_errors=True)
+        raise
+    return destination
+
+
+@dataclass
+class Bundle:
+    """A bundle read back: what Trainer needs (signature, target, vmfb, initial state) and the manifest."""
+
+    path: Path
+    manifest: dict
+    signature: BundleSignature
+    target: Target
+    initial_params: dict[str, np.ndarray]
+    initial_buffers: dict[str, np.ndarray]
+    optimizer_state: dict[str, np.ndarray]
+
+    @cached_property
+    def vmfb(self) -> bytes:
+        return (self.path / MODULE).read_bytes()
+
+    @property
+    def module_sha256(self) -> str:
+        return self.manifest["module"]["sha256"]
+
+    def torch_state_dict(self, state: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """Trainer.state_dict() in the layout the PyTorch model's load_state_dict expects."""
+        return {name: state[source] for name, source in self.manifest["state_dict"].items()}
+
+    @property
+    def batch_size(self) -> int:
+        return self.signature.target.shape[0] if self.signature.target.shape else 1
+
+
+def _read_manifest(path: Path) -> dict:
+    if not (path / MANIFEST).is_file():
+        raise BundleError(f"{path} is not a pock bundle (no {MANIFEST}); write one with pock-compile")
+    try:
+        manifest = json.loads((path / MANIFEST).read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise BundleError(f"{path / MANIFEST} is not valid JSON ({e}); rewrite the bundle with pock-compile") from None
+    if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
+        raise BundleError(f"{path / MANIFEST} is not a pock bundle manifest")
+    if manifest.get("format_version") != FORMAT_VERSION:
+        raise BundleError(f"{path} has bundle format version {manifest.get('format_version')}; this pock-mlir reads "
+                          f"version {FORMAT_VERSION} (recompile with this pock-compile)")
+    return manifest
+
+
+def _load_tensors(path: Path, specs: list, what: str) -> dict[str, np.ndarray]:
+    try:
+        tensors = load_file(path)
+    except (OSError, SafetensorError) as e:
+        raise BundleError(f"cannot read the {what} in {path}: {e}") from None
+    expected = {s.name: s for s in specs}
+    if set(tensors) != set(expected):
+        raise BundleError(f"{path} does not hold the {what} the manifest lists (missing: "
+                          f"{', '.join(sorted(set(expected) - set(tensors))) or 'none'}; unexpected: "
+                          f"{', '.join(sorted(set(tensors) - set(expected))) or 'none'})")
+    for name, spec in expected.items():
+        if tensors[name].shape != spec.shape or str(tensors[name].dtype) != spec.dtype:
+            raise BundleError(f"{path}: {name} has shape {tensors[name].shape} and dtype {tensors[name].dtype}; "
+                              f"the manifest says {spec.shape} and {spec.dtype}")
+    return tensors
+
+
+def load_bundle(directory) -> Bundle:
+    """Read and check a bundle; raises BundleError naming what is missing or inconsistent."""
+    path = Path(directory)
+    manifest = _read_manifest(path)
+    try:
+        signature = BundleSignature(
+            params=[_spec(p) for p in manifest["params"]], buffers=[_spec(b) for b in manifest["buffers"]],
+            updated_buffers=list(manifest["updated_buffers"]), trainable=list(manifest["trainable"]),
+            state=[_spec(s) for s in manifest["optimizer_state"]], inputs=[_spec(i) for i in manifest["batch"]["inputs"]],
+            target=_spec(manifest["batch"]["target"]), output=_spec(manifest["output"]))
+        target = dataclasses.replace(resolve_target(manifest["target"]["name"]), arch=manifest["target"]["arch"])
+        module_sha256 = manifest["module"]["sha256"]
+        unknown_sources = set(manifest["state_dict"].values()) - {s.name for s in signature.params + signature.buffers}
+    except (KeyError, TypeError) as e:
+        raise BundleError(f"{path / MANIFEST} lacks an entry ({e}); rewrite the bundle with pock-compile") from None
+    except TargetError as e:
+        raise BundleError(f"{path}: {e}") from None
+    if unknown_sources:
+        raise BundleError(f"{path / MANIFEST}: its state_dict names tensors the module does not take: "
+                          f"{', '.join(sorted(unknown_sources))}")
+    if not (path / MODULE).is_file():
+        raise BundleError(f"{path} has no {MODULE}; copy the whole bundle folder")
+    if _sha256(path / MODULE) != module_sha256:
+        raise BundleError(f"{path / MODULE} is not the module the manifest describes (its sha256 differs): the bundle "
+                          f"was modified or copied incompletely")
+    state = _load_tensors(path / PARAMS, signature.params + signature.buffers, "parameters and buffers")
+    optimizer_state = _load_tensors(path / OPTIMIZER, signature.state + [STEP], "optimizer state")
+    return Bundle(path=path, manifest=manifest, signature=signature, target=target,
+                  initial_params={p.name: state[p.name] for p in signature.params},
+                  initial_buffers={b.name: state[b.name] for b in signature.buffers},
+                  optimizer_state=optimizer_state)

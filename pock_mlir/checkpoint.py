@@ -1,0 +1,130 @@
+"""Training checkpoints: one safetensors file holding everything a resumed run needs.
+
+tensors   "model/<name>"            parameters and buffers (the state_dict)
+          "optimizer/<param>.<slot>" the optimizer state, and "optimizer/step" (steps taken)
+metadata  format, module_sha256     the bundle module the state belongs to
+          tensors_sha256            over every tensor's name and bytes: detects corruption that
+                                    leaves the safetensors header readable
+          progress                  JSON: where in the data the run was (epoch, batch, seed, ...)
+
+Files are replaced atomically (`atomic_write`): a crash, a kill or Ctrl-C at any moment leaves
+either the previous file or the new one, never a mix.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+from safetensors import SafetensorError
+from safetensors.numpy import load, save
+
+from pock_mlir.bundle import STEP
+
+FORMAT = "pock-checkpoint-1"
+
+
+class CheckpointError(ValueError):
+    pass
+
+
+def temporary_path(path) -> Path:
+    """Where atomic_write stages `path`: the same directory, so os.replace is a rename."""
+    path = Path(path)
+    return path.with_name(f".{path.name}.tmp")
+
+
+def atomic_write(path, data: bytes) -> None:
+    """Replace `path` with `data`: write a temporary file in the same directory, fsync it, rename
+    it over `path`, fsync the directory (so the rename survives a power loss)."""
+    path = Path(path)
+    staged = temporary_path(path)
+    try:
+        with open(staged, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(staged, path)
+    except BaseException:  # Ctrl-C included: leave no partial file behind
+        staged.unlink(missing_ok=True)
+        raise
+    directory = os.open(path.parent, os.O_RDONLY)
+    try:
+        os.fsync(directory)
+    finally:
+        os.close(directory)
+
+
+def _tensors_sha256(tensors: dict[str, np.ndarray]) -> str:
+    digest = hashlib.sha256()
+    for name in sorted(tensors):
+        digest.update(name.encode())
+        digest.update(np.require(tensors[name], requirements="C").tobytes())
+    return digest.hexdigest()
+
+
+@dataclass
+class Checkpoint:
+    state_dict: dict[str, np.ndarray]  # Trainer.state_dict()
+    optimizer_state: dict[str, np.ndarray]  # Trainer.optimizer_state()
+    progress: dict  # what the training loop needs to continue where it stopped
+
+    @property
+    def steps(self) -> int:
+        return int(self.optimizer_state["step"])
+
+
+def save_checkpoint(path, trainer, progress: dict, module_sha256: str) -> None:
+    tensors = {f"model/{n}": v for n, v in trainer.state_dict().items()}
+    tensors.update({f"optimizer/{n}": v for n, v in trainer.optimizer_state().items()})
+    tensors = {n: np.require(v, requirements="C") for n, v in tensors.items()}
+    metadata = {"format": FORMAT, "module_sha256": module_sha256, "tensors_sha256": _tensors_sha256(tensors),
+                "progress": json.dumps(progress)}
+    atomic_write(path, save(tensors, metadata=metadata))
+
+
+def _metadata(data: bytes) -> dict[str, str]:
+    """The safetensors header's __metadata__ (safetensors.numpy.load drops it)."""
+    header_length = int.from_bytes(data[:8], "little")
+    return json.loads(data[8:8 + header_length]).get("__metadata__") or {}
+
+
+def load_checkpoint(path, bundle) -> Checkpoint:
+    """Read a checkpoint for `bundle`; raises CheckpointError saying what is wrong with it."""
+    path = Path(path)
+    try:
+        data = path.read_bytes()
+    except OSError as e:
+        raise CheckpointError(f"cannot read checkpoint {path}: {e.strerror}") from None
+    try:
+        tensors = load(data)
+        metadata = _metadata(data)
+        progress = json.loads(metadata.get("progress", "{}"))
+    except (SafetensorError, ValueError, UnicodeDecodeError) as e:  # JSONDecodeError is a ValueError
+        raise CheckpointError(f"{path} is corrupt or not a checkpoint (unreadable safetensors: {e})") from None
+    if metadata.get("format") != FORMAT:
+        raise CheckpointError(f"{path} is not a pock checkpoint (format {metadata.get('format')!r}, expected {FORMAT!r})")
+    if metadata.get("tensors_sha256") != _tensors_sha256(tensors):
+        raise CheckpointError(f"{path} is corrupt: its tensors do not match the checksum written with them")
+    if metadata.get("module_sha256") != bundle.module_sha256:
+        raise CheckpointError(f"{path} was written while training another bundle (module sha256 "
+                              f"{metadata.get('module_sha256', '?')[:12]}…, this bundle's is {bundle.module_sha256[:12]}…)")
+    sig = bundle.signature
+    expected = {f"model/{s.name}": s for s in sig.params + sig.buffers}
+    expected.update({f"optimizer/{s.name}": s for s in sig.state})
+    expected["optimizer/step"] = STEP
+    differences = [f"missing {n}" for n in sorted(set(expected) - set(tensors))]
+    differences += [f"unexpected {n}" for n in sorted(set(tensors) - set(expected))]
+    differences += [f"{n}: shape {tensors[n].shape} {tensors[n].dtype}, the bundle has {tuple(s.shape)} {s.dtype}"
+                    for n, s in expected.items() if n in tensors
+                    and (tensors[n].shape != tuple(s.shape) or str(tensors[n].dtype) != s.dtype)]
+    if differences:
+        raise CheckpointError(f"{path} does not fit this bundle: {'; '.join(differences)}")
+    return Checkpoint(
+        state_dict={n.removeprefix("model/"): v for n, v in tensors.items() if n.startswith("model/")},
+        optimizer_state={n.removeprefix("optimizer/"): v for n, v in tensors.items() if n.startswith("optimizer/")},
+        progress=progress)

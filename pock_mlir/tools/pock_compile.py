@@ -1,0 +1,120 @@
+"""pock-compile: compile a model file's training step into a device bundle.
+
+    pock-compile MODEL.py [--sparse CONFIG] [--optimizer sgd:lr=0.01,momentum=0.9] [--target aarch64] -o bundle/
+
+MODEL.py is a Python file defining, at module level:
+    model()          -> the torch.nn.Module to train (with the weights to start from)
+    example_batch()  -> (inputs, target): one batch of the shape to train on; inputs is a tensor or a
+                        tuple of tensors. The bundle trains on batches of exactly this shape.
+    LOSS             "cross_entropy" (the default when absent), "mse", or a callable loss(output, target)
+It is run with its own directory on sys.path, so it can import modules next to it. examples/ has
+ready ones. The bundle's layout is described in pock_mlir/bundle.py; run_step.sh in it runs one
+step with the stock iree-run-module. Errors print one message and exit with code 1.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import os
+import sys
+import time
+import traceback
+from pathlib import Path
+
+from pock_mlir.bundle import check_destination, write_bundle
+from pock_mlir.optim import parse_optimizer
+from pock_mlir.targets import resolve_target
+
+
+class ModelFileError(ValueError):
+    pass
+
+
+def load_model_file(path: str):
+    """Run MODEL.py; returns (model, inputs, target, loss)."""
+    file = Path(path)
+    if not file.is_file():
+        raise ModelFileError(f"{path}: no such file")
+    sys.path.insert(0, str(file.resolve().parent))
+    spec = importlib.util.spec_from_file_location(f"pock_model_{file.stem}", file)
+    module = importlib.util.module_from_spec(spec)
+    try:
+        spec.loader.exec_module(module)
+        missing = [name for name in ("model", "example_batch") if not callable(getattr(module, name, None))]
+        if missing:
+            raise ModelFileError(f"{path} must define {' and '.join(f'{m}()' for m in missing)} "
+                                 f"(see pock-compile --help)")
+        model = module.model()
+        batch = module.example_batch()
+    except ModelFileError:
+        raise
+    except Exception as e:
+        where = traceback.extract_tb(e.__traceback__)[-1]
+        raise ModelFileError(f"{path} failed: {type(e).__name__}: {e} ({where.filename}:{where.lineno})") from None
+    if not (isinstance(batch, (tuple, list)) and len(batch) == 2):
+        raise ModelFileError(f"{path}: example_batch() must return (inputs, target), got {type(batch).__name__}")
+    return model, batch[0], batch[1], getattr(module, "LOSS", "cross_entropy")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="pock-compile", description=__doc__.split("\n\n")[0],
+                                     epilog=__doc__.split("\n\n", 2)[2], formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("model", help="the model file (MODEL.py)")
+    parser.add_argument("-o", "--output", required=True, help="the bundle directory to write (replaced if it is a bundle)")
+    parser.add_argument("--target", default="host",
+                        help="host (default), x86-64[:generic|x86-64-v2|x86-64-v3|x86-64-v4], aarch64[:+dotprod,+sve,...], "
+                             "vulkan[:GPU, e.g. valhall4], cuda[:sm_XX, e.g. sm_87 for Jetson Orin]")
+    parser.add_argument("--optimizer", default="sgd:lr=0.01",
+                        help="sgd:lr=...,momentum=...,dampening=...,weight_decay=...,nesterov=true or "
+                             "adamw:lr=...,betas=0.9/0.999,eps=...,weight_decay=... (default sgd:lr=0.01)")
+    parser.add_argument("--sparse", default=None,
+                        help="which parameters to train: a YAML/JSON sparse-update config or a preset (full, the default; "
+                             "bias-only, last-K, mobilenet-last-K, transformer-last-K); see pock_mlir/sparse.py")
+    parser.add_argument("-v", "--verbose", action="store_true", help="print each compilation stage")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return _run(args)
+    except KeyboardInterrupt:
+        print("pock-compile: interrupted; nothing written", file=sys.stderr)
+        return 130
+    # User-facing errors (bad model file, target, optimizer, sparse config, a model the frontend or
+    # IREE rejects) are ValueError, RuntimeError (CompileError, IREE) or OSError subclasses.
+    except (ValueError, RuntimeError, OSError) as e:
+        if os.environ.get("POCK_DEBUG"):
+            raise
+        print(f"pock-compile: error: {e}", file=sys.stderr)
+        return 1
+
+
+def _run(args) -> int:
+    # Cheap checks first: a typo should not cost a compilation.
+    resolve_target(args.target)
+    try:
+        optimizer = parse_optimizer(args.optimizer)
+    except (ValueError, TypeError) as e:
+        raise ValueError(f"--optimizer {args.optimizer}: {e}") from None
+    check_destination(args.output)
+    model, inputs, target, loss = load_model_file(args.model)
+
+    from pock_mlir.compiler import compile_training
+
+    start = time.perf_counter()
+    program = compile_training(model, inputs, target, loss=loss, optimizer=optimizer, sparse=args.sparse,
+                               target=args.target, verbose=args.verbose)
+    bundle = write_bundle(program, args.output, example_inputs=inputs, example_target=target, loss=loss, model=model,
+                          model_file=Path(args.model).name, sparse=args.sparse)
+    sig = program.signature
+    print(f"wrote {bundle}/ for target {program.target.name} in {time.perf_counter() - start:.1f}s: "
+          f"{len(program.vmfb) / 1024:.0f} KiB module, {len(sig.trainable)} of {len(sig.params)} parameter tensors "
+          f"trained, batch {tuple(sig.inputs[0].shape)}")
+    print(f"one step on the device: {bundle}/run_step.sh; training: pock-train {bundle} --data DATA.npz")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

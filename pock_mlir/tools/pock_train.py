@@ -1,0 +1,324 @@
+"""pock-train: train a device bundle (from pock-compile) on a dataset, without PyTorch.
+
+    pock-train BUNDLE --data DATA.npz [--epochs N] [--batch-size B] [--device local-task|local-sync|vulkan|cuda]
+               [--checkpoint PATH [--resume] [--checkpoint-every N]] [--max-steps N] [--seed S] [--export PATH]
+
+DATA.npz (numpy.savez) holds, first dimension = samples:
+    x_train, y_train   the training inputs and targets
+    x_val, y_val       a held-out split, evaluated after every epoch (optional)
+A model with several inputs takes x0_train, x1_train, ... (and x0_val, ...) in its input order.
+Each array's other dimensions and its dtype are those of the bundle's batch (manifest.json,
+"batch"); int64 is accepted where the bundle takes int32. The bundle is compiled for one batch
+size, so each epoch trains on the full batches of a fresh permutation of the training split
+(drawn from --seed and the epoch number) and evaluates the full batches of the held-out split.
+
+--checkpoint PATH is written at the end of every epoch, every --checkpoint-every steps and when
+training stops (atomically, see pock_mlir/checkpoint.py); --resume continues from it with the
+results an uninterrupted run would have had. --epochs and --max-steps count from the start of
+training, resumed runs included. The tuned weights are exported as a PyTorch state_dict
+(--export, default BUNDLE/tuned.safetensors): model.load_state_dict(safetensors.torch.load_file(PATH)).
+
+Input that does not fit (data, bundle, device, checkpoint) is reported, naming what differs,
+with exit code 1 before anything is written. Ctrl-C stops with exit code 130; the last
+checkpoint stays valid.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+import zipfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+from safetensors.numpy import save
+
+from pock_mlir.bundle import Bundle, BundleError, load_bundle, model_inputs
+from pock_mlir.checkpoint import CheckpointError, atomic_write, load_checkpoint, save_checkpoint
+from pock_mlir.runtime import Trainer
+from pock_mlir.targets import CPU_DRIVERS, TargetError
+
+DEVICES = (*CPU_DRIVERS, "vulkan", "cuda")
+# A checkpoint's "progress": the next batch (epoch, batch), the data order's seed and size, and
+# the seed of the next step's dropout masks.
+PROGRESS = ("epoch", "batch", "shuffle_seed", "train_samples", "dropout_seed")
+
+
+class DataError(ValueError):
+    pass
+
+
+@dataclass
+class Split:
+    inputs: list[np.ndarray]
+    target: np.ndarray
+
+    def __len__(self) -> int:
+        return len(self.target)
+
+    def batch(self, index: np.ndarray) -> tuple[list[np.ndarray], np.ndarray]:
+        return [x[index] for x in self.inputs], self.target[index]
+
+
+def _input_keys(bundle: Bundle) -> list[str]:
+    n = len(model_inputs(bundle.signature))
+    return ["x"] if n == 1 else [f"x{i}" for i in range(n)]
+
+
+def _fit(array: np.ndarray, key: str, spec, problems: list[str]) -> np.ndarray:
+    """`array` in the bundle's dtype, or `array` as it is with the mismatch added to `problems`."""
+    want = tuple(spec.shape[1:])
+    if array.shape[1:] != want or array.ndim != len(spec.shape):
+        problems.append(f"{key} has samples of shape {array.shape[1:]}, the bundle takes {want} "
+                        f"(arrays are (samples, {', '.join(map(str, want))}))".replace(", )", ")"))
+    if str(array.dtype) == spec.dtype:
+        return array
+    if spec.dtype == "int32" and array.dtype == np.int64:
+        if array.size and (array.min() < np.iinfo(np.int32).min or array.max() > np.iinfo(np.int32).max):
+            problems.append(f"{key} has values outside int32, which the bundle takes")
+        return array.astype(np.int32)
+    problems.append(f"{key} has dtype {array.dtype}, the bundle takes {spec.dtype} (convert with .astype(np.{spec.dtype}))")
+    return array
+
+
+def load_data(path: str, bundle: Bundle) -> tuple[Split, Split | None]:
+    """The training and (if present) held-out splits, checked against the bundle's batch."""
+    try:
+        npz = np.load(path, allow_pickle=False)
+    except (OSError, ValueError, zipfile.BadZipFile) as e:
+        raise DataError(f"cannot read {path}: {e}") from None
+    if not isinstance(npz, np.lib.npyio.NpzFile):
+        raise DataError(f"{path} is a single array; pock-train reads an .npz archive (numpy.savez) with x_train, "
+                        f"y_train, x_val, y_val")
+    sig, keys, batch_size = bundle.signature, _input_keys(bundle), bundle.batch_size
+    problems: list[str] = []
+
+    def split(name: str) -> Split | None:
+        wanted = [f"{k}_{name}" for k in keys] + [f"y_{name}"]
+        present = [k for k in wanted if k in npz.files]
+        if not present and name == "val":
+            return None
+        if len(present) < len(wanted):
+            problems.append(f"{path} lacks {', '.join(k for k in wanted if k not in present)} (it holds "
+                            f"{', '.join(npz.files) or 'nothing'})")
+            return None
+        try:
+            arrays = [npz[k] for k in wanted]
+        except (OSError, ValueError, zipfile.BadZipFile) as e:
+            problems.append(f"cannot read {name} arrays from {path}: {e}")
+            return None
+        arrays = [_fit(a, k, spec, problems) for a, k, spec in zip(arrays, wanted, model_inputs(sig) + [sig.target])]
+        lengths = {k: len(a) for k, a in zip(wanted, arrays)}
+        if len(set(lengths.values())) > 1:
+            problems.append(f"{' and '.join(f'{k} has {n} samples' for k, n in lengths.items())}; they must match")
+        elif arrays[-1].shape[0] < batch_size:
+            problems.append(f"{wanted[-1]} has {len(arrays[-1])} samples, fewer than one batch ({batch_size})")
+        return Split(list(arrays[:-1]), arrays[-1])
+
+    train, val = split("train"), split("val")
+    if problems:
+        raise DataError(f"{path} does not fit the bundle {bundle.path}:\n  " + "\n  ".join(problems))
+    return train, val
+
+
+def batch_order(seed: int, epoch: int, samples: int, batch_size: int) -> np.ndarray:
+    """(batches, batch_size) sample indices of one epoch; the same for the same (seed, epoch)."""
+    order = np.random.default_rng([seed, epoch]).permutation(samples)
+    batches = samples // batch_size
+    return order[:batches * batch_size].reshape(batches, batch_size)
+
+
+def evaluate(trainer: Trainer, split: Split, batch_size: int) -> dict[str, float]:
+    """Mean loss over the full batches, and accuracy when the output holds class scores for the target."""
+    losses, correct, counted = [], 0, 0
+    classes = np.issubdtype(split.target.dtype, np.integer) and \
+        tuple(trainer.signature.output.shape[:-1]) == tuple(trainer.signature.target.shape)
+    for start in range(0, len(split) - batch_size + 1, batch_size):
+        inputs, target = split.batch(np.arange(start, start + batch_size))
+        losses.append(trainer.loss(inputs, target))
+        if classes:
+            correct += int((np.argmax(trainer.evaluate(inputs), axis=-1) == target).sum())
+            counted += target.size
+    metrics = {"val_loss": float(np.mean(losses))}
+    if classes:
+        metrics["val_accuracy"] = correct / counted
+    return metrics
+
+
+class ProgressBar:
+    """One stderr line redrawn in place: epoch, batches done, the epoch's mean loss, steps/s."""
+
+    WIDTH = 24
+
+    def __init__(self, epoch: int, epochs: int, batches: int):
+        self.label, self.batches = f"epoch {epoch + 1}/{epochs}", batches
+        self.start = self.drawn = time.perf_counter()
+        self.losses: list[float] = []
+
+    def update(self, done: int, loss: float, final: bool = False) -> None:
+        self.losses.append(loss)
+        now = time.perf_counter()
+        if not final and now - self.drawn < 0.1:
+            return
+        self.drawn = now
+        filled = self.WIDTH * done // self.batches
+        rate = len(self.losses) / max(now - self.start, 1e-9)
+        sys.stderr.write(f"\r{self.label} [{'#' * filled}{'.' * (self.WIDTH - filled)}] {done}/{self.batches} "
+                         f"loss {self.mean_loss:.4f} {rate:.1f} steps/s" + ("\n" if final else ""))
+        sys.stderr.flush()
+
+    @property
+    def mean_loss(self) -> float:
+        return float(np.mean(self.losses)) if self.losses else float("nan")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="pock-train", description=__doc__.split("\n\n")[0],
+                                     epilog=__doc__.split("\n\n", 2)[2], formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("bundle", help="a bundle directory written by pock-compile")
+    parser.add_argument("--data", required=True, help="an .npz with x_train, y_train and optionally x_val, y_val")
+    parser.add_argument("--epochs", type=int, default=1, help="epochs to train in all (default 1)")
+    parser.add_argument("--batch-size", type=int, help="must be the bundle's batch size (the default)")
+    parser.add_argument("--device", choices=DEVICES, help="the IREE driver (default: the bundle target's)")
+    parser.add_argument("--checkpoint", help="checkpoint file, written at every epoch end and when training stops")
+    parser.add_argument("--resume", action="store_true", help="continue from --checkpoint")
+    parser.add_argument("--checkpoint-every", type=int, metavar="N", help="also write the checkpoint every N steps")
+    parser.add_argument("--max-steps", type=int, metavar="N", help="stop once N steps are taken in all")
+    parser.add_argument("--seed", type=int, help="seed of the data order (default 0; a resumed run keeps its own)")
+    parser.add_argument("--export", help="where to write the tuned state_dict (default BUNDLE/tuned.safetensors)")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return _run(args)
+    except (BundleError, TargetError, DataError, CheckpointError, OSError) as e:
+        if os.environ.get("POCK_DEBUG"):
+            raise
+        print(f"pock-train: error: {e}", file=sys.stderr)
+        return 1
+
+
+def _export_path(args, bundle: Bundle) -> Path:
+    return Path(args.export) if args.export else bundle.path / "tuned.safetensors"
+
+
+def _check_arguments(args, bundle: Bundle) -> None:
+    if args.batch_size is not None and args.batch_size != bundle.batch_size:
+        raise DataError(f"--batch-size {args.batch_size}: the bundle was compiled for batches of {bundle.batch_size} "
+                        f"(its example batch); recompile with pock-compile on a batch of {args.batch_size}")
+    for option in ("epochs", "checkpoint_every", "max_steps"):
+        value = getattr(args, option)
+        if value is not None and value < 1:
+            raise DataError(f"--{option.replace('_', '-')} must be at least 1, got {value}")
+    if args.resume and not args.checkpoint:
+        raise CheckpointError("--resume needs --checkpoint PATH")
+    if args.checkpoint_every and not args.checkpoint:
+        raise CheckpointError("--checkpoint-every needs --checkpoint PATH")
+    if args.checkpoint:
+        path = Path(args.checkpoint)
+        if args.resume and not path.exists():
+            raise CheckpointError(f"no checkpoint at {path} to resume from")
+        if not args.resume and path.exists():
+            raise CheckpointError(f"{path} exists: pass --resume to continue from it, or remove it to start over")
+        if not path.parent.is_dir():
+            raise CheckpointError(f"cannot write the checkpoint {path}: no directory {path.parent}")
+    export = _export_path(args, bundle)
+    if not export.parent.is_dir():
+        raise DataError(f"cannot write the tuned weights to {export}: no directory {export.parent}")
+
+
+def _resume(args, bundle: Bundle, train: Split) -> tuple[dict | None, dict]:
+    """(checkpoint, progress): where training starts, checked against this run's data and seed."""
+    if not args.resume:
+        return None, {"epoch": 0, "batch": 0, "shuffle_seed": 0 if args.seed is None else args.seed,
+                      "train_samples": len(train), "dropout_seed": 0}
+    checkpoint = load_checkpoint(args.checkpoint, bundle)
+    progress = checkpoint.progress
+    missing = [key for key in PROGRESS if not isinstance(progress.get(key), int)]
+    if missing:
+        raise CheckpointError(f"{args.checkpoint} lacks pock-train's position in the data ({', '.join(missing)}); "
+                              f"was it written by pock-train?")
+    if args.seed is not None and args.seed != progress["shuffle_seed"]:
+        raise CheckpointError(f"--seed {args.seed}: {args.checkpoint} was trained with seed {progress['shuffle_seed']}; "
+                              f"resuming keeps the run's data order (leave --seed out)")
+    if progress["train_samples"] != len(train):
+        raise CheckpointError(f"{args.checkpoint} was trained on {progress['train_samples']} samples, "
+                              f"{args.data} has {len(train)}: resuming would not continue the same data order")
+    return checkpoint, progress
+
+
+def _open_trainer(bundle: Bundle, device: str) -> Trainer:
+    try:
+        return Trainer.from_bundle(bundle, device)
+    except (RuntimeError, ValueError) as e:  # IREE: no such driver or no device for it
+        raise TargetError(f"cannot run the bundle on IREE device '{device}': {e}") from None
+
+
+def _run(args) -> int:
+    bundle = load_bundle(args.bundle)
+    device = args.device or bundle.target.device
+    bundle.target.check_runtime(device)
+    _check_arguments(args, bundle)
+    train, val = load_data(args.data, bundle)
+    checkpoint, progress = _resume(args, bundle, train)
+    export = _export_path(args, bundle)
+    # Everything is checked: from here on files are written.
+    trainer = _open_trainer(bundle, device)
+    if checkpoint:
+        trainer.load_state_dict(checkpoint.state_dict)
+        trainer.load_optimizer_state(checkpoint.optimizer_state)
+        trainer.seed = progress["dropout_seed"]
+    steps = checkpoint.steps if checkpoint else 0
+    saved_at = steps if checkpoint else None
+    batch_size, seed = bundle.batch_size, progress["shuffle_seed"]
+
+    def write_checkpoint(epoch: int, batch: int) -> None:
+        nonlocal saved_at
+        if args.checkpoint:
+            position = {"epoch": epoch, "batch": batch, "dropout_seed": trainer.seed}
+            save_checkpoint(args.checkpoint, trainer, {**progress, **position}, bundle.module_sha256)
+            saved_at = steps
+
+    if checkpoint:
+        print(f"resumed from {args.checkpoint}: epoch {progress['epoch'] + 1}, step {steps}")
+
+    def stop(steps: int) -> bool:
+        return args.max_steps is not None and steps >= args.max_steps
+
+    try:
+        epoch = progress["epoch"]
+        while epoch < args.epochs and not stop(steps):
+            order = batch_order(seed, epoch, len(train), batch_size)
+            done = progress["batch"] if epoch == progress["epoch"] else 0
+            bar = ProgressBar(epoch, args.epochs, len(order))
+            while done < len(order) and not stop(steps):
+                loss = trainer.step(*train.batch(order[done]))
+                steps, done = steps + 1, done + 1
+                bar.update(done, loss, final=done == len(order) or stop(steps))
+                # The epoch end and the stop write their own checkpoint.
+                if args.checkpoint_every and steps % args.checkpoint_every == 0 and done < len(order) and not stop(steps):
+                    write_checkpoint(epoch, done)
+            if done < len(order):  # stopped by --max-steps inside the epoch
+                write_checkpoint(epoch, done)
+                break
+            metrics = evaluate(trainer, val, batch_size) if val else {}
+            print(f"epoch {epoch + 1}/{args.epochs}: loss {bar.mean_loss:.4f}"
+                  + "".join(f", {k} {v:.4f}" for k, v in metrics.items()) + f", step {steps}", flush=True)
+            epoch += 1
+            write_checkpoint(epoch, 0)
+        atomic_write(export, save(bundle.torch_state_dict(trainer.state_dict()), metadata={"format": "pt"}))
+    except KeyboardInterrupt:
+        where = f"; {args.checkpoint} holds step {saved_at}" if args.checkpoint and saved_at is not None else ""
+        print(f"\npock-train: interrupted at step {steps}{where}", file=sys.stderr)
+        return 130
+    print(f"trained {steps} steps in all; tuned weights in {export}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,206 @@
+"""pock-compile and pock-train end to end on examples/mlp_digits.py, and their answers to bad input."""
+
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from pock_mlir.frontend import resolve_loss
+from pock_mlir.runtime import Trainer
+from pock_mlir.tools import pock_compile, pock_train
+
+REPO = Path(__file__).resolve().parents[1]
+VENV_BIN = Path(sys.executable).parent
+EXAMPLE = REPO / "examples" / "mlp_digits.py"
+
+
+def load_example():
+    spec = importlib.util.spec_from_file_location("mlp_digits", EXAMPLE)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture(scope="module")
+def example():
+    return load_example()
+
+
+@pytest.fixture(scope="module")
+def bundle(tmp_path_factory):
+    """The digits MLP with its first layer frozen, through the pock-compile console script."""
+    root = tmp_path_factory.mktemp("tools")
+    (root / "sparse.yaml").write_text('default: full\n"0": frozen\n')
+    result = subprocess.run([VENV_BIN / "pock-compile", EXAMPLE, "--optimizer", "sgd:lr=0.1,momentum=0.9",
+                             "--sparse", root / "sparse.yaml", "-o", root / "bundle"], capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+    assert "wrote" in result.stdout
+    return root / "bundle"
+
+
+@pytest.fixture(scope="module")
+def data(example, tmp_path_factory):
+    path = tmp_path_factory.mktemp("data") / "digits.npz"
+    np.savez(path, **example.load_data())
+    return path
+
+
+def test_manifest_describes_the_module(bundle):
+    manifest = json.loads((bundle / "manifest.json").read_text())
+    assert manifest["format"] == "pock-bundle" and manifest["model"] == "mlp_digits.py"
+    assert manifest["target"]["name"] == "host" and manifest["target"]["drivers"] == ["local-task", "local-sync"]
+    assert set(manifest["versions"]) >= {"pock-mlir", "iree-base-compiler", "iree-base-runtime", "torch"}
+    assert manifest["optimizer"] == {"name": "sgd", "lr": 0.1, "momentum": 0.9, "dampening": 0.0,
+                                     "weight_decay": 0.0, "nesterov": False}
+    assert manifest["trainable"] == ["2.weight", "2.bias", "4.weight", "4.bias"]
+    assert manifest["sparse"]["policies"]["0.weight"]["kind"] == "frozen"
+    assert manifest["sparse"]["policies"]["4.bias"]["kind"] == "full"
+    assert manifest["batch"]["inputs"] == [{"name": "input0", "shape": [64, 64], "dtype": "float32"}]
+    assert manifest["batch"]["target"] == {"name": "target", "shape": [64], "dtype": "int32"}
+    step = manifest["functions"]["train_step"]
+    assert [a["path"] for a in step["arguments"]][:6] == [f"params/{n}.npy" for n in (
+        "0.weight", "0.bias", "2.weight", "2.bias", "4.weight", "4.bias")]
+    assert [a["path"] for a in step["arguments"]][-3:] == ["optimizer/step.npy", "batch/input0.npy", "batch/target.npy"]
+    assert [r["path"] for r in step["results"]][:2] == ["loss.npy", "params/2.weight.npy"]
+    assert set(manifest["functions"]) == {"train_step", "gradients", "evaluate"}
+    for argument in step["arguments"]:  # what iree-run-module reads
+        array = np.load(bundle / "args" / argument["path"])
+        assert list(array.shape) == argument["shape"] and str(array.dtype) == argument["dtype"], argument["path"]
+
+
+def test_run_step_script_matches_the_python_runtime(bundle, example, tmp_path):
+    env = dict(os.environ, PATH=f"{VENV_BIN}{os.pathsep}{os.environ['PATH']}")  # the stock iree-run-module
+    subprocess.run(["sh", bundle / "run_step.sh", tmp_path / "out"], env=env, check=True, capture_output=True)
+    trainer = Trainer.from_bundle(bundle)
+    loss = trainer.step(*example.example_batch())
+    assert float(np.load(tmp_path / "out" / "loss.npy")) == pytest.approx(loss, rel=1e-6)
+    state, optimizer = trainer.state_dict(), trainer.optimizer_state()
+    for name in ("2.weight", "4.bias"):
+        np.testing.assert_allclose(np.load(tmp_path / "out" / "params" / f"{name}.npy"), state[name], rtol=1e-6, atol=1e-7)
+        np.testing.assert_allclose(np.load(tmp_path / "out" / "optimizer" / f"{name}.momentum_buffer.npy"),
+                                   optimizer[f"{name}.momentum_buffer"], rtol=1e-6, atol=1e-7)
+    assert not (tmp_path / "out" / "params" / "0.weight.npy").exists()  # frozen: an argument only
+    assert float(np.load(tmp_path / "out" / "optimizer" / "step.npy")) == 1
+
+
+def torch_accuracy(model, x, y, batch):
+    full = len(x) // batch * batch
+    with torch.no_grad():
+        predicted = model(torch.from_numpy(x[:full])).argmax(1).numpy()
+    return float((predicted == y[:full]).mean())
+
+
+def test_train_reports_progress_evaluates_and_exports_a_torch_state_dict(bundle, data, example, tmp_path):
+    export = tmp_path / "tuned.safetensors"
+    result = subprocess.run([VENV_BIN / "pock-train", bundle, "--data", data, "--epochs", "2", "--batch-size", "64",
+                             "--checkpoint", tmp_path / "run.ckpt", "--export", export], capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+    epochs = [line for line in result.stdout.splitlines() if line.startswith("epoch ")]
+    assert len(epochs) == 2 and "val_loss" in epochs[1] and "val_accuracy" in epochs[1]
+    assert "epoch 2/2 [" in result.stderr and "steps/s" in result.stderr
+    assert (tmp_path / "run.ckpt").exists()
+
+    model = example.model()
+    initial = {n: v.clone() for n, v in model.state_dict().items()}
+    model.load_state_dict(load_file(export))  # strict: every parameter and buffer is there
+    assert torch.equal(model.state_dict()["0.weight"], initial["0.weight"])  # frozen
+    assert not torch.equal(model.state_dict()["4.weight"], initial["4.weight"])
+    reported = float(epochs[1].split("val_accuracy ")[1].split(",")[0])
+    values = example.load_data()
+    assert torch_accuracy(model, values["x_val"], values["y_val"], 64) == pytest.approx(reported, abs=1e-4)
+    assert reported > 0.5
+
+
+def write_npz(path, **arrays):
+    np.savez(path, **arrays)
+    return path
+
+
+@pytest.mark.parametrize("change, message", [
+    (lambda d: d.update(x_train=d["x_train"][:, :63]), "x_train has samples of shape (63,), the bundle takes (64,)"),
+    (lambda d: d.update(x_val=d["x_val"].astype(np.float64)), "x_val has dtype float64, the bundle takes float32"),
+    (lambda d: d.update(y_train=d["y_train"].astype(np.float32)), "y_train has dtype float32, the bundle takes int32"),
+    (lambda d: d.pop("y_val"), "lacks y_val"),
+    (lambda d: d.update(y_train=d["y_train"][:100]), "x_train has 1437 samples and y_train has 100 samples"),
+], ids=["sample shape", "input dtype", "target dtype", "missing array", "sample counts"])
+def test_data_that_does_not_fit_is_refused(bundle, example, tmp_path, capsys, change, message):
+    arrays = example.load_data()
+    change(arrays)
+    path = write_npz(tmp_path / "bad.npz", **arrays)
+    export = tmp_path / "tuned.safetensors"
+    assert pock_train.main([str(bundle), "--data", str(path), "--checkpoint", str(tmp_path / "c.ckpt"),
+                            "--export", str(export)]) == 1
+    err = capsys.readouterr().err
+    assert message in err and "Traceback" not in err
+    assert not export.exists() and not (tmp_path / "c.ckpt").exists()
+
+
+@pytest.mark.parametrize("arguments, message", [
+    (["--batch-size", "32"], "the bundle was compiled for batches of 64"),
+    (["--device", "vulkan"], "runs on device local-task or local-sync, not 'vulkan'"),
+    (["--resume"], "--resume needs --checkpoint"),
+    (["--epochs", "0"], "--epochs must be at least 1"),
+])
+def test_bad_arguments_are_refused(bundle, data, capsys, arguments, message):
+    assert pock_train.main([str(bundle), "--data", str(data), *arguments]) == 1
+    assert message in capsys.readouterr().err
+
+
+def test_not_a_bundle_and_not_an_npz(bundle, data, tmp_path):
+    np.save(tmp_path / "one.npy", np.zeros(3))
+    for arguments, message in [([tmp_path, "--data", data], "is not a pock bundle (no manifest.json)"),
+                               ([bundle, "--data", tmp_path / "one.npy"], "is a single array"),
+                               ([bundle, "--data", tmp_path / "missing.npz"], "cannot read")]:
+        result = subprocess.run([VENV_BIN / "pock-train", *arguments], capture_output=True, text=True)
+        assert result.returncode == 1 and message in result.stderr and "Traceback" not in result.stderr, result.stderr
+
+
+@pytest.mark.parametrize("model_text, arguments, message", [
+    (None, ["--target", "arm"], "unknown target 'arm'"),
+    (None, ["--optimizer", "sgd:lr=-1"], "SGD lr must be > 0"),
+    (None, ["--optimizer", "rmsprop:lr=1"], "unknown optimizer 'rmsprop'"),
+    ("import torch\ndef model():\n    return torch.nn.Linear(2, 2)\n", [], "must define example_batch()"),
+    ("def model():\n    raise RuntimeError('no weights')\ndef example_batch():\n    pass\n", [],
+     "failed: RuntimeError: no weights"),
+])
+def test_compile_errors_are_one_message(tmp_path, capsys, model_text, arguments, message):
+    model = EXAMPLE
+    if model_text is not None:
+        model = tmp_path / "model.py"
+        model.write_text(model_text)
+    assert pock_compile.main([str(model), "-o", str(tmp_path / "bundle"), *arguments]) == 1
+    assert message in capsys.readouterr().err
+    assert not (tmp_path / "bundle").exists()
+
+
+def test_compile_refuses_to_replace_a_directory_that_is_not_a_bundle(tmp_path, capsys):
+    (tmp_path / "precious").mkdir()
+    (tmp_path / "precious" / "notes.txt").write_text("keep me")
+    assert pock_compile.main([str(EXAMPLE), "-o", str(tmp_path / "precious")]) == 1
+    assert "exists and is not a pock bundle" in capsys.readouterr().err
+    assert (tmp_path / "precious" / "notes.txt").read_text() == "keep me"
+
+
+EXAMPLE_MODELS = sorted(p.name for p in (REPO / "examples").glob("*.py") if "def example_batch(" in p.read_text())
+
+
+@pytest.mark.parametrize("name", EXAMPLE_MODELS)
+def test_example_model_files_follow_the_contract(name):
+    """Each example loads as pock-compile loads it, and its data fits its example batch."""
+    model, inputs, target, loss = pock_compile.load_model_file(str(REPO / "examples" / name))
+    with torch.no_grad():
+        assert resolve_loss(loss)(model(inputs), target).dim() == 0
+    spec = importlib.util.spec_from_file_location(name, REPO / "examples" / name)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    data = module.load_data()
+    for split in ("train", "val"):
+        assert data[f"x_{split}"].shape[1:] == tuple(inputs.shape[1:]) and data[f"x_{split}"].dtype == inputs.numpy().dtype
+        assert data[f"y_{split}"].shape[1:] == tuple(target.shape[1:]) and data[f"y_{split}"].dtype == target.numpy().dtype
