@@ -1,8 +1,8 @@
 """pock-autodiff: expand pock.grad ops into torch-dialect backward ops.
 
 All pock.grad ops of one loss share a single reverse sweep, emitted before the first of
-them; each is then replaced by its parameter's gradient (a leading channel slice of it
-when the op asks for fewer channels, zeros when the loss does not depend on the parameter).
+them; each is then replaced by its parameter's gradient (pock.channel_slice of it when the
+op asks for fewer channels, zeros when the loss does not depend on the parameter).
 """
 
 from dataclasses import dataclass
@@ -41,8 +41,9 @@ class AutodiffPass(ModulePass):
             b = TorchBuilder(ir.InsertionPoint(op), op.location)
             if grad is None:
                 grad = b.zeros_like(op.operands[1])
-            wanted = b.type_of(op.results[0])
-            if b.shape(grad) != wanted.shape:
-                grad = b.aten.slice.Tensor(grad, 0, 0, wanted.shape[0], 1)
+            if b.shape(grad) != b.shape(op.results[0]):  # pock-sparse-bp moves this slice into the backward
+                grad = ir.Operation.create("pock.channel_slice", results=[op.results[0].type], operands=[grad], attributes={
+                    "channels": ir.IntegerAttr.get(ir.IntegerType.get_signless(64), b.shape(op.results[0])[0])},
+                    loc=op.location, ip=b.ip).results[0]
             op.results[0].replace_all_uses_with(grad)
             op.operation.erase()

@@ -5,6 +5,7 @@ from .pock_backend_switch import BackendSwitchPass
 from .pock_dce import DeadCodeEliminationPass
 from .pock_lower_optimizers import LowerOptimizersPass
 from .pock_reorder_updates import ReorderUpdatesPass
+from .pock_sparse_bp import SparseBackpropPass
 from .pock_strip_params import StripParamsPass
 
 PASSES = {
@@ -15,6 +16,7 @@ PASSES = {
         DeadCodeEliminationPass,
         LowerOptimizersPass,
         ReorderUpdatesPass,
+        SparseBackpropPass,
         StripParamsPass,
     )
 }

@@ -19,7 +19,7 @@ from pock_mlir.training import build_training_functions
 # "{target}" stands for the target's name (its tuning table: pock_mlir/tuning/<name>.json).
 STAGE_PIPELINES = {
     "autodiff": "inline,pock-autodiff,pock-dce",
-    "sparse": "pock-dce",
+    "sparse": "pock-sparse-bp",
     "lowered": "pock-backend-switch{target={target}},pock-reorder-updates,pock-lower-optimizers,pock-strip-params,"
                "pock-dce,canonicalize",
 }
@@ -70,7 +70,7 @@ def compile_training(model, example_inputs, example_target, *, loss="cross_entro
         timings["import"] = time.perf_counter() - start
         log(f"imported {len(imported.params)} parameters in {timings['import']:.1f}s")
 
-        scheme = resolve_sparse(sparse, model, [p.name for p in imported.params])
+        scheme = resolve_sparse(sparse, model, {p.name: p.shape for p in imported.params})
         signature = build_training_functions(imported, optimizer, scheme.policies)
         stages["training"] = str(imported.module)
 

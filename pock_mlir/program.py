@@ -44,6 +44,13 @@ class TrainingProgram:
             raise RuntimeError(f"IREE failed to compile the training program for target {self.target.name}:\n"
                                f"{str(e)[:4000]}") from None
 
+    def report(self):
+        """Each parameter's update policy and the backward's cost, full BP next to this program's
+        sparse BP: ops, FLOPs, saved activations, gradients (see pock_mlir.report)."""
+        from pock_mlir.report import report
+
+        return report(self.stages["training"], "train_step", self.scheme.source)
+
     def backend_report(self, function: str = "train_step") -> str:
         """What pock-backend-switch chose for each convolution of `function` and why (the
         measurements in pock_mlir/tuning/<target>.json that decided it)."""

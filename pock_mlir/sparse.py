@@ -1,9 +1,40 @@
 """Sparse-update schemes: which parameters (and which of their output channels) to train.
 
-A scheme maps glob patterns over parameter names or module names to a policy:
-`full`, `frozen`, `bias` (the module's biases only) or a ratio r in (0, 1] (the first
-ceil(r * C) output channels). Later patterns override earlier ones; parameters no pattern
-names take `default` (frozen unless said otherwise).
+`compile_training(..., sparse=...)` takes None (train everything), a dict, a `SparseUpdate`,
+a preset name or the path of a YAML/JSON file holding the dict. The dict maps glob patterns
+to policies; a pattern names parameters (`features.3.conv.0.weight`) or modules
+(`features.3`, which covers every parameter inside it):
+
+    preset: mobilenet-last-2        # optional: start from a preset, the patterns refine it
+    default: frozen                 # parameters no pattern names (frozen unless said otherwise)
+    "*.bias": full                  # quote patterns that start with * in YAML (an alias otherwise)
+    features.16.conv.0: 0.25        # a ratio r in (0, 1]: the first ceil(r * C) output channels
+    classifier: full
+
+Policies: `full`, `frozen`, `bias` (the matched modules update their biases only) or a
+ratio. Patterns apply in order, so a later, more specific pattern overrides an earlier,
+broader one. A pattern that matches nothing, a ratio outside (0, 1], `bias` on modules
+without a bias and a ratio on a scalar are SparseConfigErrors naming the closest names.
+
+Presets (following PockEngine's schemes), by name or `SparseUpdate.preset(family, k=...)`:
+
+    full                  every parameter
+    bias-only             every bias
+    last-K                the last K layers: every parameter-holding module from the K-th last
+                          layer that is not a normalization on (norms go with the layer before)
+    mobilenet-last-K      every bias, plus the first pointwise (1x1, ungrouped) conv of each of
+                          the last K blocks
+    transformer-last-K    every bias and normalization parameter, plus the attention
+                          projections and the first FFN linear of each of the last K blocks
+
+Structure comes from module types and names, in definition order. A block is an element of
+an nn.Sequential or nn.ModuleList that contains exactly one depthwise conv (groups ==
+in_channels > 1; MobileNet's inverted residuals) or one attention module (a type whose name
+contains "Attention", e.g. nn.MultiheadAttention), not nested in another such block. A
+block's first FFN linear is its first nn.Linear outside the attention module. A
+normalization is a module whose type name contains "Norm". Presets other than `full` and
+`bias-only` need the PyTorch model, so `pock-sparse-bp{config=FILE}` on bare IR takes only
+patterns and those two.
 """
 
 from __future__ import annotations
@@ -11,8 +42,12 @@ from __future__ import annotations
 import difflib
 import fnmatch
 import json
+import math
 import os
+import re
 from dataclasses import dataclass, field
+
+import torch.nn as nn
 
 from pock_mlir.training import Policy
 
@@ -21,73 +56,269 @@ class SparseConfigError(ValueError):
     pass
 
 
+_PRESET = re.compile(r"^(?:(full|bias-only)|(?:(mobilenet|transformer)-)?last-(\d+))$")
+
+
 @dataclass
 class SparseUpdate:
+    """Patterns -> policies, applied in order over `default`, optionally refining a preset."""
+
     rules: list[tuple[str, object]] = field(default_factory=list)
     default: object = "frozen"
+    base_preset: str | None = None  # e.g. "mobilenet-last-4"; resolved against the model
 
     @staticmethod
-    def from_mapping(mapping: dict) -> SparseUpdate:
+    def preset(family: str, k: int | None = None) -> SparseUpdate:
+        """SparseUpdate.preset("mobilenet", k=4) is the preset "mobilenet-last-4"."""
+        if family in ("last", "mobilenet", "transformer") and k is None:
+            raise SparseConfigError(f"preset '{family}' needs k, how many of the last blocks to update")
+        name = family if k is None else f"last-{k}" if family == "last" else f"{family}-last-{k}"
+        _parse_preset(name)
+        return SparseUpdate(base_preset=name)
+
+    @staticmethod
+    def from_mapping(mapping: dict, where: str = "sparse") -> SparseUpdate:
         mapping = dict(mapping)
         default = mapping.pop("default", "frozen")
-        return SparseUpdate(rules=list(mapping.items()), default=default)
+        preset = mapping.pop("preset", None)
+        if preset is not None:
+            _parse_preset(preset, where)
+        bad = [key for key in mapping if not isinstance(key, str)]
+        if bad:
+            raise SparseConfigError(f"{where}: patterns must be strings, got {bad[0]!r}")
+        return SparseUpdate(rules=list(mapping.items()), default=default, base_preset=preset)
 
 
 @dataclass
 class SparseScheme:
-    """The resolved scheme: a Policy for every parameter tensor."""
+    """The resolved scheme: a Policy for every parameter tensor, and where it came from."""
 
     policies: dict[str, Policy]
     source: str = "full"
 
 
-def _policy_for(value, name: str, is_bias: bool, where: str) -> Policy:
-    if isinstance(value, str):
-        if value == "full":
-            return Policy("full")
-        if value == "frozen":
-            return Policy("frozen")
-        if value == "bias":
-            return Policy("full") if is_bias else Policy("frozen")
-        raise SparseConfigError(f"{where}: unknown policy '{value}'; use full, frozen, bias or a ratio in (0, 1]")
-    if isinstance(value, (int, float)) and not isinstance(value, bool):
-        if not 0 < value <= 1:
-            raise SparseConfigError(f"{where}: channel ratio must be in (0, 1], got {value}")
-        return Policy("full") if value == 1 else Policy("channels", float(value))
-    raise SparseConfigError(f"{where}: a policy is full, frozen, bias or a number in (0, 1], got {value!r}")
+def _parse_preset(name, where: str = "sparse") -> tuple[str, int | None]:
+    m = _PRESET.match(name) if isinstance(name, str) else None
+    if not m:
+        raise SparseConfigError(
+            f"{where}: unknown preset {name!r}; presets: full, bias-only, last-K, mobilenet-last-K, "
+            f"transformer-last-K (for example mobilenet-last-4)")
+    if m.group(1):
+        return m.group(1), None
+    k = int(m.group(3))
+    if k < 1:
+        raise SparseConfigError(f"{where}: preset {name!r} needs K >= 1")
+    return m.group(2) or "last", k
 
 
-def _load(sparse) -> SparseUpdate:
+def _load(sparse) -> tuple[SparseUpdate, str]:
+    """The SparseUpdate a `sparse=` argument describes, and a description of its source."""
     if isinstance(sparse, SparseUpdate):
-        return sparse
+        return sparse, f"preset {sparse.base_preset}" if sparse.base_preset and not sparse.rules else "custom"
     if isinstance(sparse, dict):
-        return SparseUpdate.from_mapping(sparse)
-    if isinstance(sparse, (str, os.PathLike)) and os.path.exists(sparse):
-        text = open(sparse).read()
-        if str(sparse).endswith(".json"):
+        return SparseUpdate.from_mapping(sparse), "custom"
+    if isinstance(sparse, (str, os.PathLike)) and os.path.isfile(sparse):
+        return SparseUpdate.from_mapping(_read_file(os.fspath(sparse)), os.fspath(sparse)), os.fspath(sparse)
+    if isinstance(sparse, str) and _PRESET.match(sparse):
+        return SparseUpdate(base_preset=sparse), f"preset {sparse}"
+    if isinstance(sparse, str):
+        raise SparseConfigError(
+            f"sparse={sparse!r} is neither a preset (full, bias-only, last-K, mobilenet-last-K, "
+            f"transformer-last-K) nor an existing YAML/JSON file")
+    raise SparseConfigError(
+        f"sparse= takes None, a dict, a SparseUpdate, a preset name or a YAML/JSON path; got {sparse!r}")
+
+
+def _read_file(path: str) -> dict:
+    text = open(path).read()
+    try:
+        if path.endswith(".json"):
             data = json.loads(text)
         else:
             import yaml
 
             data = yaml.safe_load(text)
-        if not isinstance(data, dict):
-            raise SparseConfigError(f"{sparse}: expected a mapping of patterns to policies")
-        return SparseUpdate.from_mapping(data)
-    raise SparseConfigError(f"sparse= takes None, a dict, a SparseUpdate or a YAML/JSON path; got {sparse!r}")
+    except Exception as e:
+        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise SparseConfigError(f"{path}: cannot parse ({first}); in YAML, quote patterns that start with '*'") from None
+    if not isinstance(data, dict):
+        raise SparseConfigError(f"{path}: expected a mapping of patterns to policies, got {type(data).__name__}")
+    return data
 
 
-def resolve_sparse(sparse, model, param_names: list[str]) -> SparseScheme:
-    if sparse is None or sparse == "full":
-        return SparseScheme({n: Policy("full") for n in param_names}, "full")
-    scheme = _load(sparse)
-    module_of = {n: n.rpartition(".")[0] for n in param_names}
-    policies = {n: _policy_for(scheme.default, n, n.endswith("bias"), "default") for n in param_names}
-    for pattern, value in scheme.rules:
-        matched = [n for n in param_names if fnmatch.fnmatchcase(n, pattern) or fnmatch.fnmatchcase(module_of[n], pattern)]
-        if not matched:
-            close = difflib.get_close_matches(pattern, param_names + sorted(set(module_of.values())), n=5, cutoff=0.3)
-            hint = f"; closest names: {', '.join(close)}" if close else f"; parameters are: {', '.join(param_names[:10])}"
-            raise SparseConfigError(f"pattern '{pattern}' matches no parameter or module{hint}")
+# -- model structure ------------------------------------------------------------------------
+
+def _is_bias(name: str) -> bool:
+    leaf = name.rpartition(".")[2]
+    return leaf == "bias" or leaf.endswith("_bias")
+
+
+def _is_norm(module: nn.Module) -> bool:
+    return "norm" in type(module).__name__.lower()
+
+
+def _is_depthwise(module: nn.Module) -> bool:
+    return isinstance(module, nn.modules.conv._ConvNd) and module.groups > 1 and module.groups == module.in_channels
+
+
+def _is_pointwise(module: nn.Module) -> bool:
+    return isinstance(module, nn.modules.conv._ConvNd) and module.groups == 1 and all(k == 1 for k in module.kernel_size)
+
+
+def _is_attention(module: nn.Module) -> bool:
+    return "attention" in type(module).__name__.lower()
+
+
+def _qualified(prefix: str, name: str) -> str:
+    return f"{prefix}.{name}" if prefix and name else prefix or name
+
+
+def _params_of(model: nn.Module, module_name: str, recurse: bool = True) -> list[str]:
+    module = model.get_submodule(module_name)
+    return [_qualified(module_name, n) for n, _ in module.named_parameters(recurse=recurse)]
+
+
+def _blocks(model: nn.Module, is_core) -> list[str]:
+    """Names of the blocks around `is_core` modules (see the module docstring), in order."""
+    modules = dict(model.named_modules())
+    core = [name for name, m in modules.items() if is_core(m)]
+    # A core module nested in another (attention inside attention) is part of the outer one.
+    core = [c for c in core if not any(c.startswith(o + ".") for o in core)]
+    blocks = []
+    for name in modules:
+        parent = modules.get(name.rpartition(".")[0]) if name else None
+        if not isinstance(parent, (nn.Sequential, nn.ModuleList)) or any(name.startswith(b + ".") for b in blocks):
+            continue
+        if len([c for c in core if c == name or c.startswith(name + ".")]) == 1:
+            blocks.append(name)
+    return blocks
+
+
+def _last_layers(model: nn.Module, k: int) -> list[str]:
+    layers = [name for name, m in model.named_modules() if list(m.parameters(recurse=False))]
+    compute = [i for i, name in enumerate(layers) if not _is_norm(model.get_submodule(name))]
+    if k > len(compute):
+        raise SparseConfigError(f"preset 'last-{k}': the model has only {len(compute)} layers "
+                                f"({', '.join(layers[i] for i in compute)})")
+    return [n for name in layers[compute[-k]:] for n in _params_of(model, name, recurse=False)]
+
+
+def _block_parameters(model: nn.Module, family: str, k: int) -> list[str]:
+    """The parameters a mobilenet-/transformer-last-k preset updates inside the last k blocks."""
+    is_core = _is_depthwise if family == "mobilenet" else _is_attention
+    what = "depthwise-conv blocks" if family == "mobilenet" else "attention blocks"
+    blocks = _blocks(model, is_core)
+    if not blocks:
+        types = sorted({type(m).__name__ for m in model.modules()})
+        raise SparseConfigError(f"preset '{family}-last-{k}' found no {what} in the model (module types: "
+                                f"{', '.join(types)}); use last-K or patterns instead")
+    if k > len(blocks):
+        raise SparseConfigError(f"preset '{family}-last-{k}': the model has only {len(blocks)} {what} "
+                                f"({', '.join(blocks)})")
+    chosen = []
+    for block in blocks[-k:]:
+        members = [(_qualified(block, n), m) for n, m in model.get_submodule(block).named_modules()]
+        if family == "mobilenet":
+            pointwise = next((name for name, m in members if _is_pointwise(m)), None)
+            if pointwise is None:
+                raise SparseConfigError(f"preset 'mobilenet-last-{k}': block {block} has no pointwise (1x1) conv")
+            chosen += _params_of(model, pointwise)
+            continue
+        attention = next(name for name, m in members if is_core(m))
+        chosen += _params_of(model, attention)
+        ffn = next((name for name, m in members if isinstance(m, nn.Linear)
+                    and not name.startswith(attention + ".")), None)
+        if ffn is not None:
+            chosen += _params_of(model, ffn)
+    return chosen
+
+
+def preset_parameters(preset: str, model: nn.Module | None, names: list[str]) -> list[str]:
+    """The parameters a preset updates in full (every other one is frozen)."""
+    family, k = _parse_preset(preset)
+    biases = [n for n in names if _is_bias(n)]
+    if family == "full":
+        return list(names)
+    if family == "bias-only":
+        if not biases:
+            raise SparseConfigError("preset 'bias-only': the model has no bias parameters")
+        return biases
+    if model is None:
+        raise SparseConfigError(f"preset '{preset}' reads the model's structure; without the PyTorch model "
+                                f"(pock-opt) use patterns, full or bias-only")
+    if family == "last":
+        return _last_layers(model, k)
+    chosen = biases + _block_parameters(model, family, k)
+    if family == "transformer":
+        chosen += [n for name, m in model.named_modules() if _is_norm(m) for n in _params_of(model, name, recurse=False)]
+    return [n for n in names if n in set(chosen)]
+
+
+# -- resolution -----------------------------------------------------------------------------
+
+def _matches(pattern: str, name: str) -> bool:
+    """A pattern names a parameter or any module that contains it."""
+    parts = name.split(".")
+    return any(fnmatch.fnmatchcase(".".join(parts[:i]), pattern) for i in range(1, len(parts) + 1))
+
+
+def _closest(pattern: str, candidates: list[str]) -> str:
+    close = difflib.get_close_matches(pattern, candidates, n=5, cutoff=0.3)
+    return ", ".join(close or candidates[:8]) or "none"
+
+
+def _module_names(names: list[str]) -> list[str]:
+    modules = {}
+    for n in names:
+        parts = n.split(".")
+        for i in range(1, len(parts)):
+            modules.setdefault(".".join(parts[:i]))
+    return list(modules)
+
+
+def _apply(value, matched: list[str], shapes: dict[str, tuple], pattern: str | None,
+           policies: dict[str, Policy]) -> None:
+    """Set the policy `value` on the `matched` parameters (by `pattern`, None for default)."""
+    where = "default" if pattern is None else f"pattern '{pattern}'"
+    if value in ("full", "frozen"):
+        policies.update({n: Policy(value) for n in matched})
+    elif value == "bias":
+        if not any(_is_bias(n) for n in matched):
+            with_bias = [n.rpartition(".")[0] for n in shapes if _is_bias(n)]
+            raise SparseConfigError(f"{where}: policy 'bias', but it matches no bias parameter ({', '.join(matched[:4])}); "
+                                    f"closest modules with a bias: {_closest(pattern or '', with_bias)}")
+        policies.update({n: Policy("full" if _is_bias(n) else "frozen") for n in matched})
+    elif isinstance(value, (int, float)) and not isinstance(value, bool):
+        if not 0 < value <= 1:
+            raise SparseConfigError(f"{where}: channel ratio must be in (0, 1], got {value}")
         for n in matched:
-            policies[n] = _policy_for(value, n, n.endswith("bias"), f"pattern '{pattern}'")
-    return SparseScheme(policies, "custom")
+            shape = shapes[n]
+            if not shape:
+                raise SparseConfigError(f"{where}: ratio {value} on {n}, a scalar with no output-channel "
+                                        f"dimension; give it full or frozen")
+            policy = Policy("channels", float(value))
+            policies[n] = policy if policy.channels(shape) < shape[0] else Policy("full")
+    else:
+        raise SparseConfigError(f"{where}: unknown policy {value!r}; use full, frozen, bias or a ratio in (0, 1]")
+
+
+def resolve_sparse(sparse, model: nn.Module | None, params: dict[str, tuple]) -> SparseScheme:
+    """A Policy for each parameter (given by name with its shape) under `sparse`; `model` is
+    read only by the structural presets (last-K, mobilenet-last-K, transformer-last-K)."""
+    names = list(params)
+    if sparse is None:
+        return SparseScheme({n: Policy("full") for n in names}, "full")
+    scheme, source = _load(sparse)
+    rules = list(scheme.rules)
+    if scheme.base_preset is not None:
+        rules = [(n, "full") for n in preset_parameters(scheme.base_preset, model, names)] + rules
+    policies: dict[str, Policy] = {}
+    _apply(scheme.default, names, params, None, policies)
+    candidates = names + _module_names(names)
+    for pattern, value in rules:
+        matched = [n for n in names if _matches(pattern, n)]
+        if not matched:
+            raise SparseConfigError(f"pattern '{pattern}' matches no parameter or module; closest names: "
+                                    f"{_closest(pattern, candidates)}")
+        _apply(value, matched, params, pattern, policies)
+    return SparseScheme(policies, source)

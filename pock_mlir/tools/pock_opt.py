@@ -16,6 +16,7 @@ from torch_mlir import ir
 from pock_mlir.context import make_context
 from pock_mlir.passes import PASSES, PipelineError, run_pipeline
 from pock_mlir.passes.pipeline import build_pass_manager
+from pock_mlir.report import ReportError, module_reports
 
 SPLIT_MARKER = "// -----"
 _LOCATION = re.compile(r'"(?P<file>[^"]*)":(?P<line>\d+):(?P<col>\d+)')
@@ -127,6 +128,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--mlir-print-ir-after-all", action="store_true", help="print the IR after every pass (stderr)")
     parser.add_argument("--list-passes", action="store_true", help="list pock passes with their options")
     parser.add_argument("--emit-irdl", action="store_true", help="print the pock dialect as IRDL (for --irdl-file)")
+    parser.add_argument("--pock-report", action="store_true",
+                        help="print the sparse-backpropagation report of the (training-stage) result instead of its IR")
     return parser
 
 
@@ -134,7 +137,7 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return _run(args)
-    except PipelineError as e:
+    except (PipelineError, ReportError) as e:
         print(f"pock-opt: error: {e}", file=sys.stderr)
         return 1
     except OSError as e:
@@ -182,7 +185,7 @@ def _run(args) -> int:
                 print(f"{filename}:{d.line}:{d.col}: {d.severity}: {d.message}", file=sys.stderr)
             failed |= result is None
         if result is not None:
-            outputs.append(result)
+            outputs.append("\n\n".join(map(str, module_reports(result))) + "\n" if args.pock_report else result)
     _write(f"\n{SPLIT_MARKER}\n".join(outputs), args.output)
     return 1 if failed else 0
 

@@ -1,0 +1,128 @@
+// RUN: pock-opt %s -p 'pock-autodiff,pock-sparse-bp' | filecheck %s
+// RUN: pock-opt %s -p 'pock-autodiff' | filecheck %s --check-prefix=AUTODIFF
+// RUN: echo '{"cfg.fc1": 0.5}' > %t.json
+// RUN: pock-opt %s -p 'pock-sparse-bp{config=%t.json}' | filecheck %s --check-prefix=CONFIG
+
+// A frozen first layer: the only backward matmul is the second layer's weight gradient; no
+// ReLU backward and no input gradient for the frozen layer.
+// CHECK-LABEL: func.func @frozen_layer
+// CHECK: torch.aten.mm {{.*}} -> !torch.vtensor<[5,4],f32>
+// CHECK: torch.aten.mm {{.*}} -> !torch.vtensor<[5,2],f32>
+// CHECK-NOT: threshold_backward
+// CHECK-NOT: -> !torch.vtensor<[5,4],f32>
+// CHECK: torch.aten.mm {{.*}} : !torch.vtensor<[4,5],f32>, !torch.vtensor<[5,2],f32> -> !torch.vtensor<[4,2],f32>
+// CHECK-NOT: torch.aten.mm
+// CHECK: return
+func.func @frozen_layer(%w0: !torch.vtensor<[4,3],f32>, %w1: !torch.vtensor<[2,4],f32>, %x: !torch.vtensor<[5,3],f32>) -> (!torch.vtensor<[],f32>, !torch.vtensor<[2,4],f32>) {
+  %p0 = "pock.param"(%w0) {param_name = "fc0.weight", policy = "frozen", ratio = 1.0 : f64} : (!torch.vtensor<[4,3],f32>) -> !torch.vtensor<[4,3],f32>
+  %p1 = "pock.param"(%w1) {param_name = "fc1.weight", policy = "full", ratio = 1.0 : f64} : (!torch.vtensor<[2,4],f32>) -> !torch.vtensor<[2,4],f32>
+  %t0 = torch.aten.t %p0 : !torch.vtensor<[4,3],f32> -> !torch.vtensor<[3,4],f32>
+  %h = torch.aten.mm %x, %t0 : !torch.vtensor<[5,3],f32>, !torch.vtensor<[3,4],f32> -> !torch.vtensor<[5,4],f32>
+  %r = torch.aten.relu %h : !torch.vtensor<[5,4],f32> -> !torch.vtensor<[5,4],f32>
+  %t1 = torch.aten.t %p1 : !torch.vtensor<[2,4],f32> -> !torch.vtensor<[4,2],f32>
+  %o = torch.aten.mm %r, %t1 : !torch.vtensor<[5,4],f32>, !torch.vtensor<[4,2],f32> -> !torch.vtensor<[5,2],f32>
+  %none = torch.constant.none
+  %loss = torch.aten.sum %o, %none : !torch.vtensor<[5,2],f32>, !torch.none -> !torch.vtensor<[],f32>
+  %g1 = "pock.grad"(%loss, %p1) : (!torch.vtensor<[],f32>, !torch.vtensor<[2,4],f32>) -> !torch.vtensor<[2,4],f32>
+  return %loss, %g1 : !torch.vtensor<[],f32>, !torch.vtensor<[2,4],f32>
+}
+
+// Half the output channels of fc1: pock-autodiff computes the full [4,8] weight gradient and
+// slices it afterwards; pock-sparse-bp moves the slice before the matmul, which then yields
+// the [4,4] gradient directly. The output cotangent is needed for the kept channels only, so
+// even the ReLU backward runs on them (on a slice of the forward's ReLU output), and the bias
+// gradient sums the same [5,4] cotangent.
+// AUTODIFF-LABEL: func.func @channel_sparse_weight
+// AUTODIFF: %[[FULL:.*]] = torch.aten.mm {{.*}} -> !torch.vtensor<[4,8],f32>
+// AUTODIFF: %[[T:.*]] = torch.aten.t %[[FULL]] : !torch.vtensor<[4,8],f32> -> !torch.vtensor<[8,4],f32>
+// AUTODIFF: "pock.channel_slice"(%[[T]]) {channels = 4 : i64} : (!torch.vtensor<[8,4],f32>) -> !torch.vtensor<[4,4],f32>
+// CHECK-LABEL: func.func @channel_sparse_weight
+// CHECK: %[[RELU:.*]] = torch.aten.relu {{.*}} -> !torch.vtensor<[5,8],f32>
+// CHECK: %[[KEPT:.*]] = torch.aten.slice.Tensor %[[RELU]], {{.*}} -> !torch.vtensor<[5,4],f32>
+// CHECK: %[[G:.*]] = torch.aten.threshold_backward %{{.*}}, %[[KEPT]], %{{.*}} -> !torch.vtensor<[5,4],f32>
+// CHECK: %[[GB:.*]] = torch.aten.sum.dim_IntList %[[G]]{{.*}} -> !torch.vtensor<[1,4],f32>
+// CHECK: %[[BIAS:.*]] = torch.aten.view %[[GB]]{{.*}} -> !torch.vtensor<[4],f32>
+// CHECK: %[[GW:.*]] = torch.aten.mm %{{.*}}, %[[G]] : !torch.vtensor<[4,5],f32>, !torch.vtensor<[5,4],f32> -> !torch.vtensor<[4,4],f32>
+// CHECK: %[[W:.*]] = torch.aten.t %[[GW]] : !torch.vtensor<[4,4],f32> -> !torch.vtensor<[4,4],f32>
+// CHECK-NOT: pock.channel_slice
+// CHECK-NOT: -> !torch.vtensor<[8,4],f32>
+// CHECK: return %{{.*}}, %[[W]], %[[BIAS]] : !torch.vtensor<[],f32>, !torch.vtensor<[4,4],f32>, !torch.vtensor<[4],f32>
+func.func @channel_sparse_weight(%w0: !torch.vtensor<[4,3],f32>, %w1: !torch.vtensor<[8,4],f32>, %b1: !torch.vtensor<[8],f32>, %x: !torch.vtensor<[5,3],f32>) -> (!torch.vtensor<[],f32>, !torch.vtensor<[4,4],f32>, !torch.vtensor<[4],f32>) {
+  %p0 = "pock.param"(%w0) {param_name = "fc0.weight", policy = "frozen", ratio = 1.0 : f64} : (!torch.vtensor<[4,3],f32>) -> !torch.vtensor<[4,3],f32>
+  %p1 = "pock.param"(%w1) {param_name = "fc1.weight", policy = "channels", ratio = 0.5 : f64} : (!torch.vtensor<[8,4],f32>) -> !torch.vtensor<[8,4],f32>
+  %q1 = "pock.param"(%b1) {param_name = "fc1.bias", policy = "channels", ratio = 0.5 : f64} : (!torch.vtensor<[8],f32>) -> !torch.vtensor<[8],f32>
+  %t0 = torch.aten.t %p0 : !torch.vtensor<[4,3],f32> -> !torch.vtensor<[3,4],f32>
+  %h = torch.aten.mm %x, %t0 : !torch.vtensor<[5,3],f32>, !torch.vtensor<[3,4],f32> -> !torch.vtensor<[5,4],f32>
+  %r = torch.aten.relu %h : !torch.vtensor<[5,4],f32> -> !torch.vtensor<[5,4],f32>
+  %t1 = torch.aten.t %p1 : !torch.vtensor<[8,4],f32> -> !torch.vtensor<[4,8],f32>
+  %m = torch.aten.mm %r, %t1 : !torch.vtensor<[5,4],f32>, !torch.vtensor<[4,8],f32> -> !torch.vtensor<[5,8],f32>
+  %int1 = torch.constant.int 1
+  %o = torch.aten.add.Tensor %m, %q1, %int1 : !torch.vtensor<[5,8],f32>, !torch.vtensor<[8],f32>, !torch.int -> !torch.vtensor<[5,8],f32>
+  %s = torch.aten.relu %o : !torch.vtensor<[5,8],f32> -> !torch.vtensor<[5,8],f32>
+  %none = torch.constant.none
+  %loss = torch.aten.sum %s, %none : !torch.vtensor<[5,8],f32>, !torch.none -> !torch.vtensor<[],f32>
+  %gw = "pock.grad"(%loss, %p1) : (!torch.vtensor<[],f32>, !torch.vtensor<[8,4],f32>) -> !torch.vtensor<[4,4],f32>
+  %gb = "pock.grad"(%loss, %q1) : (!torch.vtensor<[],f32>, !torch.vtensor<[8],f32>) -> !torch.vtensor<[4],f32>
+  return %loss, %gw, %gb : !torch.vtensor<[],f32>, !torch.vtensor<[4,4],f32>, !torch.vtensor<[4],f32>
+}
+
+// Only the middle layer trains: the backward runs through the frozen top layer to reach it
+// (its input gradient, [5,4]), but neither top nor bottom gets a weight gradient and no input
+// gradient of the middle layer ([5,6]) is computed for the frozen layer below.
+// CHECK-LABEL: func.func @lowest_updated_layer
+// CHECK: torch.aten.mm {{.*}} -> !torch.vtensor<[5,2],f32>
+// CHECK: torch.aten.mm {{.*}} : !torch.vtensor<[5,2],f32>, !torch.vtensor<[2,4],f32> -> !torch.vtensor<[5,4],f32>
+// CHECK-NOT: -> !torch.vtensor<[5,6],f32>
+// CHECK-NOT: -> !torch.vtensor<[4,2],f32>
+// CHECK: torch.aten.mm {{.*}} : !torch.vtensor<[6,5],f32>, !torch.vtensor<[5,4],f32> -> !torch.vtensor<[6,4],f32>
+// CHECK-NOT: torch.aten.mm
+// CHECK: return
+func.func @lowest_updated_layer(%w0: !torch.vtensor<[6,3],f32>, %w1: !torch.vtensor<[4,6],f32>, %w2: !torch.vtensor<[2,4],f32>, %x: !torch.vtensor<[5,3],f32>) -> (!torch.vtensor<[],f32>, !torch.vtensor<[4,6],f32>) {
+  %p0 = "pock.param"(%w0) {param_name = "fc0.weight", policy = "frozen", ratio = 1.0 : f64} : (!torch.vtensor<[6,3],f32>) -> !torch.vtensor<[6,3],f32>
+  %p1 = "pock.param"(%w1) {param_name = "fc1.weight", policy = "full", ratio = 1.0 : f64} : (!torch.vtensor<[4,6],f32>) -> !torch.vtensor<[4,6],f32>
+  %p2 = "pock.param"(%w2) {param_name = "fc2.weight", policy = "frozen", ratio = 1.0 : f64} : (!torch.vtensor<[2,4],f32>) -> !torch.vtensor<[2,4],f32>
+  %t0 = torch.aten.t %p0 : !torch.vtensor<[6,3],f32> -> !torch.vtensor<[3,6],f32>
+  %h0 = torch.aten.mm %x, %t0 : !torch.vtensor<[5,3],f32>, !torch.vtensor<[3,6],f32> -> !torch.vtensor<[5,6],f32>
+  %r0 = torch.aten.relu %h0 : !torch.vtensor<[5,6],f32> -> !torch.vtensor<[5,6],f32>
+  %t1 = torch.aten.t %p1 : !torch.vtensor<[4,6],f32> -> !torch.vtensor<[6,4],f32>
+  %h1 = torch.aten.mm %r0, %t1 : !torch.vtensor<[5,6],f32>, !torch.vtensor<[6,4],f32> -> !torch.vtensor<[5,4],f32>
+  %r1 = torch.aten.relu %h1 : !torch.vtensor<[5,4],f32> -> !torch.vtensor<[5,4],f32>
+  %t2 = torch.aten.t %p2 : !torch.vtensor<[2,4],f32> -> !torch.vtensor<[4,2],f32>
+  %o = torch.aten.mm %r1, %t2 : !torch.vtensor<[5,4],f32>, !torch.vtensor<[4,2],f32> -> !torch.vtensor<[5,2],f32>
+  %none = torch.constant.none
+  %loss = torch.aten.sum %o, %none : !torch.vtensor<[5,2],f32>, !torch.none -> !torch.vtensor<[],f32>
+  %g1 = "pock.grad"(%loss, %p1) : (!torch.vtensor<[],f32>, !torch.vtensor<[4,6],f32>) -> !torch.vtensor<[4,6],f32>
+  return %loss, %g1 : !torch.vtensor<[],f32>, !torch.vtensor<[4,6],f32>
+}
+
+// config=FILE on a training-stage step ({"cfg.fc1": 0.5}, every other parameter frozen): the
+// signature stays, cfg.fc0 loses its gradient and update (its parameter and momentum buffer
+// come back unchanged), cfg.fc1's gradient and update cover its first 4 rows.
+// CONFIG-LABEL: func.func @config_reannotates
+// CONFIG-SAME: -> (!torch.vtensor<[],f32>, !torch.vtensor<[4,3],f32>, !torch.vtensor<[8,4],f32>, !torch.vtensor<[4,3],f32>, !torch.vtensor<[8,4],f32>)
+// CONFIG: %[[P0:.*]] = "pock.param"(%arg0) {param_name = "cfg.fc0.weight", policy = "frozen", ratio = 1.000000e+00 : f64}
+// CONFIG: %[[P1:.*]] = "pock.param"(%arg1) {param_name = "cfg.fc1.weight", policy = "channels", ratio = 5.000000e-01 : f64}
+// CONFIG-NOT: "pock.grad"(%{{.*}}, %[[P0]])
+// CONFIG: %[[G1:.*]] = "pock.grad"(%{{.*}}, %[[P1]]) : (!torch.vtensor<[],f32>, !torch.vtensor<[8,4],f32>) -> !torch.vtensor<[4,4],f32>
+// CONFIG-DAG: %[[W:.*]] = "pock.channel_slice"(%[[P1]]) {channels = 4 : i64}
+// CONFIG-DAG: %[[B:.*]] = "pock.channel_slice"(%arg3) {channels = 4 : i64}
+// CONFIG: %[[NEW:.*]]:2 = "pock.sgd_momentum"(%[[W]], %[[G1]], %[[B]], %arg4) {{.*}} -> (!torch.vtensor<[4,4],f32>, !torch.vtensor<[4,4],f32>)
+// CONFIG: %[[W1:.*]] = "pock.channel_update"(%[[P1]], %[[NEW]]#0)
+// CONFIG: %[[B1:.*]] = "pock.channel_update"(%arg3, %[[NEW]]#1)
+// CONFIG-NOT: pock.sgd_momentum
+// CONFIG: return %{{.*}}, %[[P0]], %[[W1]], %arg2, %[[B1]]
+func.func @config_reannotates(%w0: !torch.vtensor<[4,3],f32>, %w1: !torch.vtensor<[8,4],f32>, %m0: !torch.vtensor<[4,3],f32>, %m1: !torch.vtensor<[8,4],f32>, %step: !torch.vtensor<[],f32>, %x: !torch.vtensor<[5,3],f32>) -> (!torch.vtensor<[],f32>, !torch.vtensor<[4,3],f32>, !torch.vtensor<[8,4],f32>, !torch.vtensor<[4,3],f32>, !torch.vtensor<[8,4],f32>) {
+  %p0 = "pock.param"(%w0) {param_name = "cfg.fc0.weight", policy = "full", ratio = 1.0 : f64} : (!torch.vtensor<[4,3],f32>) -> !torch.vtensor<[4,3],f32>
+  %p1 = "pock.param"(%w1) {param_name = "cfg.fc1.weight", policy = "full", ratio = 1.0 : f64} : (!torch.vtensor<[8,4],f32>) -> !torch.vtensor<[8,4],f32>
+  %t0 = torch.aten.t %p0 : !torch.vtensor<[4,3],f32> -> !torch.vtensor<[3,4],f32>
+  %h = torch.aten.mm %x, %t0 : !torch.vtensor<[5,3],f32>, !torch.vtensor<[3,4],f32> -> !torch.vtensor<[5,4],f32>
+  %t1 = torch.aten.t %p1 : !torch.vtensor<[8,4],f32> -> !torch.vtensor<[4,8],f32>
+  %o = torch.aten.mm %h, %t1 : !torch.vtensor<[5,4],f32>, !torch.vtensor<[4,8],f32> -> !torch.vtensor<[5,8],f32>
+  %none = torch.constant.none
+  %loss = torch.aten.sum %o, %none : !torch.vtensor<[5,8],f32>, !torch.none -> !torch.vtensor<[],f32>
+  %g0 = "pock.grad"(%loss, %p0) : (!torch.vtensor<[],f32>, !torch.vtensor<[4,3],f32>) -> !torch.vtensor<[4,3],f32>
+  %g1 = "pock.grad"(%loss, %p1) : (!torch.vtensor<[],f32>, !torch.vtensor<[8,4],f32>) -> !torch.vtensor<[8,4],f32>
+  %n0:2 = "pock.sgd_momentum"(%p0, %g0, %m0, %step) {lr = 0.1 : f64, momentum = 0.9 : f64, dampening = 0.0 : f64, weight_decay = 0.0 : f64, nesterov = false} : (!torch.vtensor<[4,3],f32>, !torch.vtensor<[4,3],f32>, !torch.vtensor<[4,3],f32>, !torch.vtensor<[],f32>) -> (!torch.vtensor<[4,3],f32>, !torch.vtensor<[4,3],f32>)
+  %n1:2 = "pock.sgd_momentum"(%p1, %g1, %m1, %step) {lr = 0.1 : f64, momentum = 0.9 : f64, dampening = 0.0 : f64, weight_decay = 0.0 : f64, nesterov = false} : (!torch.vtensor<[8,4],f32>, !torch.vtensor<[8,4],f32>, !torch.vtensor<[8,4],f32>, !torch.vtensor<[],f32>) -> (!torch.vtensor<[8,4],f32>, !torch.vtensor<[8,4],f32>)
+  return %loss, %n0#0, %n1#0, %n0#1, %n1#1 : !torch.vtensor<[],f32>, !torch.vtensor<[4,3],f32>, !torch.vtensor<[8,4],f32>, !torch.vtensor<[4,3],f32>, !torch.vtensor<[8,4],f32>
+}

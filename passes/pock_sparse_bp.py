@@ -1,0 +1,374 @@
+"""pock-sparse-bp: sparse backpropagation, the backward computes only what kept gradients need.
+
+After pock-autodiff, a channel-sparse parameter's gradient is `pock.channel_slice` of its
+full gradient. This pass moves each such slice up through the ops that compute the gradient,
+as long as every use of a value wants the same leading slice of it, so that those ops run on
+the kept channels only: `slice(permute(mm(A^T, G)), 0)` becomes `permute(mm(A^T, slice(G, 1)))`,
+a matmul with k instead of C output columns. The slice crosses transpose, permute, view-like
+reshapes, sum (sum_to), expand, elementwise ops with broadcasting (add, mul by a broadcast
+bias, threshold_backward, ...), mm and bmm, and convolution (its output channels are its
+weight's). Where a value is needed whole elsewhere (the cotangent that also feeds the input
+gradient), the slice stops there and becomes an `aten.slice.Tensor` right after the value's
+definition, shared by every op that wants the same slice. Finally the ops no kept gradient
+needs any more are erased (as pock-dce does); together with pock-autodiff differentiating
+only what depends on a trainable parameter, no backward op is left below the lowest updated
+layer, none for frozen parameters and no full gradient for a channel-sparse one.
+
+`config=FILE` (for pock-opt; compile_training resolves the scheme before building the
+step instead) first re-annotates a training-stage module, before pock-autodiff, with a
+sparse scheme in the YAML/JSON format of compile_training's `sparse=` (patterns and the
+full/bias-only presets; presets that read the model's structure need the model):
+pock.param policies are set, a frozen parameter's pock.grad is dropped and its update op
+replaced by its unchanged parameter and state, and a channel-sparse parameter's pock.grad
+gets the reduced type, its update op runs on pock.channel_slice of the parameter and its
+state and pock.channel_update writes them back. Function signatures do not change (the
+runtime's argument order is fixed by the step's ABI, which a pass cannot update): state
+arguments keep their full shape, and a gradient the function returns is padded with zeros
+(frozen: all zeros). A scheme can only narrow the input's training: unfreezing needs
+optimizer state the signature lacks, and a parameter already channel-sparse in the input
+can be kept or frozen but not re-sliced. Then run the backward as usual:
+
+    pock-opt step.mlir -p 'pock-sparse-bp{config=sparse.yaml},inline,pock-autodiff,pock-sparse-bp'
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from torch_mlir import ir
+
+from pock_mlir.sparse import SparseConfigError, resolve_sparse
+from pock_mlir.torch_builder import TorchBuilder, decode_operand
+from pock_mlir.torch_types import TensorType, tensor_type_of
+from pock_mlir.training import Policy
+
+from .base import ModulePass, PassError, functions, option
+from .pock_dce import erase_dead_ops
+
+
+@dataclass(frozen=True)
+class Slice:
+    """The leading `size` entries of dimension `dim`."""
+
+    dim: int
+    size: int
+
+
+# -- how a slice of an op's result maps to slices of its operands ----------------------------
+# A rule gets the op and the slice of its (single) result that every user wants, and returns
+# one Slice or None (the whole operand, or a non-tensor operand) per operand, or None when
+# the op cannot compute only that slice.
+
+def _shape(value: ir.Value) -> tuple[int, ...]:
+    return tensor_type_of(value).shape
+
+
+def _elementwise(op, s: Slice):
+    out = _shape(op.results[0])
+    slices = []
+    for x in op.operands:
+        t = tensor_type_of(x)
+        if t is None:
+            slices.append(None)
+            continue
+        dim = s.dim - (len(out) - t.rank)  # broadcasting aligns dimensions from the right
+        slices.append(Slice(dim, s.size) if dim >= 0 and t.shape[dim] == out[s.dim] else None)
+    return slices
+
+
+def _mm(op, s: Slice):
+    return [Slice(0, s.size), None] if s.dim == 0 else [None, Slice(1, s.size)]
+
+
+def _bmm(op, s: Slice):
+    return [[Slice(0, s.size), Slice(0, s.size)], [Slice(1, s.size), None], [None, Slice(2, s.size)]][s.dim]
+
+
+def _permute(op, s: Slice):
+    dims = decode_operand(op.operands[1])
+    return [Slice(dims[s.dim] % len(dims), s.size), None]
+
+
+def _transpose(op, s: Slice):
+    rank = len(_shape(op.results[0]))
+    d0, d1 = (decode_operand(o) % rank for o in op.operands[1:])
+    dim = d1 if s.dim == d0 else d0 if s.dim == d1 else s.dim
+    return [Slice(dim, s.size), None, None]
+
+
+def _t(op, s: Slice):
+    return [Slice(len(_shape(op.results[0])) - 1 - s.dim, s.size)]
+
+
+def _sum_dims(op, s: Slice):
+    rank = len(_shape(op.operands[0]))
+    dims = decode_operand(op.operands[1])
+    reduced = set(range(rank)) if not dims else {d % rank for d in dims}
+    kept = list(range(rank)) if decode_operand(op.operands[2]) else [d for d in range(rank) if d not in reduced]
+    return [Slice(kept[s.dim], s.size)] + [None] * (len(op.operands) - 1)
+
+
+def _reshape(op, s: Slice):
+    """A leading slice of a reshape's dim d is a leading slice of the input dim that starts at
+    the same flat offset and whose trailing block divides d's, if there is one."""
+    src, out = _shape(op.operands[0]), _shape(op.results[0])
+    lead, trail = math.prod(out[:s.dim]), math.prod(out[s.dim + 1:])
+    for dim in range(len(src)):
+        src_trail = math.prod(src[dim + 1:])
+        if math.prod(src[:dim]) == lead and src[dim] > 1 and trail % src_trail == 0:
+            return [Slice(dim, s.size * trail // src_trail)] + [None] * (len(op.operands) - 1)
+    return None
+
+
+def _expand(op, s: Slice):
+    out, src = _shape(op.results[0]), _shape(op.operands[0])
+    dim = s.dim - (len(out) - len(src))
+    return [Slice(dim, s.size) if dim >= 0 and src[dim] == out[s.dim] else None, None, None]
+
+
+def _convolution(op, s: Slice):
+    """convolution(input, weight, bias, stride, padding, dilation, transposed, output_padding,
+    groups): the output's batch rows come from the input's, its channels from the weight's
+    (ungrouped, not transposed)."""
+    if s.dim == 0:
+        return [Slice(0, s.size)] + [None] * (len(op.operands) - 1)
+    if s.dim == 1 and not decode_operand(op.operands[6]) and decode_operand(op.operands[8]) == 1:
+        bias = None if tensor_type_of(op.operands[2]) is None else Slice(0, s.size)
+        return [None, Slice(0, s.size), bias] + [None] * (len(op.operands) - 3)
+    return None
+
+
+_ELEMENTWISE = (
+    "aten.add.Tensor", "aten.sub.Tensor", "aten.mul.Tensor", "aten.div.Tensor", "aten.add.Scalar",
+    "aten.sub.Scalar", "aten.rsub.Scalar", "aten.mul.Scalar", "aten.div.Scalar", "aten.neg", "aten.relu",
+    "aten.exp", "aten.log", "aten.sqrt", "aten.rsqrt", "aten.tanh", "aten.sigmoid", "aten.pow.Tensor_Scalar",
+    "aten.threshold_backward", "aten.where.self", "aten.clone", "prims.convert_element_type",
+)
+_RESHAPES = (
+    "aten.view", "aten.reshape", "aten._unsafe_view", "aten.unsqueeze", "aten.squeeze", "aten.squeeze.dim",
+    "aten.squeeze.dims", "prims.squeeze", "aten.flatten.using_ints",
+)
+SLICE_RULES = {
+    **{name: _elementwise for name in _ELEMENTWISE},
+    **{name: _reshape for name in _RESHAPES},
+    "aten.mm": _mm, "aten.bmm": _bmm, "aten.permute": _permute, "aten.transpose.int": _transpose, "aten.t": _t,
+    "aten.sum.dim_IntList": _sum_dims, "aten.expand": _expand, "aten.convolution": _convolution,
+}
+
+
+def _op_key(op) -> str:
+    return op.name.removeprefix("torch.")
+
+
+def _sliced_shape(value: ir.Value, s: Slice) -> tuple[int, ...]:
+    shape = list(_shape(value))
+    shape[s.dim] = s.size
+    return tuple(shape)
+
+
+def _rebuild(b: TorchBuilder, op, operands: list[ir.Value], s: Slice) -> ir.Value:
+    """The op on sliced operands, its result sliced like the original's."""
+    key = _op_key(op)
+    if key in _RESHAPES:
+        return b.aten.view(operands[0], list(_sliced_shape(op.results[0], s)))
+    if key == "aten.expand":
+        return b.aten.expand(operands[0], list(_sliced_shape(op.results[0], s)), decode_operand(op.operands[2]))
+    result_type = TensorType(_sliced_shape(op.results[0], s), tensor_type_of(op.results[0]).dtype)
+    return ir.Operation.create(op.name, results=[ir.Type.parse(result_type.asm())], operands=operands,
+                               loc=op.location, ip=b.ip).results[0]
+
+
+def _constant_operands(op) -> bool:
+    """Rules read dims and shapes from constant operands; an op with a computed one stays whole."""
+    try:
+        for v in op.operands:
+            if tensor_type_of(v) is None:
+                decode_operand(v)
+    except ValueError:
+        return False
+    return True
+
+
+# -- pushing channel slices up the backward --------------------------------------------------
+
+def push_channel_slices(block: ir.Block) -> None:
+    """Compute each channel-sliced gradient from sliced operands (see the module docstring)."""
+    ops = [op.operation for op in block.operations]
+    wanted: dict[ir.Value, list] = {}  # value -> the Slice (or None: whole) each use so far wants
+    demand: dict[ir.Value, Slice] = {}  # values computed sliced, by the slice every use wants
+    operand_slices: dict[ir.Operation, list] = {}
+
+    def want(value, s):
+        wanted.setdefault(value, []).append(s)
+
+    # Uses come after definitions, so walking backwards sees every use of a value before it.
+    for op in reversed(ops):
+        if op.name == "pock.channel_slice":
+            want(op.operands[0], Slice(0, ir.IntegerAttr(op.attributes["channels"]).value))
+            continue
+        slices = None
+        if len(op.results) == 1 and tensor_type_of(op.results[0]) is not None:
+            result = op.results[0]
+            uses = wanted.get(result, [])
+            rule = SLICE_RULES.get(_op_key(op))
+            if (rule and uses and uses[0] is not None and all(u == uses[0] for u in uses)
+                    and len(uses) == len(list(result.uses)) and _constant_operands(op)):
+                slices = rule(op, uses[0])
+                if slices is not None:
+                    demand[result] = uses[0]
+                    operand_slices[op] = slices
+        for i, operand in enumerate(op.operands):
+            want(operand, slices[i] if slices else None)
+    if not demand:
+        return
+
+    sliced: dict[ir.Value, ir.Value] = {}
+    explicit: dict[tuple[ir.Value, Slice], ir.Value] = {}
+
+    def slice_of(value: ir.Value, s: Slice) -> ir.Value:
+        if value in demand:
+            return sliced[value]
+        if (value, s) not in explicit:  # one slice after the definition serves every user
+            owner = value.owner
+            ip = ir.InsertionPoint.at_block_begin(block) if isinstance(owner, ir.Block) else ir.InsertionPoint.after(owner)
+            b = TorchBuilder(ip, value.location if isinstance(owner, ir.Block) else owner.location)
+            explicit[(value, s)] = b.aten.slice.Tensor(value, s.dim, 0, s.size, 1)
+        return explicit[(value, s)]
+
+    for op in ops:
+        if op.name == "pock.channel_slice" and op.operands[0] in demand:
+            op.results[0].replace_all_uses_with(sliced[op.operands[0]])
+            continue
+        if op not in operand_slices:
+            continue
+        operands = [v if s is None else slice_of(v, s) for v, s in zip(op.operands, operand_slices[op])]
+        sliced[op.results[0]] = _rebuild(TorchBuilder(ir.InsertionPoint(op), op.location), op, operands,
+                                         demand[op.results[0]])
+
+
+# -- config: re-annotating a training-stage module --------------------------------------------
+
+# Update ops take (param, grad, *state, [step]) and return (new param, *new state).
+STATE_SLOTS = {"pock.sgd": 0, "pock.sgd_momentum": 1, "pock.adamw": 2}
+
+
+def _param_name(value: ir.Value) -> str | None:
+    owner = value.owner
+    if isinstance(owner, ir.Block) or owner.name != "pock.param":
+        return None
+    return ir.StringAttr(owner.attributes["param_name"]).value
+
+
+def _channel_op(name: str, ip, loc, result_type, operands, channels: int | None = None):
+    attributes = {} if channels is None else {"channels": ir.IntegerAttr.get(ir.IntegerType.get_signless(64), channels)}
+    return ir.Operation.create(name, results=[result_type], operands=operands, attributes=attributes,
+                               loc=loc, ip=ip).results[0]
+
+
+def _narrow_update(update, grad, k: int) -> None:
+    """Run `update` on the first k channels of its parameter and state, writing them back."""
+    ip, loc = ir.InsertionPoint(update), update.location
+    slots = STATE_SLOTS[update.name]
+    operands = list(update.operands)
+    full = operands[:2 + slots]
+    slice_type = grad.type
+    narrowed = [_channel_op("pock.channel_slice", ip, loc, slice_type, [v], k) for v in (full[0], *full[2:])]
+    attributes = {name: update.attributes[name] for name in update.attributes}
+    new = ir.Operation.create(update.name, results=[slice_type] * (1 + slots),
+                              operands=[narrowed[0], grad, *narrowed[1:], *operands[2 + slots:]],
+                              attributes=attributes, loc=loc, ip=ip)
+    for old_result, base, new_result in zip(update.results, (full[0], *full[2:]), new.results):
+        old_result.replace_all_uses_with(_channel_op("pock.channel_update", ip, loc, base.type, [base, new_result]))
+    update.erase()
+
+
+def _freeze_update(update) -> None:
+    """The parameter and state come out unchanged."""
+    slots = STATE_SLOTS[update.name]
+    operands = list(update.operands)
+    for old_result, unchanged in zip(update.results, [operands[0], *operands[2:2 + slots]]):
+        old_result.replace_all_uses_with(unchanged)
+    update.erase()
+
+
+def _rows(shape: tuple[int, ...]) -> int:
+    return shape[0] if shape else 1
+
+
+def _reannotate_grad(grad_op, policy: Policy, name: str) -> None:
+    param, result = grad_op.operands[1], grad_op.results[0]
+    param_shape, grad_shape = _shape(param), _shape(result)
+    k = 0 if policy.kind == "frozen" else policy.channels(param_shape) if param_shape else 1
+    if k == _rows(grad_shape):
+        return
+    if k and grad_shape != param_shape:
+        raise PassError(f"'{name}' already has a {_rows(grad_shape)}-channel gradient in the input, the config asks "
+                        f"for {k}; apply config to a module built with every parameter in full", grad_op.location)
+    b = TorchBuilder(ir.InsertionPoint(grad_op), grad_op.location)
+    grad = None
+    if k:
+        grad_type = ir.Type.parse(TensorType((k,) + param_shape[1:], tensor_type_of(param).dtype).asm())
+        grad = ir.Operation.create("pock.grad", results=[grad_type], operands=list(grad_op.operands),
+                                   loc=grad_op.location, ip=b.ip).results[0]
+    for use in list(result.uses):
+        update = use.owner
+        if update.name not in STATE_SLOTS or use.operand_number != 1:
+            continue
+        if k:
+            _narrow_update(update, grad, k)
+        else:
+            _freeze_update(update)
+    if list(result.uses):  # returned gradients keep their type: zero-padded, or zeros when frozen
+        zeros = b.zeros_like(result if not k else param)
+        result.replace_all_uses_with(
+            _channel_op("pock.channel_update", b.ip, grad_op.location, param.type, [zeros, grad]) if k else zeros)
+    grad_op.erase()
+
+
+def reannotate(module: ir.Operation, config: str) -> None:
+    """Apply the sparse scheme in `config` to the training functions of `module`."""
+    params = {}
+    for func in functions(module):
+        for op in func.regions[0].blocks[0].operations:
+            if op.operation.name == "pock.param":
+                params[_param_name(op.results[0])] = _shape(op.results[0])
+    try:
+        scheme = resolve_sparse(config, None, params)
+    except SparseConfigError as e:
+        raise PassError(f"config {config}: {e}") from None
+    for func in functions(module):
+        block = func.regions[0].blocks[0]
+        grads = {}
+        for op in block.operations:
+            if op.operation.name == "pock.grad":
+                grads[_param_name(op.operands[1])] = op.operation
+        for op in [op.operation for op in block.operations if op.operation.name == "pock.param"]:
+            name = _param_name(op.results[0])
+            policy = scheme.policies[name]
+            if grads and name not in grads and policy.kind != "frozen":
+                raise PassError(f"config {config}: '{name}' is frozen in the input (no pock.grad, no optimizer state "
+                                f"in the signature) and cannot be unfrozen by a pass; build the step with it trainable",
+                                op.location)
+            op.attributes["policy"] = ir.StringAttr.get(policy.kind)
+            op.attributes["ratio"] = ir.FloatAttr.get(ir.F64Type.get(), policy.ratio)
+            if name in grads:
+                _reannotate_grad(grads[name], policy, name)
+
+
+@dataclass(frozen=True)
+class SparseBackpropPass(ModulePass):
+    name = "pock-sparse-bp"
+    description = ("Compute channel-sparse gradients from sliced operands and erase every backward op no kept "
+                   "gradient needs; config=FILE first applies a sparse scheme to a training-stage module")
+    config: str = option("", "YAML/JSON sparse scheme to apply to pock.param/pock.grad/update ops before "
+                             "pock-autodiff (signatures unchanged)")
+
+    def apply(self, module: ir.Operation) -> None:
+        if self.config:
+            reannotate(module, self.config)
+        for func in functions(module):
+            for block in func.regions[0].blocks:
+                erase_dead_ops(block)  # a dead use (an unneeded input gradient) would keep a value whole
+                push_channel_slices(block)
+                erase_dead_ops(block)

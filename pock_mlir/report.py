@@ -1,0 +1,250 @@
+"""What sparse backpropagation saves: each parameter's policy, and the backward's cost with
+every parameter trained in full ("full BP") next to the program's own ("sparse BP").
+
+Both come from a training-stage module (pock.param, pock.grad; `program.ir("training")`).
+For each, the function is cut down to its forward (the ancestors of the loss) and returns
+the loss and the gradients, which the autodiff and sparse stage pipelines then expand:
+full BP asks for the whole gradient of every pock.param, sparse BP for exactly the
+pock.grad ops the module has (frozen parameters have none, channel-sparse ones the kept
+rows). The backward is then every op the gradients need that the loss does not, constants
+and list constructions aside. Costs:
+
+  ops                  backward ops.
+  FLOPs                mm 2*m*k*n, bmm 2*b*m*k*n, matmul 2 * output elements * k,
+                       convolution 2 * output elements * input channels per group * kernel
+                       elements; layout ops (view, permute, transpose, expand, slice, ...)
+                       and fills 0; any other op the element count of its largest operand
+                       or result (elementwise ops, reductions).
+  saved activations    bytes of the forward values the backward reads that depend on the
+                       batch (parameters, and values computed from parameters alone, are
+                       not activations; arguments live through the step anyway).
+  parameter gradients  bytes of the gradients the backward produces for the optimizer.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from torch_mlir import ir
+from torch_mlir.dialects import func
+
+from pock_mlir.compiler import STAGE_PIPELINES
+from pock_mlir.context import make_context
+from pock_mlir.passes import run_pipeline
+from pock_mlir.torch_builder import constant_value
+from pock_mlir.torch_types import tensor_type_of
+
+_LAYOUT_AND_FILL = {
+    "aten.view", "aten.reshape", "aten._unsafe_view", "aten.permute", "aten.transpose.int", "aten.t",
+    "aten.expand", "aten.unsqueeze", "aten.squeeze", "aten.squeeze.dim", "aten.squeeze.dims", "prims.squeeze",
+    "aten.flatten.using_ints", "aten.slice.Tensor", "aten.select.int", "aten.alias", "aten.full",
+    "aten.zeros", "aten.ones", "aten.empty.memory_format", "aten.full_like", "aten.zeros_like",
+    "aten.ones_like", "aten.scalar_tensor", "prims.convert_element_type",
+}
+_NOT_OPS = ("torch.constant.", "torch.prim.ListConstruct")
+
+
+class ReportError(ValueError):
+    """The module is not a training-stage module the report can analyse."""
+
+
+@dataclass(frozen=True)
+class BackwardCost:
+    ops: int
+    flops: int
+    saved_activation_bytes: int
+    gradient_bytes: int
+
+
+@dataclass(frozen=True)
+class ParameterPolicy:
+    name: str
+    shape: tuple[int, ...]
+    policy: str  # full | frozen | channels
+    rows: int  # output channels updated: 0 when frozen, all of dim 0 when full
+
+    def describe(self) -> str:
+        if self.policy == "channels":
+            return f"channels {self.rows}/{self.shape[0]}"
+        return self.policy
+
+
+@dataclass(frozen=True)
+class Report:
+    function: str
+    parameters: list[ParameterPolicy]
+    full: BackwardCost  # every parameter trained in full
+    sparse: BackwardCost  # the scheme the module was built with
+    scheme: str = ""
+
+    def __str__(self) -> str:
+        lines = [f"sparse backpropagation report: @{self.function}" + (f" (scheme: {self.scheme})" if self.scheme else "")]
+        width = max([len("parameter")] + [len(p.name) for p in self.parameters])
+        lines.append(f"  {'parameter':<{width}}  {'shape':<14}  policy")
+        for p in self.parameters:
+            shape = "x".join(map(str, p.shape)) or "scalar"
+            lines.append(f"  {p.name:<{width}}  {shape:<14}  {p.describe()}")
+        trained = sum(p.policy != "frozen" for p in self.parameters)
+        lines.append(f"  {trained} of {len(self.parameters)} parameters trained")
+        lines.append("")
+        lines.append(f"  {'backward':<21}{'full BP':>14}{'sparse BP':>14}{'saved':>9}")
+        rows = [("ops", "ops", ""), ("FLOPs", "flops", ""), ("saved activations", "saved_activation_bytes", " B"),
+                ("parameter gradients", "gradient_bytes", " B")]
+        for label, attr, unit in rows:
+            before, after = getattr(self.full, attr), getattr(self.sparse, attr)
+            saved = f"{100 * (before - after) / before:.1f}%" if before else "-"
+            lines.append(f"  {label:<21}{f'{before:,}{unit}':>14}{f'{after:,}{unit}':>14}{saved:>9}")
+        return "\n".join(lines)
+
+
+# -- the cost of a backward ----------------------------------------------------------------
+
+def _numel(value: ir.Value) -> int:
+    t = tensor_type_of(value)
+    return t.numel if t is not None else 0
+
+
+def _bytes(value: ir.Value) -> int:
+    t = tensor_type_of(value)
+    return t.numel * t.dtype.itemsize
+
+
+def op_flops(op: ir.Operation) -> int:
+    """Floating-point operations of one op (see the module docstring)."""
+    key = op.name.removeprefix("torch.")
+    shapes = [tensor_type_of(v).shape if tensor_type_of(v) is not None else None for v in op.operands]
+    if key == "aten.mm":
+        (m, k), (_, n) = shapes[0], shapes[1]
+        return 2 * m * k * n
+    if key == "aten.bmm":
+        (b, m, k), (_, _, n) = shapes[0], shapes[1]
+        return 2 * b * m * k * n
+    if key == "aten.matmul":  # every output element is a length-k dot product
+        return 2 * _numel(op.results[0]) * shapes[0][-1]
+    if key == "aten.convolution":
+        weight = shapes[1]
+        transposed, kernel = constant_value(op.operands[6]), math.prod(weight[2:])
+        if transposed:  # every input element meets out_channels/groups * kernel weights
+            return 2 * _numel(op.operands[0]) * weight[1] * kernel
+        return 2 * _numel(op.results[0]) * weight[1] * kernel
+    if key in _LAYOUT_AND_FILL:
+        return 0
+    return max(_numel(v) for v in [*op.operands, *op.results])
+
+
+def _ancestors(values) -> set[ir.Operation]:
+    seen, stack = set(), [v.owner for v in values if not isinstance(v.owner, ir.Block)]
+    while stack:
+        op = stack.pop()
+        op = op.operation
+        if op in seen:
+            continue
+        seen.add(op)
+        stack.extend(o.owner for o in op.operands if not isinstance(o.owner, ir.Block))
+    return seen
+
+
+def backward_cost(function) -> BackwardCost:
+    """The cost of the backward of a function returning (loss, gradients...)."""
+    block = function.regions[0].blocks[0]
+    ops = [op.operation for op in block.operations]
+    returned = list(ops[-1].operands)
+    forward, needed = _ancestors(returned[:1]), _ancestors(returned[1:])
+    backward = [op for op in ops if op in needed and op not in forward and not op.name.startswith(_NOT_OPS)]
+    parameter_args = {op.operands[0] for op in ops if op.name == "pock.param"}
+    batch = {arg for arg in block.arguments if arg not in parameter_args}  # values that depend on the batch
+    for op in ops:
+        if op.name != "pock.param" and any(v in batch for v in op.operands):
+            batch.update(op.results)
+    saved = {v for op in backward for v in op.operands
+             if v in batch and not isinstance(v.owner, ir.Block) and v.owner.operation in forward}
+    return BackwardCost(ops=len(backward), flops=sum(op_flops(op) for op in backward),
+                        saved_activation_bytes=sum(_bytes(v) for v in saved),
+                        gradient_bytes=sum(_bytes(v) for v in returned[1:]))
+
+
+# -- the analysis functions ------------------------------------------------------------------
+
+def _param_name(op) -> str:
+    return ir.StringAttr(op.attributes["param_name"]).value
+
+
+def _gradient_function(module: ir.Module, name: str, full: bool) -> None:
+    """Cut `name` down to its forward, returning the loss and its gradients (see the module
+    docstring); every other public function is dropped."""
+    for op in list(module.body.operations):
+        if op.operation.name == "func.func" and ir.StringAttr(op.attributes["sym_name"]).value != name \
+                and "sym_visibility" not in op.attributes:
+            op.operation.erase()
+    target = next(op for op in module.body.operations if ir.StringAttr(op.attributes["sym_name"]).value == name)
+    block = target.regions[0].blocks[0]
+    grads = [op.operation for op in block.operations if op.operation.name == "pock.grad"]
+    params = [op.operation for op in block.operations if op.operation.name == "pock.param"]
+    loss = grads[0].operands[0]
+    wanted = [(p.results[0], p.results[0].type) for p in params] if full else \
+             [(g.operands[1], g.results[0].type) for g in grads]
+    keep = _ancestors([loss]) | set(params)
+    for op in reversed([op.operation for op in block.operations]):
+        if op not in keep:
+            op.erase()
+    ip = ir.InsertionPoint(block)
+    gradients = [ir.Operation.create("pock.grad", results=[t], operands=[loss, p], ip=ip).results[0] for p, t in wanted]
+    func.ReturnOp([loss, *gradients], ip=ip)
+    target.attributes["function_type"] = ir.TypeAttr.get(ir.FunctionType.get(
+        [a.type for a in block.arguments], [loss.type, *(g.type for g in gradients)]))
+
+
+def _cost(text: str, function: str, full: bool) -> BackwardCost:
+    with make_context(), ir.Location.unknown():
+        module = ir.Module.parse(text)
+        _gradient_function(module, function, full)
+        run_pipeline(module, f"{STAGE_PIPELINES['autodiff']},{STAGE_PIPELINES['sparse']}")
+        target = next(op for op in module.body.operations if ir.StringAttr(op.attributes["sym_name"]).value == function)
+        return backward_cost(target)
+
+
+def training_functions(text: str) -> dict[str, list[ParameterPolicy]]:
+    """The functions of a module that ask for gradients, with their parameters' policies (read
+    from the pock.grad result types: none is frozen, fewer rows than the parameter channels)."""
+    found = {}
+    with make_context(), ir.Location.unknown():
+        module = ir.Module.parse(text)
+        for fn in module.body.operations:
+            if fn.operation.name != "func.func":
+                continue
+            ops = [op.operation for op in fn.regions[0].blocks[0].operations]
+            grad_shapes = {g.operands[1]: tensor_type_of(g.results[0]).shape for g in ops if g.name == "pock.grad"}
+            if not grad_shapes:
+                continue
+            policies = []
+            for p in (op for op in ops if op.name == "pock.param"):
+                shape, grad_shape = tensor_type_of(p.results[0]).shape, grad_shapes.get(p.results[0])
+                if grad_shape is None:
+                    policies.append(ParameterPolicy(_param_name(p), shape, "frozen", 0))
+                elif grad_shape != shape:
+                    policies.append(ParameterPolicy(_param_name(p), shape, "channels", grad_shape[0]))
+                else:
+                    policies.append(ParameterPolicy(_param_name(p), shape, "full", shape[0] if shape else 1))
+            found[ir.StringAttr(fn.attributes["sym_name"]).value] = policies
+    return found
+
+
+def report(text: str, function: str, scheme: str = "") -> Report:
+    """The report for one training function of a training-stage module."""
+    functions = training_functions(text)
+    if function not in functions:
+        raise ReportError(f"no function @{function} with pock.grad ops; the report reads a training-stage module "
+                          f"(program.ir('training'), before pock-autodiff); training functions: "
+                          f"{', '.join(functions) or 'none'}")
+    return Report(function, functions[function], _cost(text, function, full=True), _cost(text, function, full=False),
+                  scheme)
+
+
+def module_reports(text: str) -> list[Report]:
+    """A report for every function of the module that has pock.grad ops."""
+    names = list(training_functions(text))
+    if not names:
+        raise ReportError("the module has no pock.grad ops; the report reads a training-stage module "
+                          "(program.ir('training'), before pock-autodiff)")
+    return [report(text, name) for name in names]
