@@ -2,8 +2,9 @@
 
 A compiled step has no random-number state, and its masks must be reproducible, so the frontend
 traces the model inside `SeededDropout(seed)`, where `seed` is an int32 scalar input of the step.
-Dropout (`F.dropout` and `nn.Dropout`, `F.dropout1d/2d/3d`, `torch.dropout`, and the dropout_p
-of `scaled_dot_product_attention`) then keeps element `index` of its mask when
+Dropout (`F.dropout` and `nn.Dropout`, `F.dropout1d/2d/3d`, `torch.dropout`, the dropout_p of
+`scaled_dot_product_attention`, and through these nn.MultiheadAttention's and
+nn.TransformerEncoderLayer's) then keeps element `index` of its mask when
 
     bits = h(h(index + key) ^ key),   key = h(h(seed) + call)
     keep = (bits >>> 8) >= round(p * 2**24)
@@ -12,8 +13,8 @@ where h is Wellons' lowbias32 integer hash, `call` numbers the dropout calls of 
 (0, 1, ...) and `index` is the element's flat index in the mask. The 24 top bits are uniform, so
 an element is kept with probability 1 - p (to 2**-24), and kept elements are scaled by
 1 / (1 - p), as in torch. Everything is int32 arithmetic that wraps around, which torch on the
-host and IREE on the device compute bit for bit alike: running the model eagerly under the same
-mode and seed reproduces the compiled step's masks (the tests' oracle does exactly that).
+host and IREE on the device compute bit for bit alike: running the model eagerly inside
+`SeededDropout` with the same seed reproduces the compiled step's masks (the tests' oracle does).
 """
 
 from __future__ import annotations
@@ -22,7 +23,6 @@ import math
 
 import torch
 import torch.nn.functional as F
-from torch.overrides import TorchFunctionMode
 
 
 
@@ -48,39 +48,45 @@ def keep_mask(seed: torch.Tensor, call: int, shape, p: float) -> torch.Tensor:
     return _shift_right(bits, 8) >= round(p * (1 << 24))
 
 
-def _bind(names, args, kwargs, defaults) -> dict:
-    """A call's arguments by name."""
-    return {**defaults, **dict(zip(names, args)), **kwargs}
+class SeededDropout:
+    """While active, dropout draws its masks from `keep_mask(seed, ...)`; `calls` counts the
+    dropout calls that drew a mask (training mode and 0 < p).
 
-
-# Channel dropout: how many trailing spatial dims share one mask entry.
-_SPATIAL_DIMS = {F.dropout1d: 1, F.dropout2d: 2, F.dropout3d: 3}
-_ATTENTION_DEFAULTS = {"attn_mask": None, "dropout_p": 0.0, "is_causal": False, "scale": None, "enable_gqa": False}
-
-
-class SeededDropout(TorchFunctionMode):
-    """Within this mode, dropout draws its masks from `keep_mask(seed, ...)`; `calls` counts
-    the dropout calls that drew a mask (training mode and 0 < p)."""
+    It swaps the seeded versions in for `torch.nn.functional.dropout`, `dropout1d/2d/3d`,
+    `scaled_dot_product_attention` and `torch.dropout` and restores them on exit. Replacing the
+    module attributes (rather than a TorchFunctionMode, which does not see the calls made inside
+    another intercepted function) also reaches the dropout inside nn.MultiheadAttention, which
+    calls these through torch.nn.functional's globals. A reference bound before entry (`from
+    torch.nn.functional import dropout`) keeps torch's RNG; the frontend then reports the op.
+    """
 
     def __init__(self, seed: torch.Tensor):
-        super().__init__()
         self.seed, self.calls = seed, 0
+        self._originals: dict[tuple[object, str], object] = {}
 
-    def __torch_function__(self, func, types, args=(), kwargs=None):
-        kwargs = kwargs or {}
-        if func is F.dropout or func in _SPATIAL_DIMS:
-            a = _bind(("input", "p", "training", "inplace"), args, kwargs, {"p": 0.5, "training": True})
-            return self.dropout(a["input"], a["p"], a["training"], _SPATIAL_DIMS.get(func, 0))
-        if func is torch.dropout:
-            a = _bind(("input", "p", "train"), args, kwargs, {})
-            return self.dropout(a["input"], a["p"], a["train"], 0)
-        if func is F.scaled_dot_product_attention:
-            a = _bind(("query", "key", "value", *_ATTENTION_DEFAULTS), args, kwargs, _ATTENTION_DEFAULTS)
-            if a["dropout_p"] > 0:
-                return self.attention_with_dropout(**a)
-        return func(*args, **kwargs)
+    def __enter__(self) -> SeededDropout:
+        attention = F.scaled_dot_product_attention
+        seeded = {
+            (F, "dropout"): lambda input, p=0.5, training=True, inplace=False: self.dropout(input, p, training, 0),
+            (F, "dropout1d"): lambda input, p=0.5, training=True, inplace=False: self.dropout(input, p, training, 1),
+            (F, "dropout2d"): lambda input, p=0.5, training=True, inplace=False: self.dropout(input, p, training, 2),
+            (F, "dropout3d"): lambda input, p=0.5, training=True, inplace=False: self.dropout(input, p, training, 3),
+            (torch, "dropout"): lambda input, p, train: self.dropout(input, p, train, 0),
+            (F, "scaled_dot_product_attention"): lambda *args, **kwargs: self.attention(attention, *args, **kwargs),
+        }
+        for (module, name), replacement in seeded.items():
+            self._originals[module, name] = getattr(module, name)
+            setattr(module, name, replacement)
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        for (module, name), original in self._originals.items():
+            setattr(module, name, original)
+        self._originals.clear()
 
     def dropout(self, x: torch.Tensor, p: float, training: bool, spatial_dims: int) -> torch.Tensor:
+        """Element dropout, or with `spatial_dims` > 0 channel dropout: one mask entry for all the
+        trailing spatial positions of a (sample, channel)."""
         if not training or p == 0:
             return x
         if p == 1:
@@ -90,8 +96,13 @@ class SeededDropout(TorchFunctionMode):
         self.calls += 1
         return x * (keep.to(x.dtype) * (1.0 / (1.0 - p)))
 
-    def attention_with_dropout(self, query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa):
-        """scaled_dot_product_attention's reference maths, with this mode's dropout on the weights."""
+    def attention(self, attention, query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None,
+                  enable_gqa=False):
+        """torch's scaled_dot_product_attention; with dropout, its reference maths with this
+        dropout on the attention weights."""
+        if dropout_p == 0:
+            return attention(query, key, value, attn_mask=attn_mask, is_causal=is_causal, scale=scale,
+                             enable_gqa=enable_gqa)
         if enable_gqa:
             group = query.shape[-3] // key.shape[-3]
             key, value = key.repeat_interleave(group, -3), value.repeat_interleave(group, -3)

@@ -183,7 +183,8 @@ def _reject_random_ops(program) -> None:
             raise FrontendError(
                 f"{node.target} (at {_model_frame(node.meta.get('stack_trace'))}) draws random numbers, which a "
                 f"compiled step cannot reproduce. Dropout (nn.Dropout, F.dropout, F.dropout1d/2d/3d, "
-                f"scaled_dot_product_attention's dropout_p) is supported through a seeded hash; draw other random "
+                f"scaled_dot_product_attention's dropout_p, nn.MultiheadAttention) is supported through a seeded "
+                f"hash if called through torch.nn.functional (not bound by `from ... import`); draw other random "
                 f"tensors outside the model and pass them as inputs, or put the model in eval mode.")
 
 

@@ -143,19 +143,32 @@ def test_other_random_ops_are_an_error_naming_the_line():
         pock.compile_training(Noisy(), torch.randn(3, 4), torch.tensor([0, 1, 0]))
 
 
-def test_bert_with_dropout_gradients_match_autograd():
+def bert_with_dropout():
+    """SDPA's dropout_p and nn.Dropout."""
     torch.manual_seed(0)
     model = BertLike(BertConfig(vocab=32, max_len=8, dim=16, heads=2, layers=1, hidden=32, classes=3, dropout=0.2))
     ids = torch.randint(1, 32, (4, 8), generator=torch.Generator().manual_seed(1))
     ids[1, 5:] = 0
-    target = torch.tensor([0, 2, 1, 1])
-    trainer = pock.compile_training(model, ids, target).trainer()
+    return model, ids, torch.tensor([0, 2, 1, 1]), "cross_entropy"
+
+
+def torch_encoder_layer():
+    """nn.MultiheadAttention's internal dropout, reached through torch.nn.functional."""
+    torch.manual_seed(0)
+    model = nn.TransformerEncoderLayer(16, 2, 32, dropout=0.2, batch_first=True)
+    g = torch.Generator().manual_seed(1)
+    return model, torch.randn(2, 8, 16, generator=g), torch.randn(2, 8, 16, generator=g), "mse"
+
+
+@pytest.mark.parametrize("make", [bert_with_dropout, torch_encoder_layer], ids=lambda f: f.__name__)
+def test_gradients_with_dropout_match_autograd(make):
+    model, x, target, loss_fn = make()
+    trainer = pock.compile_training(model, x, target, loss=loss_fn).trainer()
     trainer.seed = 9
-    loss, grads = trainer.gradients(ids, target)
-    with SeededDropout(torch.tensor(9, dtype=torch.int32)):
-        want_loss, want = torch_gradients(model, ids, target)
-    with torch.no_grad():
-        assert want_loss != pytest.approx(F.cross_entropy(model.eval()(ids), target).item(), rel=1e-3)  # dropout is on
+    loss, grads = trainer.gradients(x, target)
+    with SeededDropout(torch.tensor(9, dtype=torch.int32)) as dropout:
+        want_loss, want = torch_gradients(model, x, target, loss=loss_fn)
+    assert dropout.calls > 0
     assert loss == pytest.approx(want_loss, rel=1e-5)
     for n in want:
         assert_close_to_norm(grads[n], want[n], 1e-4, n)
