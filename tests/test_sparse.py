@@ -315,3 +315,36 @@ def test_compile_training_reports_scheme_errors():
     x, y = batch((8, 12), 5)
     with pytest.raises(SparseConfigError, match="pattern '9' matches no parameter or module"):
         pock.compile_training(make_mlp(), x, y, sparse={"9": "full"})
+
+
+# -- pock-sparse-bp{config=FILE} on a training-stage module ------------------------------------
+
+STEP_IR = """
+func.func @step(%w0: !torch.vtensor<[4,3],f32>, %w1: !torch.vtensor<[8,4],f32>, %x: !torch.vtensor<[5,3],f32>) -> (!torch.vtensor<[],f32>, !torch.vtensor<[4,4],f32>) {
+  %p0 = "pock.param"(%w0) {param_name = "fc0.weight", policy = "frozen", ratio = 1.0 : f64} : (!torch.vtensor<[4,3],f32>) -> !torch.vtensor<[4,3],f32>
+  %p1 = "pock.param"(%w1) {param_name = "fc1.weight", policy = "channels", ratio = 0.5 : f64} : (!torch.vtensor<[8,4],f32>) -> !torch.vtensor<[8,4],f32>
+  %t0 = torch.aten.t %p0 : !torch.vtensor<[4,3],f32> -> !torch.vtensor<[3,4],f32>
+  %h = torch.aten.mm %x, %t0 : !torch.vtensor<[5,3],f32>, !torch.vtensor<[3,4],f32> -> !torch.vtensor<[5,4],f32>
+  %t1 = torch.aten.t %p1 : !torch.vtensor<[8,4],f32> -> !torch.vtensor<[4,8],f32>
+  %o = torch.aten.mm %h, %t1 : !torch.vtensor<[5,4],f32>, !torch.vtensor<[4,8],f32> -> !torch.vtensor<[5,8],f32>
+  %none = torch.constant.none
+  %loss = torch.aten.sum %o, %none : !torch.vtensor<[5,8],f32>, !torch.none -> !torch.vtensor<[],f32>
+  %g1 = "pock.grad"(%loss, %p1) : (!torch.vtensor<[],f32>, !torch.vtensor<[8,4],f32>) -> !torch.vtensor<[4,4],f32>
+  return %loss, %g1 : !torch.vtensor<[],f32>, !torch.vtensor<[4,4],f32>
+}
+"""
+
+
+@pytest.mark.parametrize("config, message", [
+    ({"fc0": "full", "fc1": 0.5}, "'fc0.weight' is frozen in the input (no pock.grad, no optimizer state in the "
+                                  "signature) and cannot be unfrozen by a pass"),
+    ({"fc1": 0.25}, "'fc1.weight' already has a 4-channel gradient in the input, the config asks for 2"),
+    ({"fc2": "full"}, "pattern 'fc2' matches no parameter or module; closest names: fc1, fc0"),
+])
+def test_config_option_errors(tmp_path, capsys, config, message):
+    from pock_mlir.tools.pock_opt import main as pock_opt
+
+    (tmp_path / "step.mlir").write_text(STEP_IR)
+    (tmp_path / "s.json").write_text(json.dumps(config))
+    assert pock_opt([str(tmp_path / "step.mlir"), "-p", f"pock-sparse-bp{{config={tmp_path / 's.json'}}}"]) == 1
+    assert message in capsys.readouterr().err
