@@ -68,7 +68,7 @@ def _setup(spec):
     model_def = MODELS[spec["model"]]
     module = model_def.build()
     inputs, target = model_def.batch()
-    scheme, label = ("full", "full") if spec["scheme"] == "full" else sparse_spec(model_def, module)
+    scheme, label = ("full", "full") if spec["scheme"] == "full" else sparse_spec(model_def)
     return model_def, module, inputs, target, scheme, label
 
 

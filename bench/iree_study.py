@@ -75,9 +75,7 @@ def import_function(fn, args) -> str:
     return str(importer.module)
 
 
-def time_module(text: str, flags: list[str], args, function="main", repeats=30) -> float:
-    """Milliseconds of the fastest of `repeats` calls, after IREE compiles `text` with `flags`
-    (the minimum is what other processes on a shared machine disturb least)."""
+def load_function(text: str, flags: list[str], function="main"):
     import iree.compiler as ic
     import iree.runtime as rt
 
@@ -85,16 +83,27 @@ def time_module(text: str, flags: list[str], args, function="main", repeats=30) 
     config = rt.Config("local-task")
     context = rt.SystemContext(config=config)
     context.add_vm_module(rt.VmModule.copy_buffer(config.vm_instance, vmfb))
-    fn = context.modules.module[function]
-    device_args = [rt.asdevicearray(config.device, np.require(a, requirements="C")) for a in args]
-    for _ in range(3):
-        np.asarray(fn(*device_args).to_host())
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        np.asarray(fn(*device_args).to_host())
-        times.append(time.perf_counter() - start)
-    return 1000 * min(times)
+    return config, context.modules.module[function]
+
+
+def time_interleaved(variants: dict, repeats=30) -> dict[str, float]:
+    """{name: (mlir text, flags, torch args)} -> {name: ms of the fastest of `repeats` calls}.
+    Calls of the variants alternate, so load from other jobs hits them alike, and the minimum is
+    what that load disturbs least."""
+    import iree.runtime as rt
+
+    loaded = {}
+    for name, (text, flags, args) in variants.items():
+        config, fn = load_function(text, flags)
+        loaded[name] = (fn, [rt.asdevicearray(config.device, np.require(a.numpy(), requirements="C")) for a in args])
+    best = {name: float("inf") for name in loaded}
+    for i in range(repeats + 3):
+        for name, (fn, device_args) in loaded.items():
+            start = time.perf_counter()
+            np.asarray(fn(*device_args).to_host())
+            if i >= 3:  # the first calls warm up
+                best[name] = min(best[name], time.perf_counter() - start)
+    return {name: 1000 * t for name, t in best.items()}
 
 
 def study_convs(flags: list[str], cases=CONV_CASES) -> list[dict]:
@@ -105,19 +114,19 @@ def study_convs(flags: list[str], cases=CONV_CASES) -> list[dict]:
         w = torch.randn(shape.o, shape.c // shape.groups, shape.k, shape.k)
         g = torch.randn(shape.output_shape())
         inputs = {"forward": (x, w), "weight_grad": (g, x, w), "input_grad": (g, x, w)}
-        row = {"shape": dataclasses.asdict(shape), "class": shape.kind(), "ms": {}}
+        row, variants = {"shape": dataclasses.asdict(shape), "class": shape.kind()}, {}
         for (op, form), fn in conv_forms_torch(shape).items():
             args = inputs[op]
             want = _reference(shape, op, args)
             got = fn(*args)
             assert torch.allclose(got, want, rtol=1e-3, atol=1e-3), f"{shape} {op} {form} disagrees with torch"
             text = import_function(fn, args)
-            variants = {f"{op}/{form}": flags}
+            variants[f"{op}/{form}"] = (text, flags, args)
             if form == "direct" and IM2COL_FLAG in flags:  # what IREE's global im2col flag is worth here
-                variants[f"{op}/direct-without-im2col-flag"] = [f for f in flags if f != IM2COL_FLAG]
-            for key, variant_flags in variants.items():
-                row["ms"][key] = time_module(text, variant_flags, [a.numpy() for a in args])
-                print(f"{shape.kind():34s} {key:40s} {row['ms'][key]:8.3f} ms", flush=True)
+                variants[f"{op}/direct-without-im2col-flag"] = (text, [f for f in flags if f != IM2COL_FLAG], args)
+        row["ms"] = time_interleaved(variants)
+        for key, ms in row["ms"].items():
+            print(f"{shape.kind():34s} {key:40s} {ms:8.3f} ms", flush=True)
         rows.append(row)
     return rows
 
@@ -143,7 +152,8 @@ FLAG_SETS = {
 
 
 def study_flags(models: list[str], flag_sets=FLAG_SETS, steps=20) -> dict:
-    """Train-step ms (fastest and median of `steps`) of whole compiled training programs under each flag set."""
+    """Train-step ms (fastest and median of `steps`) of whole compiled training programs under
+    each flag set. The variants' steps interleave, so load from other jobs hits them alike."""
     import pock_mlir as pock
     from bench.models import MODELS
 
@@ -154,26 +164,28 @@ def study_flags(models: list[str], flag_sets=FLAG_SETS, steps=20) -> dict:
         inputs, target = spec.batch()
         program = pock.compile_training(module, inputs, target, loss=spec.loss, optimizer=spec.optimizer)
         base_target = dataclasses.replace(program.target, flags=("--iree-llvmcpu-target-cpu=host",))
-        results[name] = {}
+        results[name], trainers = {}, {}
         for label, flags in flag_sets.items():
             variant = dataclasses.replace(program, target=base_target, extra_flags=tuple(flags))
             variant.__dict__.pop("vmfb", None)  # compile afresh with these flags
             try:
                 start = time.perf_counter()
-                trainer = variant.trainer()
-                compile_s = time.perf_counter() - start
+                trainers[label] = variant.trainer()
+                results[name][label] = {"compile_s": time.perf_counter() - start}
                 for _ in range(3):
-                    trainer.step(inputs, target)
-                times = []
-                for _ in range(steps):
-                    t = time.perf_counter()
-                    trainer.step(inputs, target)
-                    times.append(time.perf_counter() - t)
-                results[name][label] = {"step_ms_min": 1000 * min(times), "step_ms_median": 1000 * statistics.median(times),
-                                        "compile_s": compile_s}
+                    trainers[label].step(inputs, target)
             except Exception as e:  # a flag set this IREE cannot compile is a result too
                 results[name][label] = {"error": str(e).strip().splitlines()[-1][:300]}
-            print(name, label, results[name][label], flush=True)
+        times = {label: [] for label in trainers}
+        for _ in range(steps):
+            for label, trainer in trainers.items():
+                start = time.perf_counter()
+                trainer.step(inputs, target)
+                times[label].append(time.perf_counter() - start)
+        for label, measured in times.items():
+            results[name][label].update(step_ms_min=1000 * min(measured), step_ms_median=1000 * statistics.median(measured))
+        for label, result in results[name].items():
+            print(name, label, result, flush=True)
     return results
 
 
@@ -193,10 +205,7 @@ def main(argv=None) -> int:
         table["convs"] = {"load_average": load, "iree_flags": flags, "cases": study_convs(flags)}
     else:
         sets = {name: FLAG_SETS[name] for name in args.sets.split(",")}
-        measured = table.get("flags", {}).get("step_ms", {})
-        for model, by_set in study_flags(args.models.split(","), sets).items():
-            measured.setdefault(model, {}).update(by_set)
-        table["flags"] = {"load_average": load, "sets": {n: FLAG_SETS[n] for n in FLAG_SETS}, "step_ms": measured}
+        table["flags"] = {"load_average": load, "sets": sets, "step_ms": study_flags(args.models.split(","), sets)}
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(table, indent=1) + "\n")
     print(f"wrote {path}")
