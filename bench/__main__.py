@@ -58,7 +58,7 @@ def run_child(spec: dict, timeout: float) -> dict:
 
 
 def measure(model: str, scheme: str, system: str, args, workdir: Path) -> dict:
-    common = {"model": model, "scheme": scheme, "warmup": args.warmup, "steps": args.steps}
+    common = {"model": model, "scheme": scheme, "warmup": args.warmup, "steps": args.steps, "rounds": args.rounds}
     if system in ("eager", "torch.compile"):
         return run_child({**common, "task": system, "count_flops": system == "eager"}, args.timeout)
     program = workdir / f"{model}-{scheme}-{system}.pickle"
@@ -80,6 +80,7 @@ def parse_args(argv):
     parser.add_argument("--schemes", help=f"comma-separated subset of {','.join(SCHEMES)}")
     parser.add_argument("--systems", help=f"comma-separated subset of {','.join(SYSTEMS)}")
     parser.add_argument("--steps", type=int, help="timed steps per measurement (default 20; 5 with --quick)")
+    parser.add_argument("--rounds", type=int, help="rounds of timed steps; the steadiest counts (default 2; 1 with --quick)")
     parser.add_argument("--warmup", type=int, help="untimed steps first (default 3; 2 with --quick)")
     parser.add_argument("--timeout", type=float, default=900, help="seconds one child may take")
     parser.add_argument("--iree-flags", default=None,
@@ -101,6 +102,7 @@ def parse_args(argv):
     args.systems = subset(args.systems, SYSTEMS, QUICK_SYSTEMS if args.quick else SYSTEMS)
     args.steps = args.steps or (5 if args.quick else 20)
     args.warmup = args.warmup if args.warmup is not None else (2 if args.quick else 3)
+    args.rounds = args.rounds or (1 if args.quick else 2)
     args.iree_flags = args.iree_flags.split() if args.iree_flags else []
     args.profile = not args.quick if args.profile is None else args.profile
     return args
@@ -131,7 +133,7 @@ def main(argv=None) -> int:
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "machine": {"cpu": _cpu_name(), "cores": os.cpu_count(), "threads": THREADS, "python": platform.python_version(),
                     "load_before": load_before, "load_after": os.getloadavg(), **machine},
-        "settings": {"steps": args.steps, "warmup": args.warmup, "pock_iree_flags": pock_flags() + args.iree_flags,
+        "settings": {"steps": args.steps, "rounds": args.rounds, "warmup": args.warmup, "pock_iree_flags": pock_flags() + args.iree_flags,
                      "models": {m: MODELS[m].title for m in args.models}},
         "rows": add_ratios(rows, MODELS, machine.get("peak_gflops")),
         "wall_s": time.time() - started,

@@ -47,7 +47,7 @@ def add_ratios(rows: list[dict], models: dict, peak_gflops: float | None) -> lis
 def check_targets(rows: list[dict]) -> list[tuple[str, bool | None, str]]:
     """(target, reached or None when unmeasured, the numbers) for the issue's targets."""
     checks = []
-    for model in sorted({r["model"] for r in rows}, key=lambda m: [r["model"] for r in rows].index(m)):
+    for model in dict.fromkeys(r["model"] for r in rows):
         eager_full = _find(rows, model, "full", "eager")
         pock_full = _find(rows, model, "full", "pock-mlir")
         pock_sparse = _find(rows, model, "sparse", "pock-mlir")
@@ -85,7 +85,9 @@ def write_markdown(results: dict, path: Path) -> None:
         "",
         f"{results['date']} on {m['cpu']} ({m['cores']} cores; every system uses {m['threads']} threads). "
         f"Machine load: {load}.",
-        f"Step time: median of {s['steps']} steps after {s['warmup']} warm-up steps, one fixed batch; compile time "
+        f"Step time: median of {s['steps']} steps after {s['warmup']} warm-up steps, one fixed batch; of "
+        f"{s.get('rounds', 1)} such rounds the one with the lowest median counts (other jobs share this machine; "
+        "the fastest step shows what they disturbed least); compile time "
         "is separate. Peak memory: the child process's peak resident set during the timed steps minus its resident "
         "set after the shared imports (torch, numpy, IREE runtime, pock_mlir); each system runs in its own process. "
         "Loss: the last step's. GFLOP/s: the FLOPs of PyTorch's autograd step (FlopCounterMode) over the step "
@@ -94,20 +96,21 @@ def write_markdown(results: dict, path: Path) -> None:
         f"numpy {_fmt(m.get('sgemm_gflops', {}).get('numpy'), '{:.0f}')}).",
         f"pock-mlir IREE flags: `{' '.join(s['pock_iree_flags'])}`.",
         "",
-        "| model | scheme | system | step ms | speed-up vs eager full | sparse vs own full | peak MB | "
+        "| model | scheme | system | step ms | fastest step ms | speed-up vs eager full | sparse vs own full | peak MB | "
         "memory vs eager full | loss | GFLOP/s (% peak) | tokens/s | compile s |",
-        "| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+        "| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
     ]
     for r in results["rows"]:
         model = s["models"].get(r["model"], r["model"])
         system = SYSTEM_TITLES.get(r["system"], r["system"])
         scheme = r["scheme"] if r["scheme"] == "full" else f"sparse ({r.get('scheme_used', '?')})"
         if r["status"] != "ok":
-            lines.append(f"| {model} | {scheme} | {system} | {r['status']} |  |  |  |  |  |  |  |  |")
+            lines.append(f"| {model} | {scheme} | {system} | {r['status']} |  |  |  |  |  |  |  |  |  |")
             continue
         gflops = f"{r['gflops']:.1f} ({r.get('percent_of_sgemm_peak', 0):.0f}%)" if r.get("gflops") else ""
         lines.append(
-            f"| {model} | {scheme} | {system} | {r['step_ms']:.2f} | {_fmt(r.get('speedup_vs_eager_full'), '{:.2f}x')} | "
+            f"| {model} | {scheme} | {system} | {r['step_ms']:.2f} | {r['step_ms_min']:.2f} | "
+            f"{_fmt(r.get('speedup_vs_eager_full'), '{:.2f}x')} | "
             f"{_fmt(r.get('speedup_vs_own_full'), '{:.2f}x')} | {r['peak_mb']:.1f} | "
             f"{_fmt(r.get('memory_vs_eager_full'), '{:.2f}x')} | {r['loss']:.4f} | {gflops} | "
             f"{_fmt(r.get('tokens_per_s'), '{:.0f}')} | {_fmt(r.get('compile_s'), '{:.1f}')} |")
@@ -125,7 +128,8 @@ def profile_section(rows: list[dict], top: int = 6) -> list[str]:
         return []
     lines = ["", "## Where pock-mlir's time goes", "",
              "Per-dispatch wall time from IREE's HAL profiling (iree-benchmark-module "
-             "--device_profiling_mode=host-execution, aggregated by iree-profile statistics); ms per step.", ""]
+             "--device_profiling_mode=host-execution, aggregated by iree-profile statistics); ms per step. Dispatches "
+             "run on both cores at once, so their sum can exceed the step time.", ""]
     for r in profiled:
         p = r["profile"]
         lines.append(f"- **{r['model']} / {r['scheme']}**: {p['dispatch_ms_per_step']:.2f} ms in {p['dispatches']} "

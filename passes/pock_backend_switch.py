@@ -52,14 +52,11 @@ def _mark(op, choice: Choice, what: str) -> None:
     op.attributes["pock.backend_reason"] = ir.StringAttr.get(f"{what}: {choice.reason}")
 
 
-def _emit(op, emitter, *args):
-    """Emit a form before `op`; returns its result and marks its work op."""
-    block_ops = lambda: [o.operation for o in op.block.operations]  # noqa: E731
-    before = set(block_ops())
-    b = TorchBuilder(ir.InsertionPoint(op), op.location)
-    result = emitter(b, *args)
-    created = [o for o in block_ops() if o not in before]
-    return result, [o for o in created if o.name in WORK_OPS]
+def _emit(op, emitter):
+    """Emit a form before `op`; returns its result and the work ops it created (to mark)."""
+    before = {o.operation for o in op.block.operations}
+    result = emitter(TorchBuilder(ir.InsertionPoint(op), op.location))
+    return result, [o.operation for o in op.block.operations if o.operation not in before and o.name in WORK_OPS]
 
 
 @dataclass(frozen=True)
