@@ -6,6 +6,12 @@ pock-autodiff derives the backward pass. Core ATen decompositions are applied be
 (IREE cannot compile some undecomposed ops). Integer targets travel as int32 and are widened
 inside the exported function, because IREE misreads i64 input buffers on demotion.
 
+Buffers the forward pass updates in place (BatchNorm running statistics and batch counts in
+train mode) are found by running the model once on copies of its buffers; `forward_loss`
+returns their new values after the loss, in `ImportedModel.updated_buffers` order. `evaluate`
+runs the model in the mode it had when compiled (train-mode BatchNorm normalizes with the
+batch's statistics) and discards buffer updates.
+
 Dropout in training mode stays on and is reproducible: when the model draws dropout masks, its
 functions take one more input after the model's own, `seed` (an int32 scalar), and the model
 is traced inside `pock_mlir.dropout.SeededDropout(seed)`, which computes each mask with a
@@ -67,6 +73,7 @@ class ImportedModel:
     module: ir.Module
     params: list[TensorSpec]
     buffers: list[TensorSpec]
+    updated_buffers: list[str]  # returned by forward_loss after the loss, in this order
     inputs: list[TensorSpec]
     target: TensorSpec
     output: TensorSpec
@@ -103,6 +110,15 @@ def resolve_loss(loss) -> Callable:
     raise FrontendError(f"unknown loss {loss!r}; use one of {', '.join(LOSSES)} or a callable loss(output, target)")
 
 
+def _state_with_copies(names, values, updated) -> dict:
+    """Parameters and buffers by name, the `updated` buffers replaced by copies: torch.export
+    cannot functionalize an in-place update of a function argument, but can of a copy, which
+    then holds the buffer's new value."""
+    state = dict(zip(names, values))
+    state.update({name: state[name].clone() for name in updated})
+    return state
+
+
 def _call_model(model, state: dict, inputs: tuple, seeded: bool):
     """model(*inputs) with `state`; a seeded call's last input is the seed of its dropout masks."""
     if not seeded:
@@ -119,28 +135,30 @@ def _hold_outside_module_tree(wrapper: torch.nn.Module, model: torch.nn.Module) 
 
 
 class _ForwardLoss(torch.nn.Module):
-    def __init__(self, model, names, n_inputs, seeded, loss_fn):
+    """(loss, new values of the updated buffers...) from (params..., buffers..., inputs..., target)."""
+
+    def __init__(self, model, names, updated, n_inputs, seeded, loss_fn):
         super().__init__()
         _hold_outside_module_tree(self, model)
-        self.names, self.n_inputs, self.seeded, self.loss_fn = names, n_inputs, seeded, loss_fn
+        self.names, self.updated, self.n_inputs, self.seeded, self.loss_fn = names, updated, n_inputs, seeded, loss_fn
 
     def forward(self, *args):
         n = len(self.names)
-        state = dict(zip(self.names, args[:n]))
+        state = _state_with_copies(self.names, args[:n], self.updated)
         inputs, target = args[n : n + self.n_inputs], args[n + self.n_inputs]
         output = _call_model(self.model, state, inputs, self.seeded)
-        return self.loss_fn(output, target)
+        return (self.loss_fn(output, target), *(state[name] for name in self.updated))
 
 
 class _Forward(torch.nn.Module):
-    def __init__(self, model, names, seeded):
+    def __init__(self, model, names, updated, seeded):
         super().__init__()
         _hold_outside_module_tree(self, model)
-        self.names, self.seeded = names, seeded
+        self.names, self.updated, self.seeded = names, updated, seeded
 
     def forward(self, *args):
         n = len(self.names)
-        return _call_model(self.model, dict(zip(self.names, args[:n])), args[n:], self.seeded)
+        return _call_model(self.model, _state_with_copies(self.names, args[:n], self.updated), args[n:], self.seeded)
 
 
 def _split_into_slices(x, split_sizes, dim=0):
@@ -202,10 +220,14 @@ def import_model(model: torch.nn.Module, example_inputs, example_target, loss, c
     names = list(params) + list(buffers)
     state = tuple(params.values()) + tuple(buffers.values())
 
+    # The check runs on copies of the buffers so that it leaves the user's model as it was; the
+    # copies whose values changed are the buffers the step updates (by value, because
+    # native_batch_norm writes running statistics without bumping their version counters).
+    copies = {n: b.clone() for n, b in buffers.items()}
     dropout_probe = SeededDropout(torch.zeros((), dtype=torch.int32))
     with torch.no_grad():
         with dropout_probe:
-            output = functional_call(model, dict(zip(names, state)), inputs)
+            output = functional_call(model, {**params, **copies}, inputs)
         try:
             loss_value = loss_fn(output, target)
         except Exception as e:
@@ -213,15 +235,16 @@ def import_model(model: torch.nn.Module, example_inputs, example_target, loss, c
                                 f"{tuple(target.shape)}: {e}") from e
     if not isinstance(loss_value, torch.Tensor) or loss_value.dim() != 0:
         raise FrontendError("the loss must return a scalar tensor (use a mean or sum reduction)")
+    updated = [n for n, copy in copies.items() if not torch.equal(copy, buffers[n])]
     seeded = dropout_probe.calls > 0
     input_names = [f"input{i}" for i in range(len(inputs))]
     if seeded:
         inputs += (torch.zeros((), dtype=torch.int32),)
         input_names.append(SEED_INPUT)
 
-    forward_loss = _export(_ForwardLoss(model, names, len(inputs), seeded, loss_fn),
+    forward_loss = _export(_ForwardLoss(model, names, updated, len(inputs), seeded, loss_fn),
                            state + inputs + (target,), "forward and loss")
-    forward = _export(_Forward(model, names, seeded), state + inputs, "forward pass")
+    forward = _export(_Forward(model, names, updated, seeded), state + inputs, "forward pass")
     importer = FxImporter(context=context)
     importer.import_frozen_program(forward_loss, func_name="forward_loss")
     importer.import_frozen_program(forward, func_name="evaluate")
@@ -229,6 +252,7 @@ def import_model(model: torch.nn.Module, example_inputs, example_target, loss, c
         module=importer.module,
         params=[TensorSpec.of(n, t) for n, t in params.items()],
         buffers=[TensorSpec.of(n, t) for n, t in buffers.items()],
+        updated_buffers=updated,
         inputs=[TensorSpec.of(name, t) for name, t in zip(input_names, inputs)],
         target=TensorSpec.of("target", target),
         output=TensorSpec.of("output", output),

@@ -8,6 +8,7 @@ arithmetic helpers (`add`, `mul`, `sum_to`, ...) accept Python scalars as well a
 
 from __future__ import annotations
 
+import numpy as np
 import torch
 from torch_mlir import ir
 
@@ -216,6 +217,12 @@ class TorchBuilder:
 
     def ones_like(self, x):
         return self.full(self.shape(x), 1.0, self.type_of(x).dtype)
+
+    def literal(self, array: np.ndarray):
+        """A constant tensor holding `array` (torch.vtensor.literal)."""
+        array = np.require(array, requirements="C")
+        result_type = ir.Type.parse(TensorType(array.shape, torch.from_numpy(array).dtype).asm())
+        return self._create("torch.vtensor.literal", [result_type], [], {"value": ir.DenseElementsAttr.get(array)}).result
 
     def cast(self, x, dtype: torch.dtype):
         if self.type_of(x).dtype == dtype:

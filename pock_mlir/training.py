@@ -4,9 +4,13 @@ Three public functions make up the compiled module; their argument order is the 
 the runtime and the device bundle rely on (`StepSignature`):
 
   train_step(params..., buffers..., opt_state..., step, inputs..., target)
-      -> (loss, updated trainable params..., new opt_state..., step + 1)
+      -> (loss, updated trainable params..., new opt_state..., updated buffers..., step + 1)
   gradients(params..., buffers..., inputs..., target) -> (loss, grads of trainable params...)
   evaluate(params..., buffers..., inputs...) -> output
+
+The updated buffers are those the forward pass changes (`StepSignature.updated_buffers`: the
+running statistics and batch counts of train-mode BatchNorm), in that order; `gradients` and
+`evaluate` compute the same forward pass but leave the buffers as they were.
 
 A model that draws dropout masks (dropout in training mode) has one more input after its own:
 the last of `inputs...` is `seed`, an int32 scalar from which every mask of the call is hashed
@@ -48,6 +52,7 @@ class Policy:
 class StepSignature:
     params: list[TensorSpec]
     buffers: list[TensorSpec]
+    updated_buffers: list[str]  # returned by train_step after the optimizer state
     trainable: list[str]
     state: list[TensorSpec]  # named "<param>.<slot>"
     inputs: list[TensorSpec]
@@ -90,7 +95,9 @@ def _grads(signature: StepSignature, loss, marked, ip, loc):
 
 
 def _call_forward_loss(forward_loss, marked, buffers, inputs, target, ip):
-    return func.CallOp(forward_loss, list(marked) + list(buffers) + list(inputs) + [target], ip=ip).results[0]
+    """(loss, [updated buffers...])"""
+    results = func.CallOp(forward_loss, list(marked) + list(buffers) + list(inputs) + [target], ip=ip).results
+    return results[0], list(results[1:])
 
 
 def build_training_functions(imported: ImportedModel, optimizer, policies: dict[str, Policy]) -> StepSignature:
@@ -99,7 +106,8 @@ def build_training_functions(imported: ImportedModel, optimizer, policies: dict[
     if not trainable:
         raise ValueError("every parameter is frozen: there is nothing to train")
     signature = StepSignature(
-        params=imported.params, buffers=imported.buffers, trainable=trainable, state=[],
+        params=imported.params, buffers=imported.buffers, updated_buffers=imported.updated_buffers,
+        trainable=trainable, state=[],
         inputs=imported.inputs, target=imported.target, output=imported.output, policies=dict(policies))
     signature.state = [
         TensorSpec(f"{name}.{slot}", signature.trainable_shape(name), "float32")
@@ -113,6 +121,8 @@ def build_training_functions(imported: ImportedModel, optimizer, policies: dict[
     loc = ir.Location.name("train_step")
     param_types = [_tensor_type(p) for p in signature.params]
     buffer_types = [_tensor_type(b) for b in signature.buffers]
+    updated_buffer_types = [_tensor_type(b) for name in signature.updated_buffers
+                            for b in signature.buffers if b.name == name]
     state_types = [_tensor_type(s) for s in signature.state]
     step_type = ir.Type.parse("!torch.vtensor<[],f32>")
     input_types = [_tensor_type(i) for i in signature.inputs]
@@ -124,7 +134,7 @@ def build_training_functions(imported: ImportedModel, optimizer, policies: dict[
     with ir.InsertionPoint(body), loc:
         train = func.FuncOp("train_step", (
             param_types + buffer_types + state_types + [step_type] + input_types + [target_type],
-            [loss_type] + [_tensor_type(p) for p in trainable_specs] + state_types + [step_type]))
+            [loss_type] + [_tensor_type(p) for p in trainable_specs] + state_types + updated_buffer_types + [step_type]))
         gradients = func.FuncOp("gradients", (
             param_types + buffer_types + input_types + [target_type],
             [loss_type] + [_tensor_type(p, signature.trainable_shape(p.name)) for p in trainable_specs]))
@@ -138,7 +148,7 @@ def build_training_functions(imported: ImportedModel, optimizer, policies: dict[
     ip = ir.InsertionPoint(entry)
     with loc:
         marked = _mark_params(signature, params, ip, loc)
-        loss = _call_forward_loss(forward_loss, marked, buffers, inputs, target, ip)
+        loss, new_buffers = _call_forward_loss(forward_loss, marked, buffers, inputs, target, ip)
         grads = _grads(signature, loss, marked, ip, loc)
         new_params, new_state = [], []
         state_iter = iter(state)
@@ -159,7 +169,7 @@ def build_training_functions(imported: ImportedModel, optimizer, policies: dict[
             new_params.append(updated)
             new_state.extend(slot_values)
         next_step = TorchBuilder(ip, loc).add(step, 1.0)
-        func.ReturnOp([loss] + new_params + new_state + [next_step], ip=ip)
+        func.ReturnOp([loss] + new_params + new_state + new_buffers + [next_step], ip=ip)
 
     entry = gradients.add_entry_block()
     args = list(entry.arguments)
@@ -168,7 +178,7 @@ def build_training_functions(imported: ImportedModel, optimizer, policies: dict[
     ip = ir.InsertionPoint(entry)
     with loc:
         marked = _mark_params(signature, params, ip, loc)
-        loss = _call_forward_loss(forward_loss, marked, buffers, inputs, target, ip)
+        loss, _ = _call_forward_loss(forward_loss, marked, buffers, inputs, target, ip)
         grads = _grads(signature, loss, marked, ip, loc)
         func.ReturnOp([loss] + [grads[n] for n in trainable], ip=ip)
     return signature

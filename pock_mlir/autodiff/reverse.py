@@ -114,7 +114,12 @@ def differentiate(loss: ir.Value, params: list[ir.Value], insert_before: ir.Oper
                       for gr, r in zip(grads, results))
             out = tuple(results)
         args = [decode_operand(o) for o in op.operands]
-        operand_cts = rule(b, g, out, *args)
+        try:
+            operand_cts = rule(b, g, out, *args)
+        except NotImplementedError as e:  # a rule that covers only some of its op's attributes
+            raise MissingRuleError(f"{op.name} (at {describe_location(op.location)}): {e}; freeze the parameters "
+                                   f"before it (sparse={{'<pattern>': 'frozen'}}) or extend the rule for "
+                                   f"'{op_key(op)}' in pock_mlir/autodiff/rules/", op.location) from None
         if len(operand_cts) != len(args):
             raise AssertionError(f"rule for {op_key(op)} returned {len(operand_cts)} cotangents for {len(args)} operands")
         for operand, ct in zip(op.operands, operand_cts):

@@ -132,10 +132,12 @@ class Trainer:
         `self.seed`, which then increments, so every step draws fresh masks."""
         results = self._train_step(*self._model_state(), *self._state, self._step, *self._batch(inputs, target))
         loss, rest = results[0], list(results[1:])
-        n = len(self.signature.trainable)
+        n, n_state = len(self.signature.trainable), len(self._state)
         for name, value in zip(self.signature.trainable, rest[:n]):
             self._params[name] = value
-        self._state = rest[n:n + len(self._state)]
+        self._state = rest[n:n + n_state]
+        for name, value in zip(self.signature.updated_buffers, rest[n + n_state:-1]):
+            self._buffers[name] = value
         self._step = rest[-1]
         self.seed += 1
         return float(self._host(loss))

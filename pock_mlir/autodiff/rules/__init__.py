@@ -3,7 +3,7 @@
 Importing this package registers every rule in RULES.
 """
 
-from . import activations, core, losses, transformer  # noqa: F401  (registers rules)
+from . import activations, conv, core, losses, transformer  # noqa: F401  (registers rules)
 from .base import RULES, defrule, unreduce
 
 __all__ = ["RULES", "defrule", "unreduce"]

@@ -7,7 +7,8 @@ cotangent of the op's result (a tuple for several results, zeros where a result 
 as Python values. It returns one cotangent per operand, None where an operand has none
 (constants, indices); for a tensor-list operand, a list with one cotangent per element.
 The builder's helpers (`sum_to`, `expand_to`, ...) carry broadcasting, so rules read like
-the maths.
+the maths. A rule raises NotImplementedError for attribute values it does not cover (say, a
+transposed convolution); pock-autodiff reports that at the op's source line.
 """
 
 from typing import Callable
