@@ -32,7 +32,8 @@ def torch_gradients(model: torch.nn.Module, inputs, target, loss="cross_entropy"
 
 def torch_trajectory(model: torch.nn.Module, inputs, target, optimizer, steps: int, loss="cross_entropy",
                      trainable=None):
-    """Losses over `steps` torch.optim updates and the final parameters, on a copy of the model."""
+    """Losses over `steps` torch.optim updates and the final parameters and buffers (BatchNorm's
+    running statistics), on a copy of the model."""
     model = copy.deepcopy(model)
     inputs = inputs if isinstance(inputs, tuple) else (inputs,)
     params = [p for n, p in model.named_parameters() if trainable is None or n in trainable]
@@ -47,4 +48,18 @@ def torch_trajectory(model: torch.nn.Module, inputs, target, optimizer, steps: i
         value.backward()
         opt.step()
         losses.append(value.item())
-    return losses, {n: p.detach().numpy().copy() for n, p in model.named_parameters()}
+    state = list(model.named_parameters()) + list(model.named_buffers())
+    return losses, {n: t.detach().numpy().copy() for n, t in state}
+
+
+def assert_gradients_close(actual: dict, expected: dict, rtol: float = 1e-4, what: str = "gradient") -> None:
+    """Each gradient within rtol of its expected one in the 2-norm. A gradient that is zero up
+    to rounding (the bias of a BatchNorm feeding a conv and a train-mode BatchNorm, which cancels
+    any per-channel shift) is held to rtol * 1% of the largest gradient's norm, about ten float32
+    ulps of it, since its own norm is only noise."""
+    largest = max(np.linalg.norm(np.asarray(v, np.float64)) for v in expected.values())
+    for name, want in expected.items():
+        want = np.asarray(want, np.float64)
+        err = np.linalg.norm(np.asarray(actual[name], np.float64) - want)
+        bound = rtol * max(np.linalg.norm(want), 1e-2 * largest)
+        assert err <= bound, f"{what} of {name}: error {err:.3e} > {bound:.3e}"

@@ -13,7 +13,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 import pock_mlir as pock
-from oracle import torch_gradients
+from oracle import assert_gradients_close, torch_gradients
 from pock_mlir.autodiff import RULES
 from pock_mlir.sparse import SparseConfigError, SparseUpdate, resolve_sparse
 
@@ -120,18 +120,6 @@ def torch_sparse_trajectory(model, x, y, optimizer, steps, rows):
     return losses, {name: p.detach().numpy().copy() for name, p in params.items()}
 
 
-def assert_all_close(actual: dict, expected: dict, what: str) -> None:
-    """Each array within 1e-4 of its expected one in the 2-norm; one that is zero up to rounding
-    (the bias of a batch norm feeding a 1x1 conv and the next batch norm, which cancels any
-    shift) is held to 1e-7 of the largest instead."""
-    largest = max(np.linalg.norm(v) for v in expected.values())
-    for name, want in expected.items():
-        want = np.asarray(want, np.float64)
-        err = np.linalg.norm(np.asarray(actual[name], np.float64) - want)
-        bound = 1e-4 * max(np.linalg.norm(want), 1e-3 * largest)
-        assert err <= bound, f"{what} of {name}: error {err:.3e} > {bound:.3e}"
-
-
 def test_trainable_parameters_and_gradient_shapes(compiled):
     model, _, rows, _, program = compiled
     assert program.signature.trainable == [n for n, _ in model.named_parameters() if n in rows]
@@ -146,7 +134,7 @@ def test_kept_gradients_match_autograd(compiled):
     want_loss, want = torch_gradients(model, x, y)
     assert loss == pytest.approx(want_loss, rel=1e-5)
     assert set(grads) == set(rows)
-    assert_all_close(grads, {name: want[name][:k] for name, k in rows.items()}, "gradient")
+    assert_gradients_close(grads, {name: want[name][:k] for name, k in rows.items()}, what="gradient")
 
 
 def test_loss_curve_matches_torch_with_the_same_parameters_frozen(compiled):
@@ -155,7 +143,7 @@ def test_loss_curve_matches_torch_with_the_same_parameters_frozen(compiled):
     losses = [trainer.step(x, y) for _ in range(STEPS)]
     want_losses, want_params = torch_sparse_trajectory(model, x, y, optimizer, STEPS, rows)
     np.testing.assert_allclose(losses, want_losses, rtol=1e-4)
-    assert_all_close(trainer.state_dict(), want_params, "final value")
+    assert_gradients_close(trainer.state_dict(), want_params, what="final value")
     assert losses[-1] < losses[0]
 
 
