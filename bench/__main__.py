@@ -87,6 +87,8 @@ def parse_args(argv):
                         help="extra IREE compile flags for pock-mlir, space-separated (the host target's flags always apply)")
     parser.add_argument("--profile", action=argparse.BooleanOptionalAction, default=None,
                         help="per-dispatch profile of each pock-mlir step (default: on, off with --quick)")
+    parser.add_argument("--rewrite-report", action="store_true",
+                        help="only rewrite results.md and results.png from the results.json in --out")
     parser.add_argument("--out", default=str(ROOT / "bench"), help="directory for results.json/.md/.png")
     args = parser.parse_args(argv)
 
@@ -111,6 +113,11 @@ def parse_args(argv):
 def main(argv=None) -> int:
     args = parse_args(argv)
     out = Path(args.out)
+    if args.rewrite_report:
+        results = json.loads((out / "results.json").read_text())
+        write_markdown(results, out / "results.md")
+        write_plot(results, out / "results.png")
+        return 0
     out.mkdir(parents=True, exist_ok=True)
     started = time.time()
     load_before = os.getloadavg()

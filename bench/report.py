@@ -44,32 +44,34 @@ def add_ratios(rows: list[dict], models: dict, peak_gflops: float | None) -> lis
     return rows
 
 
-def check_targets(rows: list[dict]) -> list[tuple[str, bool | None, str]]:
-    """(target, reached or None when unmeasured, the numbers) for the issue's targets."""
+def check_targets(rows: list[dict]) -> list[tuple[str, bool | None, str, str]]:
+    """(target, reached or None when unmeasured, the ratio of medians, the ratio of fastest steps)
+    for the issue's targets; memory targets have no fastest-step ratio."""
     checks = []
     for model in dict.fromkeys(r["model"] for r in rows):
         eager_full = _find(rows, model, "full", "eager")
         pock_full = _find(rows, model, "full", "pock-mlir")
         pock_sparse = _find(rows, model, "sparse", "pock-mlir")
 
-        def ratio(target, a, b, what, threshold, better=">="):
-            if not (a and b):
-                checks.append((target, None, "not measured"))
+        def speedup(target, slow, fast, threshold):
+            if not (slow and fast):
+                checks.append((target, None, "not measured", ""))
                 return
-            value = what(a, b)
-            ok = value >= threshold if better == ">=" else value <= threshold
-            checks.append((target, ok, f"{value:.2f}x"))
+            value = slow["step_ms"] / fast["step_ms"]
+            checks.append((target, value >= threshold, f"{value:.2f}x",
+                           f"{slow['step_ms_min'] / fast['step_ms_min']:.2f}x"))
 
-        ratio(f"{model}: pock-mlir full BP faster than PyTorch eager full BP", eager_full, pock_full,
-              lambda e, p: e["step_ms"] / p["step_ms"], 1.0)
+        speedup(f"{model}: pock-mlir full BP faster than PyTorch eager full BP", eager_full, pock_full, 1.0)
         if model in CNNS_AND_TRANSFORMERS:
-            ratio(f"{model}: pock-mlir sparse BP >= 2x faster than pock-mlir full BP", pock_full, pock_sparse,
-                  lambda f, s: f["step_ms"] / s["step_ms"], 2.0)
+            speedup(f"{model}: pock-mlir sparse BP >= 2x faster than pock-mlir full BP", pock_full, pock_sparse, 2.0)
         if model in SPARSE_VS_EAGER_4X:
-            ratio(f"{model}: pock-mlir sparse BP >= 4x faster than PyTorch eager full BP", eager_full, pock_sparse,
-                  lambda e, s: e["step_ms"] / s["step_ms"], 4.0)
-        ratio(f"{model}: pock-mlir sparse peak memory <= 0.5x PyTorch eager full BP", eager_full, pock_sparse,
-              lambda e, s: s["peak_mb"] / e["peak_mb"], 0.5, better="<=")
+            speedup(f"{model}: pock-mlir sparse BP >= 4x faster than PyTorch eager full BP", eager_full, pock_sparse, 4.0)
+        target = f"{model}: pock-mlir sparse peak memory <= 0.5x PyTorch eager full BP"
+        if eager_full and pock_sparse:
+            value = pock_sparse["peak_mb"] / eager_full["peak_mb"]
+            checks.append((target, value <= 0.5, f"{value:.2f}x", ""))
+        else:
+            checks.append((target, None, "not measured", ""))
     return checks
 
 
@@ -114,9 +116,14 @@ def write_markdown(results: dict, path: Path) -> None:
             f"{_fmt(r.get('speedup_vs_own_full'), '{:.2f}x')} | {r['peak_mb']:.1f} | "
             f"{_fmt(r.get('memory_vs_eager_full'), '{:.2f}x')} | {r['loss']:.4f} | {gflops} | "
             f"{_fmt(r.get('tokens_per_s'), '{:.0f}')} | {_fmt(r.get('compile_s'), '{:.1f}')} |")
-    lines += ["", "## Targets", "", "| target | reached | value |", "| --- | --- | ---: |"]
-    for target, ok, value in check_targets(results["rows"]):
-        lines.append(f"| {target} | {'yes' if ok else 'no' if ok is False else '-'} | {value} |")
+    lines += ["", "## Targets", "",
+              "Reached is judged on the medians. The ratio of fastest steps is what the systems do when other jobs "
+              "leave the cores alone: PyTorch's OpenMP threads spin-wait for each other, and a core taken by "
+              "another process stalls them far more than IREE's task workers, so on a loaded machine its medians "
+              "inflate most.", "",
+              "| target | reached | ratio of medians | ratio of fastest steps |", "| --- | --- | ---: | ---: |"]
+    for target, ok, value, fastest in check_targets(results["rows"]):
+        lines.append(f"| {target} | {'yes' if ok else 'no' if ok is False else '-'} | {value} | {fastest} |")
     lines += profile_section(results["rows"])
     path.write_text("\n".join(lines) + "\n")
 
