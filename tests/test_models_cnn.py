@@ -1,0 +1,131 @@
+"""Whole CNNs against PyTorch: gradients vs torch.autograd and 10-step trajectories vs torch.optim
+(parameters and BatchNorm running statistics) for a MobileNetV2-like net with depthwise convs in
+train-mode and eval-mode BatchNorm, a small ResNet with a max-pool stem, and MobileNetV3 blocks
+(Hardswish, squeeze-excitation)."""
+
+import copy
+import os
+import sys
+
+import numpy as np
+import pytest
+import torch
+
+import pock_mlir as pock
+from oracle import assert_gradients_close, torch_gradients, torch_trajectory
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "examples"))
+from models.cnn import Bneck, MobileNetV2Like, MobileNetV3Like, ResNetLike, Stage  # noqa: E402
+
+STEPS = 10
+OPTIMIZER = pock.SGD(lr=0.05, momentum=0.9, weight_decay=1e-4)
+
+
+def mobilenet_v2():
+    torch.manual_seed(0)
+    return MobileNetV2Like(width=0.5, num_classes=5, stem=16, head=64,
+                           stages=(Stage(1, 16, 1, 1), Stage(4, 24, 2, 2), Stage(4, 32, 1, 2, kernel=5)))
+
+
+def resnet():
+    torch.manual_seed(0)
+    return ResNetLike(num_classes=5, blocks=(1, 1), width=8)
+
+
+def mobilenet_v3():
+    torch.manual_seed(0)
+    return MobileNetV3Like(num_classes=5, head=32, blocks=(
+        Bneck(3, 16, 16, True, False, 2), Bneck(5, 32, 16, True, True, 1), Bneck(3, 48, 24, False, True, 2)))
+
+
+MODELS = {
+    "mobilenetv2_train_bn": lambda: mobilenet_v2(),
+    "mobilenetv2_eval_bn": lambda: mobilenet_v2().eval(),
+    "resnet_train_bn": resnet,
+}
+
+
+def batch():
+    g = torch.Generator().manual_seed(1)
+    return torch.randn(4, 3, 32, 32, generator=g), torch.randint(0, 5, (4,), generator=g)
+
+
+def buffers_of(model):
+    return {n: b.clone() for n, b in model.named_buffers()}
+
+
+@pytest.fixture(scope="module", params=list(MODELS))
+def compiled(request):
+    model = MODELS[request.param]()
+    before = buffers_of(model)
+    x, y = batch()
+    program = pock.compile_training(model, x, y, optimizer=OPTIMIZER)
+    return request.param, model, before, program
+
+
+def test_gradients_match_autograd(compiled):
+    name, model, _, program = compiled
+    x, y = batch()
+    loss, grads = program.trainer().gradients(x, y)
+    want_loss, want = torch_gradients(model, x, y)
+    assert loss == pytest.approx(want_loss, rel=1e-5)
+    assert set(grads) == set(want)
+    assert_gradients_close(grads, want, 1e-4, name)
+
+
+def test_training_matches_torch_optim(compiled):
+    """Losses, parameters and buffers (running statistics and batch counts in train mode,
+    untouched in eval mode) after 10 steps."""
+    name, model, before, program = compiled
+    x, y = batch()
+    trainer = program.trainer()
+    losses = [trainer.step(x, y) for _ in range(STEPS)]
+    want_losses, want_state = torch_trajectory(model, x, y, OPTIMIZER, STEPS)
+    np.testing.assert_allclose(losses, want_losses, rtol=1e-4)
+    assert losses[-1] < losses[0]
+    state = trainer.state_dict()
+    assert set(state) == set(want_state)
+    # A BatchNorm bias whose gradient is zero up to rounding stays zero plus noise, and so does
+    # the running mean of the BatchNorm after the next conv: such tensors are held to a share of
+    # the largest one's norm, as gradients that are zero up to rounding are.
+    assert_gradients_close(state, want_state, 1e-4, f"{name} state")
+    trained_stats = [key for key in before if not np.array_equal(state[key], before[key].numpy())]
+    if model.training:
+        assert trained_stats == list(program.signature.updated_buffers)
+        assert all(state[key] == STEPS for key in state if key.endswith("num_batches_tracked"))
+    else:
+        assert trained_stats == [] and program.signature.updated_buffers == []
+
+
+def test_evaluate_runs_in_the_compiled_mode(compiled, request):
+    """Train-mode BatchNorm normalises with the batch's statistics in evaluate too; evaluate
+    never changes the buffers."""
+    name, model, _, program = compiled
+    if name == "resnet_train_bn":
+        request.applymarker(pytest.mark.xfail(strict=True, reason=(
+            "IREE 3.13 miscompiles evaluate here with --iree-global-opt-use-im2col-for-convs (the host target's "
+            "flag): the residual add of the strided block's downsample branch comes out wrong; correct without it")))
+    x, _ = batch()
+    trainer = program.trainer()
+    np.testing.assert_allclose(trainer.evaluate(x), copy.deepcopy(model)(x).detach().numpy(), rtol=1e-4, atol=1e-5)
+    stats = trainer.state_dict()
+    trainer.evaluate(x)
+    for key, value in trainer.state_dict().items():
+        np.testing.assert_array_equal(value, stats[key])
+
+
+def test_compiling_leaves_the_model_unchanged(compiled):
+    _, model, before, _ = compiled
+    for key, value in buffers_of(model).items():
+        assert torch.equal(value, before[key]), key
+
+
+def test_mobilenet_v3_blocks_match_autograd():
+    """Hardswish, Hardsigmoid squeeze-excitation and 5x5 depthwise convs in train mode."""
+    model = mobilenet_v3()
+    x, y = batch()
+    program = pock.compile_training(model, x, y, optimizer=OPTIMIZER)
+    loss, grads = program.trainer().gradients(x, y)
+    want_loss, want = torch_gradients(model, x, y)
+    assert loss == pytest.approx(want_loss, rel=1e-5)
+    assert_gradients_close(grads, want, 1e-4, "mobilenetv3")
