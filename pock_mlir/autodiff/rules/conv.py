@@ -5,10 +5,12 @@ elementwise ops (train mode) or elementwise ops on the running statistics (eval 
 
 The forms were chosen by timing alternatives under IREE on the host CPU:
 - weight gradient: im2col (aten.unfold) and one matmul per group over all images and
-  positions. torch's form, a convolution of the input with g as a huge kernel, compiled to a
-  direct convolution that ran 10-60x slower on ResNet layers; per-image batched matmuls
-  materialised N weight-sized products. Depthwise: a multiply-and-sum over images and
-  positions per kernel offset (torch's batch-grouped form was the slowest MobileNetV2 dispatch).
+  positions. torch's form, a convolution of the input with g as a huge kernel, compiled on its
+  own to a direct convolution 15-50x slower on ResNet-18 layers (inside a whole model IREE
+  sometimes rewrites it to a matmul itself; this form does not depend on that); per-image
+  batched matmuls materialised N weight-sized products. Depthwise: a multiply-and-sum over
+  images and positions per kernel offset (torch's batch-grouped form was the slowest
+  MobileNetV2 dispatch).
 - input gradient: col2im of g W (the weight as stored: transposing or flipping it costs a
   weight-sized copy per step), folded by stride phase with slices instead of scatters. A
   transposed convolution ran 2-10x slower strided and does not compile grouped.
@@ -174,8 +176,9 @@ def max_pool2d_with_indices(b, g, out, x, kernel, stride, padding, dilation, cei
 
 @defrule("aten.max_pool2d")
 def max_pool2d(b, g, out, x, kernel, stride, padding, dilation, ceil_mode):
-    """As max_pool2d_with_indices, recomputing the indices: torch.export sometimes keeps this
-    index-free op (seen after other models were exported in the same process)."""
+    """As max_pool2d_with_indices, recomputing the indices: the inliner's canonicalisation
+    turns max_pool2d_with_indices into this op while nothing uses the indices yet, before
+    autodiff runs."""
     pooled = b.aten.max_pool2d_with_indices(x, kernel, stride or kernel, padding, dilation, ceil_mode)
     return max_pool2d_with_indices(b, (g, None), pooled, x, kernel, stride, padding, dilation, ceil_mode)
 
