@@ -26,6 +26,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 import pock_mlir as pock  # noqa: E402
 from examples.models.transformer import LlamaConfig, LlamaLike, token_cross_entropy  # noqa: E402
+from examples.quality.plots import save_loss_curves  # noqa: E402
 
 VOCAB = 128  # ASCII; anything else maps to '?'
 SOURCE_MODULES = ["collections/__init__.py", "json/decoder.py", "json/encoder.py", "argparse.py", "textwrap.py",
@@ -108,7 +109,7 @@ SCHEMES = {
 }
 
 
-def pock_finetune(base, scheme, train_batches, val_batches, cfg, lr):
+def pock_finetune(base, scheme, train_batches, val_batches, lr):
     model = copy.deepcopy(base)
     x0, y0 = train_batches[0]
     start = time.perf_counter()
@@ -145,21 +146,9 @@ def torch_finetune(base, train_batches, val_batches, lr):
 
 
 def plot(results: dict, path: Path):
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(7, 4))
-    for name, r in results.items():
-        ax.plot(r["train_loss"], label=f"{name} (val {r['val_loss']:.3f})")
-    ax.set_xlabel("fine-tuning step")
-    ax.set_ylabel("training loss (nats/char)")
-    ax.set_title("Fine-tuning a char-level LLaMA-like model on stdlib documentation")
-    ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-
+    save_loss_curves({f"{name} (val {r['val_loss']:.3f})": r["train_loss"] for name, r in results.items()},
+                     "training loss (nats/char)",
+                     "Fine-tuning a char-level LLaMA-like model on stdlib documentation", path)
 
 def markdown_table(results: dict) -> str:
     full = results["pytorch full (reference)"]["val_loss"]
@@ -196,7 +185,7 @@ def main(argv=None):
     prompt = "Return a new "
     for name, scheme in SCHEMES.items():
         print(f"fine-tuning with pock-mlir: {name}", flush=True)
-        r = pock_finetune(base, scheme, train_batches, val_batches, cfg, lr=2e-3)
+        r = pock_finetune(base, scheme, train_batches, val_batches, lr=2e-3)
         trainer = r.pop("trainer")
         if name == "sparse preset (last 2 blocks)":
             program_before = pock.compile_training(copy.deepcopy(base), *train_batches[0], loss=token_cross_entropy)

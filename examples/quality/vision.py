@@ -29,6 +29,7 @@ import torch.nn.functional as F
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 from examples.models.cnn import MobileNetV2Like, Stage  # noqa: E402
+from examples.quality.plots import save_loss_curves  # noqa: E402
 
 BATCH = 32
 SIZE = 32
@@ -141,21 +142,10 @@ def run_scheme(name: str, path: Path, seed: int, epochs: int) -> dict:
 
 
 def plot(results: dict, path: Path):
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(7, 4))
-    for name, r in results.items():
-        ax.plot(np.convolve(r["loss"], np.ones(5) / 5, mode="valid"), label=f"{name} (acc {r['accuracy']:.3f})")
-    ax.set_xlabel("fine-tuning step")
-    ax.set_ylabel("training loss (5-step mean)")
-    ax.set_title("Fine-tuning a MobileNetV2-like CNN from digits 0-4 to digits 5-9")
-    ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-
+    save_loss_curves({f"{name} (acc {r['accuracy']:.3f})": np.convolve(r["loss"], np.ones(5) / 5, mode="valid")
+                      for name, r in results.items()},
+                     "training loss (5-step mean)",
+                     "Fine-tuning a MobileNetV2-like CNN from digits 0-4 to digits 5-9", path)
 
 def markdown_table(results: dict) -> str:
     ref = results["pytorch full (reference)"]
