@@ -3,9 +3,14 @@
 An MCUNet-style MobileNetV2 is pretrained in PyTorch on scikit-learn's digits 0-4, then
 fine-tuned with pock-mlir on digits 5-9 (new classes, a fresh classifier head) under several
 update schemes, with PyTorch full fine-tuning as the reference row. BatchNorm runs in eval
-mode (frozen statistics), the usual choice when fine-tuning. Each scheme runs in its own
-process so that its peak memory is its own. Deterministic for a seed; writes a JSON result,
-a Markdown table and a PNG plot.
+mode (frozen statistics), the usual choice when fine-tuning. Schemes differ in how large a
+learning rate they tolerate (full fine-tuning diverges where bias-only is still slow), so each
+scheme trains at every rate of LEARNING_RATES and keeps the one with the best accuracy on a
+validation split carved from the fine-tuning training data; the test split is only read to
+report. Each run is its own process, so its memory is its own: "training MB" is the growth of
+the resident set while training (parameters on the device, gradients, optimizer state,
+activations), measured from just before the first step. Deterministic for a seed; writes a
+JSON result, a Markdown table and a PNG plot.
 
     python examples/quality/vision.py [--quick] [--out examples/quality/results]
 """
@@ -13,9 +18,8 @@ a Markdown table and a PNG plot.
 from __future__ import annotations
 
 import argparse
-import copy
+import gc
 import json
-import resource
 import subprocess
 import sys
 import time
@@ -34,6 +38,8 @@ from examples.quality.plots import save_loss_curves  # noqa: E402
 BATCH = 32
 SIZE = 32
 STAGES = (Stage(1, 16, 1, 1), Stage(4, 24, 2, 2), Stage(4, 32, 2, 2), Stage(4, 64, 2, 2))
+LEARNING_RATES = (0.003, 0.01, 0.03)  # SGD with momentum 0.9; each scheme keeps its best
+REFERENCE = "pytorch full (reference)"
 
 SCHEMES = {
     "full": None,
@@ -47,7 +53,7 @@ SCHEMES = {
 
 
 def images(seed: int):
-    """Digits as 3x32x32 images; (pretrain split, fine-tune train split, fine-tune test split)."""
+    """Digits as 3x32x32 images: {"pretrain": digits 0-4, "train" / "val" / "test": digits 5-9}."""
     from sklearn.datasets import load_digits
 
     digits = load_digits()
@@ -59,8 +65,9 @@ def images(seed: int):
     x, y = x[order], y[order]
     old, new = y < 5, y >= 5
     x_new, y_new = x[new], y[new] - 5
-    split = int(0.7 * len(x_new))
-    return (x[old], y[old]), (x_new[:split], y_new[:split]), (x_new[split:], y_new[split:])
+    train, val = int(0.56 * len(x_new)), int(0.7 * len(x_new))
+    return {"pretrain": (x[old], y[old]), "train": (x_new[:train], y_new[:train]),
+            "val": (x_new[train:val], y_new[train:val]), "test": (x_new[val:], y_new[val:])}
 
 
 def batches(x, y, seed):
@@ -71,6 +78,7 @@ def batches(x, y, seed):
 
 
 def accuracy(predict, x, y) -> float:
+    """Over the full batches (the compiled model takes batches of exactly BATCH)."""
     correct, seen = 0, 0
     for start in range(0, len(x) - BATCH + 1, BATCH):
         correct += int((np.argmax(predict(x[start:start + BATCH]), 1) == y[start:start + BATCH]).sum())
@@ -79,7 +87,7 @@ def accuracy(predict, x, y) -> float:
 
 
 def pretrain(seed: int, epochs: int, path: Path):
-    (x, y), _, _ = images(seed)
+    x, y = images(seed)["pretrain"]
     torch.manual_seed(seed)
     model = MobileNetV2Like(width=1.0, num_classes=5, stages=STAGES, stem=16, head=128)
     opt = torch.optim.AdamW(model.parameters(), lr=3e-3)
@@ -104,12 +112,26 @@ def fresh_head(path: Path, seed: int) -> nn.Module:
     return model.eval()
 
 
-def run_scheme(name: str, path: Path, seed: int, epochs: int) -> dict:
-    _, (x, y), (x_test, y_test) = images(seed)
+def resident_kb(field: str) -> int:
+    with open("/proc/self/status") as f:
+        return next(int(line.split()[1]) for line in f if line.startswith(field + ":"))
+
+
+def start_memory_count() -> int:
+    """Resets the kernel's resident-set high-water mark; returns the resident set now."""
+    gc.collect()
+    with open("/proc/self/clear_refs", "w") as f:
+        f.write("5")
+    return resident_kb("VmRSS")
+
+
+def run_scheme(name: str, lr: float, path: Path, seed: int, epochs: int) -> dict:
+    data = images(seed)
+    (x, y), (x_val, y_val), (x_test, y_test) = data["train"], data["val"], data["test"]
     model = fresh_head(path, seed)
-    lr = 0.05
     step_times, losses = [], []
-    if name == "pytorch full (reference)":
+    if name == REFERENCE:
+        before = start_memory_count()
         opt = torch.optim.SGD(model.parameters(), lr=lr, momentum=0.9)
         for epoch in range(epochs):
             for xb, yb in batches(x, y, seed + epoch):
@@ -121,7 +143,8 @@ def run_scheme(name: str, path: Path, seed: int, epochs: int) -> dict:
                 step_times.append(time.perf_counter() - t)
                 losses.append(loss.item())
         with torch.no_grad():
-            acc = accuracy(lambda xb: model(torch.from_numpy(xb)).numpy(), x_test, y_test)
+            predict = lambda xb: model(torch.from_numpy(xb)).numpy()  # noqa: E731
+            val_acc, test_acc = accuracy(predict, x_val, y_val), accuracy(predict, x_test, y_test)
         compile_s = 0.0
     else:
         import pock_mlir as pock
@@ -130,32 +153,45 @@ def run_scheme(name: str, path: Path, seed: int, epochs: int) -> dict:
         program = pock.compile_training(model, x[:BATCH], y[:BATCH], loss="cross_entropy",
                                         optimizer=pock.SGD(lr=lr, momentum=0.9), sparse=SCHEMES[name])
         compile_s = time.perf_counter() - start
+        before = start_memory_count()
         trainer = program.trainer()
         for epoch in range(epochs):
             for xb, yb in batches(x, y, seed + epoch):
                 t = time.perf_counter()
                 losses.append(trainer.step(xb, yb))
                 step_times.append(time.perf_counter() - t)
-        acc = accuracy(trainer.evaluate, x_test, y_test)
-    return {"accuracy": acc, "step_ms": 1000 * float(np.median(step_times[3:])), "loss": losses,
-            "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, "compile_s": compile_s}
+        val_acc, test_acc = accuracy(trainer.evaluate, x_val, y_val), accuracy(trainer.evaluate, x_test, y_test)
+    return {"lr": lr, "val_accuracy": val_acc, "accuracy": test_acc, "step_ms": 1000 * float(np.median(step_times[3:])),
+            "loss": losses, "training_mb": (resident_kb("VmHWM") - before) / 1024, "compile_s": compile_s}
 
 
 def plot(results: dict, path: Path):
-    save_loss_curves({f"{name} (acc {r['accuracy']:.3f})": np.convolve(r["loss"], np.ones(5) / 5, mode="valid")
-                      for name, r in results.items()},
+    save_loss_curves({f"{name}, lr {r['lr']:g} (acc {r['accuracy']:.3f})":
+                      np.convolve(r["loss"], np.ones(5) / 5, mode="valid") for name, r in results.items()},
                      "training loss (5-step mean)",
                      "Fine-tuning a MobileNetV2-like CNN from digits 0-4 to digits 5-9", path)
 
+
 def markdown_table(results: dict) -> str:
-    ref = results["pytorch full (reference)"]
-    rows = ["| scheme | system | test accuracy | vs full (points) | ms/step | vs PyTorch | peak RSS MB |",
-            "| --- | --- | --- | --- | --- | --- | --- |"]
+    ref = results[REFERENCE]
+    rows = ["| scheme | system | lr (best on val) | test accuracy | vs PyTorch full (points) | ms/step | "
+            "speed vs PyTorch full | training MB |",
+            "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |"]
     for name, r in results.items():
-        system = "PyTorch eager" if name.startswith("pytorch") else "pock-mlir"
-        rows.append(f"| {name} | {system} | {r['accuracy']:.3f} | {100 * (r['accuracy'] - ref['accuracy']):+.1f} | "
-                    f"{r['step_ms']:.2f} | {ref['step_ms'] / r['step_ms']:.2f}x | {r['peak_rss_mb']:.0f} |")
+        system = "PyTorch eager" if name == REFERENCE else "pock-mlir"
+        rows.append(f"| {name} | {system} | {r['lr']:g} | {r['accuracy']:.3f} | "
+                    f"{100 * (r['accuracy'] - ref['accuracy']):+.1f} | {r['step_ms']:.2f} | "
+                    f"{ref['step_ms'] / r['step_ms']:.2f}x | {r['training_mb']:.0f} |")
     return "\n".join(rows)
+
+
+def run_in_child(name: str, lr: float, args) -> dict:
+    command = [sys.executable, __file__, "--scheme", name, "--lr", str(lr), "--out", args.out, "--seed", str(args.seed)]
+    command += ["--quick"] if args.quick else []
+    done = subprocess.run(command, capture_output=True, text=True)
+    if done.returncode != 0:
+        raise SystemExit(f"scheme {name!r} at lr {lr} failed:\n{done.stderr[-3000:]}")
+    return json.loads(done.stdout.strip().splitlines()[-1])
 
 
 def main(argv=None):
@@ -163,31 +199,33 @@ def main(argv=None):
     parser.add_argument("--quick", action="store_true", help="a much shorter run, for a smoke test")
     parser.add_argument("--out", default=str(Path(__file__).parent / "results"))
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--scheme", help=argparse.SUPPRESS)  # internal: run one scheme in this process
+    parser.add_argument("--scheme", help=argparse.SUPPRESS)  # internal: one run in this process
+    parser.add_argument("--lr", type=float, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     pretrain_epochs, finetune_epochs = (2, 1) if args.quick else (12, 10)
+    learning_rates = LEARNING_RATES[1:2] if args.quick else LEARNING_RATES
     checkpoint = out / "vision_pretrained.pt"
 
     if args.scheme:
-        print(json.dumps(run_scheme(args.scheme, checkpoint, args.seed, finetune_epochs)))
+        print(json.dumps(run_scheme(args.scheme, args.lr, checkpoint, args.seed, finetune_epochs)))
         return
     pretrain(args.seed, pretrain_epochs, checkpoint)
-    results = {}
-    for name in ["pytorch full (reference)", *SCHEMES]:
-        print(f"fine-tuning: {name}", flush=True)
-        command = [sys.executable, __file__, "--scheme", name, "--out", str(out), "--seed", str(args.seed)]
-        command += ["--quick"] if args.quick else []
-        done = subprocess.run(command, capture_output=True, text=True)
-        if done.returncode != 0:
-            raise SystemExit(f"scheme {name!r} failed:\n{done.stderr[-3000:]}")
-        results[name] = json.loads(done.stdout.strip().splitlines()[-1])
-        r = results[name]
-        print(f"  accuracy {r['accuracy']:.3f}, {r['step_ms']:.2f} ms/step, peak {r['peak_rss_mb']:.0f} MB", flush=True)
+    results, sweeps = {}, {}
+    for name in [REFERENCE, *SCHEMES]:
+        sweeps[name] = []
+        for lr in learning_rates:
+            r = run_in_child(name, lr, args)
+            sweeps[name].append({k: r[k] for k in ("lr", "val_accuracy", "accuracy")})
+            print(f"{name}, lr {lr:g}: val accuracy {r['val_accuracy']:.3f}, test accuracy {r['accuracy']:.3f}, "
+                  f"{r['step_ms']:.2f} ms/step, training {r['training_mb']:.0f} MB", flush=True)
+            if name not in results or r["val_accuracy"] > results[name]["val_accuracy"]:
+                results[name] = r
     table = markdown_table(results)
     print(table)
-    (out / "vision.json").write_text(json.dumps({"results": results, "pretrain_epochs": pretrain_epochs,
+    (out / "vision.json").write_text(json.dumps({"results": results, "sweeps": sweeps, "seed": args.seed,
+                                                 "pretrain_epochs": pretrain_epochs,
                                                  "finetune_epochs": finetune_epochs}, indent=1))
     (out / "vision.md").write_text(table + "\n")
     plot(results, out / "vision.png")
