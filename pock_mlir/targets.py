@@ -63,6 +63,12 @@ def _normalize_arch(machine: str) -> str:
 _CPU_COMMON = ("--iree-global-opt-use-im2col-for-convs",)
 
 
+# IREE 3.13's reduction vector-distribution pipeline fails ("failed to distribute") on reductions
+# over 64, 128, 256, ... elements and on bool counts, e.g. a softmax or cross-entropy over a
+# vocabulary of 128; the default reduction pipeline compiles them.
+_CUDA_COMMON = ("--iree-codegen-llvmgpu-use-reduction-vector-distribution=false",)
+
+
 def _cpu(spec: str, arch: str, flags: tuple[str, ...], description: str) -> Target:
     return Target(spec, "local", "llvm-cpu", CPU_DRIVERS, arch, flags + _CPU_COMMON, description)
 
@@ -99,6 +105,7 @@ def resolve_target(spec: str) -> Target:
         sm = option or "sm_87"
         if not re.fullmatch(r"sm_\d{2,3}a?", sm):
             raise TargetError(f"cuda takes a compute capability like sm_87 (Jetson Orin) or sm_80, got '{sm}'")
-        return Target(spec, "cuda", "cuda", ("cuda",), None, (f"--iree-cuda-target={sm}",), f"NVIDIA GPUs ({sm})")
+        return Target(spec, "cuda", "cuda", ("cuda",), None, (f"--iree-cuda-target={sm}", *_CUDA_COMMON),
+                      f"NVIDIA GPUs ({sm})")
     raise TargetError(f"unknown target '{spec}'; use host, x86-64[:cpu], aarch64[:features], vulkan[:gpu] or "
                       f"cuda[:sm_XX]")

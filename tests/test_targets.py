@@ -115,7 +115,8 @@ def test_target_flags():
     assert "--iree-llvmcpu-target-cpu-features=+dotprod,+sve" in resolve_target("aarch64:+dotprod,+sve").compile_flags()
     assert resolve_target("vulkan").compile_flags() == ["--iree-hal-target-device=vulkan",
                                                        "--iree-vulkan-target=vp_android_baseline_2022"]
-    assert resolve_target("cuda").compile_flags() == ["--iree-hal-target-device=cuda", "--iree-cuda-target=sm_87"]
+    assert resolve_target("cuda").compile_flags() == ["--iree-hal-target-device=cuda", "--iree-cuda-target=sm_87",
+                                                      "--iree-codegen-llvmgpu-use-reduction-vector-distribution=false"]
 
 
 @pytest.mark.parametrize("spec, message", [

@@ -14,8 +14,6 @@ from __future__ import annotations
 import argparse
 import copy
 import json
-import os
-import pydoc
 import sys
 import time
 from pathlib import Path
@@ -25,43 +23,10 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 import pock_mlir as pock  # noqa: E402
+from examples.models.char_text import (VOCAB, documentation_corpus, encode, greedy_completion, pretrain,  # noqa: E402
+                                       source_corpus, windows)
 from examples.models.transformer import LlamaConfig, LlamaLike, token_cross_entropy  # noqa: E402
 from examples.quality.plots import save_loss_curves  # noqa: E402
-
-VOCAB = 128  # ASCII; anything else maps to '?'
-SOURCE_MODULES = ["collections/__init__.py", "json/decoder.py", "json/encoder.py", "argparse.py", "textwrap.py",
-                  "string.py", "functools.py", "dataclasses.py"]
-DOC_MODULES = ["collections", "json", "argparse", "textwrap", "string", "functools", "itertools", "dataclasses",
-               "pathlib", "shutil", "heapq", "bisect"]
-
-
-def encode(text: str) -> np.ndarray:
-    return np.frombuffer(text.encode("ascii", "replace"), dtype=np.uint8).astype(np.int64) % VOCAB
-
-
-def decode(ids) -> str:
-    return "".join(chr(int(i)) if 32 <= int(i) < 127 or int(i) == 10 else "?" for i in ids)
-
-
-def source_corpus() -> str:
-    root = Path(os.__file__).parent
-    return "\n".join((root / name).read_text(encoding="utf-8", errors="replace") for name in SOURCE_MODULES)
-
-
-def documentation_corpus() -> str:
-    text = []
-    for name in DOC_MODULES:
-        text.append(pydoc.render_doc(__import__(name), renderer=pydoc.plaintext))
-    return "\n".join(text)
-
-
-def windows(tokens: np.ndarray, seq: int, batch: int, rng: np.random.RandomState):
-    """A batch of (input, next-token target) windows at random offsets."""
-    starts = rng.randint(0, len(tokens) - seq - 1, size=batch)
-    x = np.stack([tokens[s:s + seq] for s in starts])
-    y = np.stack([tokens[s + 1:s + seq + 1] for s in starts])
-    return x, y
-
 
 def fixed_batches(tokens, seq, batch, count, seed):
     rng = np.random.RandomState(seed)
@@ -71,34 +36,6 @@ def fixed_batches(tokens, seq, batch, count, seed):
 def torch_loss(model, x, y) -> float:
     with torch.no_grad():
         return token_cross_entropy(model(torch.from_numpy(x)), torch.from_numpy(y)).item()
-
-
-def pretrain(model, tokens, cfg, steps, batch, seed):
-    torch.manual_seed(seed)
-    opt = torch.optim.AdamW(model.parameters(), lr=3e-3, weight_decay=0.01)
-    rng = np.random.RandomState(seed)
-    for step in range(steps):
-        x, y = windows(tokens, cfg.max_len, batch, rng)
-        opt.zero_grad()
-        loss = token_cross_entropy(model(torch.from_numpy(x)), torch.from_numpy(y))
-        loss.backward()
-        opt.step()
-        if step % max(1, steps // 5) == 0:
-            print(f"  pretrain step {step:4d}  loss {loss.item():.3f}", flush=True)
-    return model
-
-
-def greedy_completion(predict, prompt: str, cfg, batch: int, length: int) -> str:
-    """Greedy decoding through a forward compiled for fixed (batch, max_len): causal attention
-    makes the logits at position n depend only on positions <= n, so the window is filled in place."""
-    ids = list(encode(prompt))[-(cfg.max_len - length):]
-    start = len(ids)
-    window = np.zeros((batch, cfg.max_len), np.int64)
-    window[0, :start] = ids
-    for position in range(start, start + length):
-        logits = predict(window)
-        window[0, position] = int(np.argmax(logits[0, position - 1]))
-    return decode(window[0, start:start + length])
 
 
 SCHEMES = {
@@ -189,8 +126,8 @@ def main(argv=None):
         trainer = r.pop("trainer")
         if name == "sparse preset (last 2 blocks)":
             program_before = pock.compile_training(copy.deepcopy(base), *train_batches[0], loss=token_cross_entropy)
-            samples["before"] = greedy_completion(program_before.trainer().evaluate, prompt, cfg, batch, 40)
-            samples["after"] = greedy_completion(trainer.evaluate, prompt, cfg, batch, 40)
+            samples["before"] = greedy_completion(program_before.trainer().evaluate, prompt, (batch, cfg.max_len), 40)
+            samples["after"] = greedy_completion(trainer.evaluate, prompt, (batch, cfg.max_len), 40)
         results[f"pock {name}"] = r
         print(f"  val loss {r['val_loss']:.3f}, {r['tokens_per_s']:.0f} tokens/s", flush=True)
 

@@ -12,6 +12,15 @@ Each array's other dimensions and its dtype are those of the bundle's batch (man
 size, so each epoch trains on the full batches of a fresh permutation of the training split
 (drawn from --seed and the epoch number) and evaluates the full batches of the held-out split.
 
+A next-token model (input (B, T) token ids, target (B, T): the ids one position on) trains on a
+tokenized text instead: DATA.npz holds
+    tokens_train       a 1-D array of integer token ids, the text in order
+    tokens_val         a held-out text (optional)
+Each is cut into non-overlapping windows of T tokens, window i being tokens[i*T : (i+1)*T] with
+target tokens[i*T+1 : (i+1)*T+1]; the windows are the samples above (shuffled the same way).
+For these models the epoch lines and the summary report tokens/s: tokens trained on per second
+of training steps (data transfer included; evaluation and checkpoints not).
+
 --checkpoint PATH is written at the end of every epoch, every --checkpoint-every steps and when
 training stops (atomically, see pock_mlir/checkpoint.py); --resume continues from it with the
 results an uninterrupted run would have had. --epochs and --max-steps count from the start of
@@ -27,6 +36,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import sys
 import time
 import zipfile
@@ -45,6 +55,8 @@ DEVICES = (*CPU_DRIVERS, "vulkan", "cuda")
 # A checkpoint's "progress": the next batch (epoch, batch), the data order's seed and size, and
 # the seed of the next step's dropout masks.
 PROGRESS = ("epoch", "batch", "shuffle_seed", "train_samples", "dropout_seed")
+TOKEN_KEYS = ("tokens_train", "tokens_val")
+SAMPLE_KEY = re.compile(r"(x\d*|y)_(train|val)")
 
 
 class DataError(ValueError):
@@ -55,6 +67,7 @@ class DataError(ValueError):
 class Split:
     inputs: list[np.ndarray]
     target: np.ndarray
+    tokens_per_sample: int = 0  # the window length when cut from a token stream; 0 for x/y samples
 
     def __len__(self) -> int:
         return len(self.target)
@@ -92,7 +105,9 @@ def load_data(path: str, bundle: Bundle) -> tuple[Split, Split | None]:
         raise DataError(f"cannot read {path}: {e}") from None
     if not isinstance(npz, np.lib.npyio.NpzFile):
         raise DataError(f"{path} is a single array; pock-train reads an .npz archive (numpy.savez) with x_train, "
-                        f"y_train, x_val, y_val")
+                        f"y_train, x_val, y_val (or tokens_train, tokens_val)")
+    if any(key in npz.files for key in TOKEN_KEYS):
+        return load_token_data(npz, path, bundle)
     sig, keys, batch_size = bundle.signature, _input_keys(bundle), bundle.batch_size
     problems: list[str] = []
 
@@ -124,6 +139,81 @@ def load_data(path: str, bundle: Bundle) -> tuple[Split, Split | None]:
     return train, val
 
 
+def _is_integer(spec) -> bool:
+    return np.issubdtype(np.dtype(spec.dtype), np.integer)
+
+
+def next_token_shape(path: str, bundle: Bundle) -> tuple[int, int, int | None]:
+    """(batch, seq, vocab) of a next-token model: one (batch, seq) input of token ids, a target of the
+    same shape; vocab is None unless the output is (batch, seq, vocab) logits. DataError otherwise."""
+    sig, inputs = bundle.signature, model_inputs(bundle.signature)
+    if len(inputs) == 1 and len(inputs[0].shape) == 2 and _is_integer(inputs[0]) \
+            and tuple(sig.target.shape) == tuple(inputs[0].shape) and _is_integer(sig.target):
+        batch, seq = inputs[0].shape
+        output = tuple(sig.output.shape)
+        return batch, seq, output[2] if len(output) == 3 and output[:2] == (batch, seq) else None
+    takes = ", ".join(f"{spec.name} {tuple(spec.shape)} {spec.dtype}" for spec in inputs)
+    raise DataError(f"{path} holds a token stream (tokens_train), which trains next-token models: one input of "
+                    f"(batch, seq) integer token ids and a target of the same shape. The bundle {bundle.path} is not "
+                    f"one: it takes {takes} and target {tuple(sig.target.shape)} {sig.target.dtype}. Give it x_train "
+                    f"and y_train instead (see pock-train --help)")
+
+
+def token_windows(tokens: np.ndarray, seq: int, input_dtype: str, target_dtype: str) -> Split:
+    """The stream cut into non-overlapping windows of `seq` tokens, each with the stream one token on
+    as its target: window i is tokens[i*seq : (i+1)*seq] -> tokens[i*seq+1 : (i+1)*seq+1]."""
+    count = (len(tokens) - 1) // seq
+    inputs = tokens[:count * seq].reshape(count, seq).astype(input_dtype)
+    target = tokens[1:count * seq + 1].reshape(count, seq).astype(target_dtype)
+    return Split([inputs], target, tokens_per_sample=seq)
+
+
+def load_token_data(npz, path: str, bundle: Bundle) -> tuple[Split, Split | None]:
+    """The windows of tokens_train and (if present) tokens_val, checked against a next-token bundle."""
+    if "tokens_train" not in npz.files:
+        raise DataError(f"{path} holds tokens_val but no tokens_train, the text to train on")
+    samples = [key for key in npz.files if SAMPLE_KEY.fullmatch(key)]
+    if samples:
+        raise DataError(f"{path} holds both a token stream (tokens_train) and samples ({', '.join(samples)}); "
+                        f"keep one kind of data")
+    batch, seq, vocab = next_token_shape(path, bundle)
+    (input_spec,), target_spec = model_inputs(bundle.signature), bundle.signature.target
+    # Ids outside the vocabulary would index past the embedding table on the device, silently.
+    end, what = (vocab, f"the model's vocabulary is 0 to {vocab - 1}") if vocab else (2 ** 31, "the bundle takes int32")
+    problems: list[str] = []
+
+    def split(key: str) -> Split | None:
+        if key not in npz.files:
+            return None
+        try:
+            tokens = npz[key]
+        except (OSError, ValueError, zipfile.BadZipFile) as e:
+            problems.append(f"cannot read {key} from {path}: {e}")
+            return None
+        windows = (len(tokens) - 1) // seq if tokens.ndim == 1 else 0
+        if tokens.ndim != 1:
+            problems.append(f"{key} has shape {tokens.shape}; a token stream is 1-D (flatten it with .ravel())")
+        elif not np.issubdtype(tokens.dtype, np.integer):
+            problems.append(f"{key} has dtype {tokens.dtype}; token ids are integers (convert with .astype(np.int32))")
+        elif tokens.size and (tokens.min() < 0 or tokens.max() >= end):
+            problems.append(f"{key} holds ids from {tokens.min()} to {tokens.max()}; {what}")
+        elif windows < 1:
+            problems.append(f"{key} has {len(tokens)} tokens, shorter than one window: the bundle trains on windows of "
+                            f"{seq} tokens, each with the token after it as target ({seq + 1} tokens); give a longer "
+                            f"text or compile the model for shorter sequences")
+        elif windows < batch:
+            problems.append(f"{key} has {len(tokens)} tokens, {windows} window(s) of {seq}: fewer than one batch "
+                            f"({batch} windows, {batch * seq + 1} tokens)")
+        else:
+            return token_windows(tokens, seq, input_spec.dtype, target_spec.dtype)
+        return None
+
+    train, val = split("tokens_train"), split("tokens_val")
+    if problems:
+        raise DataError(f"{path} does not fit the bundle {bundle.path}:\n  " + "\n  ".join(problems))
+    return train, val
+
+
 def batch_order(seed: int, epoch: int, samples: int, batch_size: int) -> np.ndarray:
     """(batches, batch_size) sample indices of one epoch; the same for the same (seed, epoch)."""
     order = np.random.default_rng([seed, epoch]).permutation(samples)
@@ -149,37 +239,49 @@ def evaluate(trainer: Trainer, split: Split, batch_size: int) -> dict[str, float
 
 
 class ProgressBar:
-    """One stderr line redrawn in place: epoch, batches done, the epoch's mean loss, steps/s."""
+    """One stderr line redrawn in place: epoch, batches done, the epoch's mean loss, steps/s (tokens/s
+    for a token stream: tokens_per_step > 0). Rates count the time spent in training steps only."""
 
     WIDTH = 24
 
-    def __init__(self, epoch: int, epochs: int, batches: int):
-        self.label, self.batches = f"epoch {epoch + 1}/{epochs}", batches
-        self.start = self.drawn = time.perf_counter()
+    def __init__(self, epoch: int, epochs: int, batches: int, tokens_per_step: int = 0):
+        self.label, self.batches, self.tokens_per_step = f"epoch {epoch + 1}/{epochs}", batches, tokens_per_step
+        self.drawn = time.perf_counter()
         self.losses: list[float] = []
+        self.step_seconds = 0.0
 
-    def update(self, done: int, loss: float, final: bool = False) -> None:
+    def update(self, done: int, loss: float, seconds: float, final: bool = False) -> None:
         self.losses.append(loss)
+        self.step_seconds += seconds
         now = time.perf_counter()
         if not final and now - self.drawn < 0.1:
             return
         self.drawn = now
         filled = self.WIDTH * done // self.batches
-        rate = len(self.losses) / max(now - self.start, 1e-9)
+        rate = f"{self.tokens_per_s:.0f} tokens/s" if self.tokens_per_step else f"{self.steps_per_s:.1f} steps/s"
         sys.stderr.write(f"\r{self.label} [{'#' * filled}{'.' * (self.WIDTH - filled)}] {done}/{self.batches} "
-                         f"loss {self.mean_loss:.4f} {rate:.1f} steps/s" + ("\n" if final else ""))
+                         f"loss {self.mean_loss:.4f} {rate}" + ("\n" if final else ""))
         sys.stderr.flush()
 
     @property
     def mean_loss(self) -> float:
         return float(np.mean(self.losses)) if self.losses else float("nan")
 
+    @property
+    def steps_per_s(self) -> float:
+        return len(self.losses) / max(self.step_seconds, 1e-9)
+
+    @property
+    def tokens_per_s(self) -> float:
+        return self.steps_per_s * self.tokens_per_step
+
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="pock-train", description=__doc__.split("\n\n")[0],
                                      epilog=__doc__.split("\n\n", 2)[2], formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("bundle", help="a bundle directory written by pock-compile")
-    parser.add_argument("--data", required=True, help="an .npz with x_train, y_train and optionally x_val, y_val")
+    parser.add_argument("--data", required=True, help="an .npz with x_train, y_train and optionally x_val, y_val; "
+                                                       "for a next-token model, tokens_train and optionally tokens_val")
     parser.add_argument("--epochs", type=int, default=1, help="epochs to train in all (default 1)")
     parser.add_argument("--batch-size", type=int, help="must be the bundle's batch size (the default)")
     parser.add_argument("--device", choices=DEVICES, help="the IREE driver (default: the bundle target's)")
@@ -276,6 +378,8 @@ def _run(args) -> int:
     steps = checkpoint.steps if checkpoint else 0
     saved_at = steps if checkpoint else None
     batch_size, seed = bundle.batch_size, progress["shuffle_seed"]
+    tokens_per_step = batch_size * train.tokens_per_sample  # 0 unless the data is a token stream
+    run_steps, run_seconds = 0, 0.0  # this run's training steps, for the summary's tokens/s
 
     def write_checkpoint(epoch: int, batch: int) -> None:
         nonlocal saved_at
@@ -295,11 +399,13 @@ def _run(args) -> int:
         while epoch < args.epochs and not stop(steps):
             order = batch_order(seed, epoch, len(train), batch_size)
             done = progress["batch"] if epoch == progress["epoch"] else 0
-            bar = ProgressBar(epoch, args.epochs, len(order))
+            bar = ProgressBar(epoch, args.epochs, len(order), tokens_per_step)
             while done < len(order) and not stop(steps):
+                started = time.perf_counter()
                 loss = trainer.step(*train.batch(order[done]))
-                steps, done = steps + 1, done + 1
-                bar.update(done, loss, final=done == len(order) or stop(steps))
+                seconds = time.perf_counter() - started
+                steps, done, run_steps, run_seconds = steps + 1, done + 1, run_steps + 1, run_seconds + seconds
+                bar.update(done, loss, seconds, final=done == len(order) or stop(steps))
                 # The epoch end and the stop write their own checkpoint.
                 if args.checkpoint_every and steps % args.checkpoint_every == 0 and done < len(order) and not stop(steps):
                     write_checkpoint(epoch, done)
@@ -308,7 +414,8 @@ def _run(args) -> int:
                 break
             metrics = evaluate(trainer, val, batch_size) if val else {}
             print(f"epoch {epoch + 1}/{args.epochs}: loss {bar.mean_loss:.4f}"
-                  + "".join(f", {k} {v:.4f}" for k, v in metrics.items()) + f", step {steps}", flush=True)
+                  + "".join(f", {k} {v:.4f}" for k, v in metrics.items()) + f", step {steps}"
+                  + (f", {bar.tokens_per_s:.0f} tokens/s" if tokens_per_step else ""), flush=True)
             epoch += 1
             write_checkpoint(epoch, 0)
         atomic_write(export, save(bundle.torch_state_dict(trainer.state_dict()), metadata={"format": "pt"}))
@@ -316,7 +423,11 @@ def _run(args) -> int:
         where = f"; {args.checkpoint} holds step {saved_at}" if args.checkpoint and saved_at is not None else ""
         print(f"\npock-train: interrupted at step {steps}{where}", file=sys.stderr)
         return 130
-    print(f"trained {steps} steps in all; tuned weights in {export}")
+    throughput = ""
+    if tokens_per_step and run_steps:
+        throughput = (f" ({run_steps * tokens_per_step:,} tokens in this run, "
+                      f"{run_steps * tokens_per_step / run_seconds:,.0f} tokens/s)")
+    print(f"trained {steps} steps in all{throughput}; tuned weights in {export}")
     return 0
 
 
