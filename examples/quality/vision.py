@@ -38,7 +38,7 @@ from examples.quality.plots import save_loss_curves  # noqa: E402
 BATCH = 32
 SIZE = 32
 STAGES = (Stage(1, 16, 1, 1), Stage(4, 24, 2, 2), Stage(4, 32, 2, 2), Stage(4, 64, 2, 2))
-LEARNING_RATES = (0.003, 0.01, 0.03)  # SGD with momentum 0.9; each scheme keeps its best
+LEARNING_RATES = (0.003, 0.01, 0.03, 0.1)  # SGD with momentum 0.9; each scheme keeps its best
 REFERENCE = "pytorch full (reference)"
 
 SCHEMES = {
