@@ -92,12 +92,13 @@ def torch_finetune(base, train_batches, held_out, lr):
 
 
 def plot(results: dict, path: Path):
-    save_loss_curves({f"{name}, lr {r['lr']:g} (test {r['test_loss']:.3f})": r["train_loss"]
-                      for name, r in results.items()},
-                     "training loss (nats/char)",
+    save_loss_curves({f"{name}, lr {r['lr']:g} (test {r['test_loss']:.3f})":
+                      np.convolve(r["train_loss"], np.ones(10) / 10, mode="valid") for name, r in results.items()},
+                     "training loss (nats/char, 10-step mean)",
                      "Fine-tuning a char-level LLaMA-like model on stdlib documentation", path)
 
-def markdown_table(results: dict) -> str:
+def markdown_report(results: dict, samples: dict) -> str:
+    """The table, then the greedy completion of the prompt before and after sparse fine-tuning."""
     full = results[REFERENCE]["test_loss"]
     rows = ["| scheme | system | lr (best on val) | test loss | vs PyTorch full | tokens/s |",
             "| --- | --- | ---: | ---: | ---: | ---: |"]
@@ -105,6 +106,8 @@ def markdown_table(results: dict) -> str:
         system = "PyTorch eager" if name == REFERENCE else "pock-mlir"
         rows.append(f"| {name} | {system} | {r['lr']:g} | {r['test_loss']:.3f} | "
                     f"{100 * (r['test_loss'] / full - 1):+.1f}% | {r['tokens_per_s']:.0f} |")
+    rows += ["", f"Greedy completion of `{samples['prompt']!r}` through the compiled forward:", "",
+             f"- before fine-tuning: `{samples['before']!r}`", f"- after (sparse preset): `{samples['after']!r}`"]
     return "\n".join(rows)
 
 
@@ -150,13 +153,12 @@ def main(argv=None):
     samples = {"before": greedy_completion(program_before.trainer().evaluate, prompt, (batch, cfg.max_len), 40),
                "after": greedy_completion(trainers["pock sparse preset (last 2 blocks)"].evaluate, prompt,
                                           (batch, cfg.max_len), 40)}
-    table = markdown_table(results)
-    print(table)
-    print(f"\nprompt {prompt!r}\n  before fine-tuning: {samples['before']!r}\n  after (sparse):     {samples['after']!r}")
+    report = markdown_report(results, {"prompt": prompt, **samples})
+    print(report)
     (out / "language.json").write_text(json.dumps({"config": cfg.__dict__, "pretrain_steps": pretrain_steps,
                                                    "finetune_steps": finetune_steps, "results": results, "sweeps": sweeps,
                                                    "samples": {"prompt": prompt, **samples}}, indent=1))
-    (out / "language.md").write_text(table + "\n")
+    (out / "language.md").write_text(report + "\n")
     plot(results, out / "language.png")
 
 
