@@ -80,7 +80,7 @@ def test_training_matches_torch_optim(compiled):
     x, y = batch()
     trainer = program.trainer()
     losses = [trainer.step(x, y) for _ in range(STEPS)]
-    want_losses, want_state = torch_trajectory(model, x, y, OPTIMIZER, STEPS)
+    want_losses, want_state = torch_trajectory(model, x, y, OPTIMIZER, STEPS, float64=True)
     np.testing.assert_allclose(losses, want_losses, rtol=1e-4)
     assert losses[-1] < losses[0]
     state = trainer.state_dict()

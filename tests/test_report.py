@@ -47,12 +47,12 @@ BIAS_ONLY = step_ir("frozen", "frozen", "full", 1.0, {"fc1.bias": "4"})
 #   view [1,1], expand [5,4] (sum's cotangent)    0, 0
 #   sum.dim_IntList [5,4]->[1,4], view [4]        20, 0      fc1.bias
 #   transpose W1^T, mm [5,4]x[4,4] -> [5,4]       0, 160     input gradient of fc1
-#   transpose r, mm [4,5]x[5,4] -> [4,4], t       0, 160, 0  fc1.weight
+#   transpose g, mm [4,5]x[5,4] -> [4,4]          0, 160     fc1.weight (in W's layout: g^T r)
 #   threshold_backward [5,4]                      20         ReLU
-#   transpose x, mm [3,5]x[5,4] -> [3,4], t       0, 120, 0  fc0.weight (x's gradient is never built)
-# = 14 ops, 480 FLOPs. The only batch-dependent forward value read is r, 5x4 floats = 80 B;
+#   transpose g, mm [4,5]x[5,3] -> [4,3]          0, 120     fc0.weight (x's gradient is never built)
+# = 12 ops, 480 FLOPs. The only batch-dependent forward value read is r, 5x4 floats = 80 B;
 # gradients 12 + 16 + 4 floats = 128 B.
-FULL_BP = BackwardCost(ops=14, flops=480, saved_activation_bytes=80, gradient_bytes=128)
+FULL_BP = BackwardCost(ops=12, flops=480, saved_activation_bytes=80, gradient_bytes=128)
 
 
 def test_channel_sparse_layer_on_a_frozen_one_by_hand():
@@ -60,11 +60,11 @@ def test_channel_sparse_layer_on_a_frozen_one_by_hand():
     # fc1's channels: the seed's expand is sliced to [5,2] (every use wants 2 columns), then
     #   full, view [1,1], expand [5,2]                0, 0, 0
     #   sum.dim_IntList [5,2]->[1,2], view [2]        10, 0
-    #   transpose r, mm [4,5]x[5,2] -> [4,2], t       0, 80, 0
-    # = 8 ops, 90 FLOPs; r is still read (80 B); gradients 8 + 2 floats = 40 B.
+    #   transpose g, mm [2,5]x[5,4] -> [2,4]          0, 80
+    # = 7 ops, 90 FLOPs; r is still read (80 B); gradients 8 + 2 floats = 40 B.
     result = report(CHANNEL_SPARSE, "step")
     assert result.full == FULL_BP
-    assert result.sparse == BackwardCost(ops=8, flops=90, saved_activation_bytes=80, gradient_bytes=40)
+    assert result.sparse == BackwardCost(ops=7, flops=90, saved_activation_bytes=80, gradient_bytes=40)
     assert [(p.name, p.policy, p.rows) for p in result.parameters] == [
         ("fc0.weight", "frozen", 0), ("fc1.weight", "channels", 2), ("fc1.bias", "channels", 2)]
 
@@ -86,7 +86,7 @@ sparse backpropagation report: @step (scheme: custom)
   2 of 3 parameters trained
 
   backward                    full BP     sparse BP    saved
-  ops                              14             8    42.9%
+  ops                              12             7    41.7%
   FLOPs                           480            90    81.2%
   saved activations              80 B          80 B     0.0%
   parameter gradients           128 B          40 B    68.8%"""

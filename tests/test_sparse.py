@@ -172,7 +172,8 @@ def test_report_shows_each_policy_and_the_savings(compiled):
     result = program.report()
     shapes = {n: tuple(p.shape) for n, p in model.named_parameters()}
     assert {p.name: p.rows for p in result.parameters} == {n: rows.get(n, 0) for n in shapes}
-    assert result.sparse.ops < result.full.ops and result.sparse.flops < result.full.flops
+    # pruning saves FLOPs; the op count may stay, as channel slices take the place of pruned ops
+    assert result.sparse.ops <= result.full.ops and result.sparse.flops < result.full.flops
     assert result.sparse.gradient_bytes == 4 * sum(k * math.prod(shapes[n][1:]) for n, k in rows.items())
     assert result.full.gradient_bytes == 4 * sum(math.prod(shape) for shape in shapes.values())
     assert str(result).startswith(f"sparse backpropagation report: @train_step (scheme: {program.scheme.source})")

@@ -10,7 +10,7 @@
 // CHECK: torch.aten.mm {{.*}} -> !torch.vtensor<[5,2],f32>
 // CHECK-NOT: threshold_backward
 // CHECK-NOT: -> !torch.vtensor<[5,4],f32>
-// CHECK: torch.aten.mm {{.*}} : !torch.vtensor<[4,5],f32>, !torch.vtensor<[5,2],f32> -> !torch.vtensor<[4,2],f32>
+// CHECK: torch.aten.mm {{.*}} : !torch.vtensor<[2,5],f32>, !torch.vtensor<[5,4],f32> -> !torch.vtensor<[2,4],f32>
 // CHECK-NOT: torch.aten.mm
 // CHECK: return
 func.func @frozen_layer(%w0: !torch.vtensor<[4,3],f32>, %w1: !torch.vtensor<[2,4],f32>, %x: !torch.vtensor<[5,3],f32>) -> (!torch.vtensor<[],f32>, !torch.vtensor<[2,4],f32>) {
@@ -27,23 +27,23 @@ func.func @frozen_layer(%w0: !torch.vtensor<[4,3],f32>, %w1: !torch.vtensor<[2,4
   return %loss, %g1 : !torch.vtensor<[],f32>, !torch.vtensor<[2,4],f32>
 }
 
-// Half the output channels of fc1: pock-autodiff computes the full [4,8] weight gradient and
+// Half the output channels of fc1: pock-autodiff computes the full [8,4] weight gradient and
 // slices it afterwards; pock-sparse-bp moves the slice before the matmul, which then yields
 // the [4,4] gradient directly. The output cotangent is needed for the kept channels only, so
 // even the ReLU backward runs on them (on a slice of the forward's ReLU output), and the bias
 // gradient sums the same [5,4] cotangent.
 // AUTODIFF-LABEL: func.func @channel_sparse_weight
-// AUTODIFF: %[[FULL:.*]] = torch.aten.mm {{.*}} -> !torch.vtensor<[4,8],f32>
-// AUTODIFF: %[[T:.*]] = torch.aten.t %[[FULL]] : !torch.vtensor<[4,8],f32> -> !torch.vtensor<[8,4],f32>
-// AUTODIFF: "pock.channel_slice"(%[[T]]) {channels = 4 : i64} : (!torch.vtensor<[8,4],f32>) -> !torch.vtensor<[4,4],f32>
+// AUTODIFF: %[[GT:.*]] = torch.aten.transpose.int {{.*}} -> !torch.vtensor<[8,5],f32>
+// AUTODIFF: %[[FULL:.*]] = torch.aten.mm %[[GT]], {{.*}} -> !torch.vtensor<[8,4],f32>
+// AUTODIFF: "pock.channel_slice"(%[[FULL]]) {channels = 4 : i64} : (!torch.vtensor<[8,4],f32>) -> !torch.vtensor<[4,4],f32>
 // CHECK-LABEL: func.func @channel_sparse_weight
 // CHECK: %[[RELU:.*]] = torch.aten.relu {{.*}} -> !torch.vtensor<[5,8],f32>
 // CHECK: %[[KEPT:.*]] = torch.aten.slice.Tensor %[[RELU]], {{.*}} -> !torch.vtensor<[5,4],f32>
 // CHECK: %[[G:.*]] = torch.aten.threshold_backward %{{.*}}, %[[KEPT]], %{{.*}} -> !torch.vtensor<[5,4],f32>
 // CHECK: %[[GB:.*]] = torch.aten.sum.dim_IntList %[[G]]{{.*}} -> !torch.vtensor<[1,4],f32>
 // CHECK: %[[BIAS:.*]] = torch.aten.view %[[GB]]{{.*}} -> !torch.vtensor<[4],f32>
-// CHECK: %[[GW:.*]] = torch.aten.mm %{{.*}}, %[[G]] : !torch.vtensor<[4,5],f32>, !torch.vtensor<[5,4],f32> -> !torch.vtensor<[4,4],f32>
-// CHECK: %[[W:.*]] = torch.aten.t %[[GW]] : !torch.vtensor<[4,4],f32> -> !torch.vtensor<[4,4],f32>
+// CHECK: %[[GT:.*]] = torch.aten.transpose.int %[[G]], {{.*}} -> !torch.vtensor<[4,5],f32>
+// CHECK: %[[W:.*]] = torch.aten.mm %[[GT]], {{.*}} : !torch.vtensor<[4,5],f32>, !torch.vtensor<[5,4],f32> -> !torch.vtensor<[4,4],f32>
 // CHECK-NOT: pock.channel_slice
 // CHECK-NOT: -> !torch.vtensor<[8,4],f32>
 // CHECK: return %{{.*}}, %[[W]], %[[BIAS]] : !torch.vtensor<[],f32>, !torch.vtensor<[4,4],f32>, !torch.vtensor<[4],f32>
@@ -74,7 +74,7 @@ func.func @channel_sparse_weight(%w0: !torch.vtensor<[4,3],f32>, %w1: !torch.vte
 // CHECK: torch.aten.mm {{.*}} : !torch.vtensor<[5,2],f32>, !torch.vtensor<[2,4],f32> -> !torch.vtensor<[5,4],f32>
 // CHECK-NOT: -> !torch.vtensor<[5,6],f32>
 // CHECK-NOT: -> !torch.vtensor<[4,2],f32>
-// CHECK: torch.aten.mm {{.*}} : !torch.vtensor<[6,5],f32>, !torch.vtensor<[5,4],f32> -> !torch.vtensor<[6,4],f32>
+// CHECK: torch.aten.mm {{.*}} : !torch.vtensor<[4,5],f32>, !torch.vtensor<[5,6],f32> -> !torch.vtensor<[4,6],f32>
 // CHECK-NOT: torch.aten.mm
 // CHECK: return
 func.func @lowest_updated_layer(%w0: !torch.vtensor<[6,3],f32>, %w1: !torch.vtensor<[4,6],f32>, %w2: !torch.vtensor<[2,4],f32>, %x: !torch.vtensor<[5,3],f32>) -> (!torch.vtensor<[],f32>, !torch.vtensor<[4,6],f32>) {

@@ -132,6 +132,8 @@ def addmm(b, g, out, bias, x, w, beta, alpha):
 
 @defrule("aten.permute")
 def permute(b, g, out, x, dims):
+    if dims == [1, 0]:
+        return b.matrix_transpose(g), None
     rank = len(dims)
     inverse = [0] * rank
     for i, d in enumerate(dims):
@@ -141,12 +143,14 @@ def permute(b, g, out, x, dims):
 
 @defrule("aten.transpose.int")
 def transpose(b, g, out, x, dim0, dim1):
+    if len(b.shape(x)) == 2 and dim0 % 2 != dim1 % 2:
+        return b.matrix_transpose(g), None, None
     return b.transpose(g, dim0, dim1), None, None
 
 
 @defrule("aten.t")
 def t(b, g, out, x):
-    return (b.aten.t(g),)
+    return (b.matrix_transpose(g),)
 
 
 @defrule("aten.view", "aten.reshape", "aten._unsafe_view", "prims.squeeze", "aten.squeeze.dim",

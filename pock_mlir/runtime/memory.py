@@ -1,0 +1,32 @@
+"""Keeping the memory a training step frees mapped, so that the next step does not fault it back in.
+
+A compiled step allocates its results (the new parameters and optimizer state) and its
+transient buffers on every call, and frees the previous step's. glibc hands large freed
+blocks back to the kernel (munmap, heap trimming), so each step then touches its whole working
+set as fresh pages: on the LLaMA bench model that was 175,000 page faults and about a quarter
+of the step time. Raising glibc's mmap and trim thresholds keeps freed blocks in the heap for
+the next step to reuse; the process's peak memory is what it was, its resident set just does
+not shrink between steps. Other C libraries are left alone.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import platform
+
+_M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3
+_NEVER = 2**31 - 1  # bytes: larger than any block a step frees
+
+_applied: bool | None = None
+
+
+def retain_freed_memory() -> bool:
+    """Ask glibc to keep freed blocks mapped (process-wide, once); True when it is in effect."""
+    global _applied
+    if _applied is None:
+        _applied = False
+        if platform.system() == "Linux" and platform.libc_ver()[0] == "glibc":
+            mallopt = ctypes.CDLL(None).mallopt
+            mallopt.argtypes, mallopt.restype = [ctypes.c_int, ctypes.c_int], ctypes.c_int
+            _applied = bool(mallopt(_M_MMAP_THRESHOLD, _NEVER)) and bool(mallopt(_M_TRIM_THRESHOLD, _NEVER))
+    return _applied
