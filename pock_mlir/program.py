@@ -66,8 +66,9 @@ class TrainingProgram:
         lines += [f"  {form:8s} {reason}" for form, reason in marks]
         return "\n".join(lines)
 
-    def trainer(self, device: str | None = None):
-        """Load the module on the IREE runtime; parameters start at the model's values."""
+    def trainer(self, device: str | None = None, retain_memory: bool = True):
+        """Load the module on the IREE runtime; parameters start at the model's values. See
+        Trainer for retain_memory."""
         from pock_mlir.runtime import Trainer
 
-        return Trainer(self, device=device)
+        return Trainer(self, device=device, retain_memory=retain_memory)
