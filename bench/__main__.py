@@ -23,11 +23,16 @@ from bench.models import MODELS, QUICK_MODELS, SCHEMES
 from bench.report import add_ratios, write_markdown, write_plot
 
 ROOT = Path(__file__).resolve().parent.parent
-SYSTEMS = ("eager", "torch.compile", "pock-mlir", "pock-mlir-no-reorder")
-QUICK_SYSTEMS = ("eager", "pock-mlir", "pock-mlir-no-reorder")
+SYSTEMS = ("eager", "torch.compile", "pock-mlir", "pock-mlir-no-reorder", "pock-mlir-no-retain")
+QUICK_SYSTEMS = ("eager", "pock-mlir", "pock-mlir-no-reorder", "pock-mlir-no-retain")
 # pock-reorder-updates' effect is shown on these full-BP steps only: each ablation is one more
 # IREE compile (minutes for the CNNs), and the pass measured no effect under IREE so far.
 REORDER_ABLATION = (("mlp", "full"), ("mlp", "sparse"), ("bert", "full"))
+# The Trainer's retained freed memory (pock_mlir/runtime/memory.py) trades peak memory for step time;
+# these rows show both sides, on the models whose steps allocate the most.
+RETAIN_ABLATION = (("mlp", "full"), ("resnet18", "full"), ("resnet18", "sparse"), ("bert", "sparse"),
+                   ("llama", "full"), ("llama", "sparse"))
+ABLATIONS = {"pock-mlir-no-reorder": REORDER_ABLATION, "pock-mlir-no-retain": RETAIN_ABLATION}
 THREADS = os.cpu_count() or 1  # IREE's local-task driver starts one worker per core; torch gets as many
 
 
@@ -67,7 +72,7 @@ def measure(model: str, scheme: str, system: str, args, workdir: Path) -> dict:
                           "pipelines": pipelines}, args.timeout)
     if compiled["status"] != "ok":
         return compiled
-    ran = run_child({**common, "task": "pock-run", "program": str(program),
+    ran = run_child({**common, "task": "pock-run", "program": str(program), "retain_memory": system != "pock-mlir-no-retain",
                      "profile": args.profile and system == "pock-mlir"}, args.timeout)
     program.unlink(missing_ok=True)
     return {**compiled, **ran}
@@ -128,7 +133,7 @@ def main(argv=None) -> int:
         for model in args.models:
             for scheme in args.schemes:
                 for system in args.systems:
-                    if system == "pock-mlir-no-reorder" and (model, scheme) not in REORDER_ABLATION:
+                    if system in ABLATIONS and (model, scheme) not in ABLATIONS[system]:
                         continue
                     row = {"model": model, "scheme": scheme, "system": system,
                            **measure(model, scheme, system, args, Path(workdir))}

@@ -141,7 +141,7 @@ def run_pock(spec) -> dict:
     target = target.numpy().astype(np.int32) if target.dtype == torch.int64 else target.numpy()
     with open(spec["program"], "rb") as f:
         program = pickle.load(f)
-    trainer = program.trainer()
+    trainer = program.trainer(retain_memory=spec.get("retain_memory", True))
     del program  # the trainer holds what it needs on the device
     gc.collect()
     result = timed_steps(lambda: trainer.step(inputs, target), spec["warmup"], spec["steps"], spec["rounds"])

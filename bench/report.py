@@ -9,6 +9,7 @@ SYSTEM_TITLES = {
     "torch.compile": "torch.compile",
     "pock-mlir": "pock-mlir",
     "pock-mlir-no-reorder": "pock-mlir, no reorder-updates",
+    "pock-mlir-no-retain": "pock-mlir, freed memory not retained",
 }
 CNNS_AND_TRANSFORMERS = ("mobilenetv2", "resnet18", "bert", "llama")
 SPARSE_VS_EAGER_4X = ("mobilenetv2", "bert")
