@@ -27,6 +27,48 @@ func.func @grad_of_mm_is_mm_with_transposes(%x: !torch.vtensor<[2,3],f32>, %w: !
 
 // -----
 
+// A linear layer multiplies by a transposed weight: the weight gradient is built as seed^T x,
+// one matmul in the weight's own [out, in] layout, not as (x^T seed)^T.
+
+// CHECK-LABEL: func.func @linear_weight_grad_in_weight_layout
+// CHECK-SAME: (%[[X:.*]]: !torch.vtensor<[2,3],f32>, %[[W:.*]]: !torch.vtensor<[4,3],f32>)
+// CHECK: %[[SEED:.*]] = torch.aten.expand {{.*}} -> !torch.vtensor<[2,4],f32>
+// CHECK: %[[ST:.*]] = torch.aten.transpose.int %[[SEED]], {{.*}} -> !torch.vtensor<[4,2],f32>
+// CHECK: %[[GW:.*]] = torch.aten.mm %[[ST]], %[[X]] : !torch.vtensor<[4,2],f32>, !torch.vtensor<[2,3],f32> -> !torch.vtensor<[4,3],f32>
+// CHECK-NOT: torch.aten.t
+// CHECK: return %[[GW]]
+func.func @linear_weight_grad_in_weight_layout(%x: !torch.vtensor<[2,3],f32>, %w: !torch.vtensor<[4,3],f32>) -> !torch.vtensor<[4,3],f32> {
+  %p = "pock.param"(%w) {param_name = "fc.weight", policy = "full", ratio = 1.0 : f64} : (!torch.vtensor<[4,3],f32>) -> !torch.vtensor<[4,3],f32>
+  %t = torch.aten.t %p : !torch.vtensor<[4,3],f32> -> !torch.vtensor<[3,4],f32>
+  %y = torch.aten.mm %x, %t : !torch.vtensor<[2,3],f32>, !torch.vtensor<[3,4],f32> -> !torch.vtensor<[2,4],f32>
+  %none = torch.constant.none
+  %loss = torch.aten.sum %y, %none : !torch.vtensor<[2,4],f32>, !torch.none -> !torch.vtensor<[],f32>
+  %g = "pock.grad"(%loss, %p) : (!torch.vtensor<[],f32>, !torch.vtensor<[4,3],f32>) -> !torch.vtensor<[4,3],f32>
+  return %g : !torch.vtensor<[4,3],f32>
+}
+
+// -----
+
+// aten.t leaves a vector as it is, and so does its gradient.
+
+// CHECK-LABEL: func.func @t_of_vector_passes_the_gradient_through
+// CHECK-SAME: (%[[W:.*]]: !torch.vtensor<[4],f32>, %[[X:.*]]: !torch.vtensor<[4],f32>)
+// CHECK: %[[SEED:.*]] = torch.aten.expand {{.*}} -> !torch.vtensor<[4],f32>
+// CHECK: %[[G:.*]] = torch.aten.mul.Tensor %[[SEED]], %[[X]]
+// CHECK-NOT: transpose
+// CHECK: return %[[G]]
+func.func @t_of_vector_passes_the_gradient_through(%w: !torch.vtensor<[4],f32>, %x: !torch.vtensor<[4],f32>) -> !torch.vtensor<[4],f32> {
+  %p = "pock.param"(%w) {param_name = "w", policy = "full", ratio = 1.0 : f64} : (!torch.vtensor<[4],f32>) -> !torch.vtensor<[4],f32>
+  %t = torch.aten.t %p : !torch.vtensor<[4],f32> -> !torch.vtensor<[4],f32>
+  %m = torch.aten.mul.Tensor %t, %x : !torch.vtensor<[4],f32>, !torch.vtensor<[4],f32> -> !torch.vtensor<[4],f32>
+  %none = torch.constant.none
+  %loss = torch.aten.sum %m, %none : !torch.vtensor<[4],f32>, !torch.none -> !torch.vtensor<[],f32>
+  %g = "pock.grad"(%loss, %p) : (!torch.vtensor<[],f32>, !torch.vtensor<[4],f32>) -> !torch.vtensor<[4],f32>
+  return %g : !torch.vtensor<[4],f32>
+}
+
+// -----
+
 // CHECK-LABEL: func.func @relu_gives_threshold_backward
 // CHECK: %[[P:.*]] = "pock.param"
 // CHECK: %[[RELU:.*]] = torch.aten.relu %[[P]]

@@ -150,7 +150,7 @@ def transpose(b, g, out, x, dim0, dim1):
 
 @defrule("aten.t")
 def t(b, g, out, x):
-    return (b.matrix_transpose(g),)
+    return (b.matrix_transpose(g) if len(b.shape(x)) == 2 else g,)  # aten.t leaves rank 0 and 1 as they are
 
 
 @defrule("aten.view", "aten.reshape", "aten._unsafe_view", "prims.squeeze", "aten.squeeze.dim",
