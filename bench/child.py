@@ -2,7 +2,7 @@
 
 Each system runs in a fresh process so that its peak memory is its own. Peak memory is the
 process's peak resident set during the timed steps (the kernel's high-water mark, reset by
-writing 5 to /proc/self/clear_refs after warm-up) minus the resident set right after the
+writing 5 to /proc/self/clear_refs after warm-up; bench/memory.py) minus the resident set right after the
 imports every child shares (torch, numpy, the IREE runtime, pock_mlir): what the model, its
 parameters, gradients, optimizer state, activations and the framework's working memory take.
 pock-mlir compiles in one child and trains in another, so compiler memory is not counted.
@@ -24,21 +24,9 @@ import numpy as np
 import torch
 
 import pock_mlir as pock
+from bench.memory import reset_peak, rss_kb
 from bench.models import MODELS, sparse_spec, trainable_names
 from pock_mlir.frontend import resolve_loss
-
-
-def rss_kb(field: str = "VmRSS") -> int:
-    with open("/proc/self/status") as f:
-        for line in f:
-            if line.startswith(field + ":"):
-                return int(line.split()[1])
-    raise RuntimeError(f"{field} missing from /proc/self/status")
-
-
-def reset_peak() -> None:
-    with open("/proc/self/clear_refs", "w") as f:
-        f.write("5")
 
 
 def first_line(error: Exception) -> str:
@@ -54,7 +42,6 @@ def timed_steps(step, warmup: int, steps: int, rounds: int) -> dict:
     lowest median counts: a burst of other jobs on the shared machine spoils a round, not the row."""
     for _ in range(warmup):
         step()
-    gc.collect()
     reset_peak()
     best, loss = None, None
     for _ in range(rounds):

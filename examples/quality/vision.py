@@ -18,7 +18,6 @@ JSON result, a Markdown table and a PNG plot.
 from __future__ import annotations
 
 import argparse
-import gc
 import json
 import subprocess
 import sys
@@ -32,6 +31,7 @@ import torch.nn.functional as F
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
+from bench.memory import reset_peak, rss_kb  # noqa: E402
 from examples.models.cnn import MobileNetV2Like, Stage  # noqa: E402
 from examples.quality.plots import save_loss_curves  # noqa: E402
 
@@ -112,26 +112,13 @@ def fresh_head(path: Path, seed: int) -> nn.Module:
     return model.eval()
 
 
-def resident_kb(field: str) -> int:
-    with open("/proc/self/status") as f:
-        return next(int(line.split()[1]) for line in f if line.startswith(field + ":"))
-
-
-def start_memory_count() -> int:
-    """Resets the kernel's resident-set high-water mark; returns the resident set now."""
-    gc.collect()
-    with open("/proc/self/clear_refs", "w") as f:
-        f.write("5")
-    return resident_kb("VmRSS")
-
-
 def run_scheme(name: str, lr: float, path: Path, seed: int, epochs: int) -> dict:
     data = images(seed)
     (x, y), (x_val, y_val), (x_test, y_test) = data["train"], data["val"], data["test"]
     model = fresh_head(path, seed)
     step_times, losses = [], []
     if name == REFERENCE:
-        before = start_memory_count()
+        before = reset_peak()
         opt = torch.optim.SGD(model.parameters(), lr=lr, momentum=0.9)
         for epoch in range(epochs):
             for xb, yb in batches(x, y, seed + epoch):
@@ -153,7 +140,7 @@ def run_scheme(name: str, lr: float, path: Path, seed: int, epochs: int) -> dict
         program = pock.compile_training(model, x[:BATCH], y[:BATCH], loss="cross_entropy",
                                         optimizer=pock.SGD(lr=lr, momentum=0.9), sparse=SCHEMES[name])
         compile_s = time.perf_counter() - start
-        before = start_memory_count()
+        before = reset_peak()
         trainer = program.trainer()
         for epoch in range(epochs):
             for xb, yb in batches(x, y, seed + epoch):
@@ -162,7 +149,7 @@ def run_scheme(name: str, lr: float, path: Path, seed: int, epochs: int) -> dict
                 step_times.append(time.perf_counter() - t)
         val_acc, test_acc = accuracy(trainer.evaluate, x_val, y_val), accuracy(trainer.evaluate, x_test, y_test)
     return {"lr": lr, "val_accuracy": val_acc, "accuracy": test_acc, "step_ms": 1000 * float(np.median(step_times[3:])),
-            "loss": losses, "training_mb": (resident_kb("VmHWM") - before) / 1024, "compile_s": compile_s}
+            "loss": losses, "training_mb": (rss_kb("VmHWM") - before) / 1024, "compile_s": compile_s}
 
 
 def plot(results: dict, path: Path):
