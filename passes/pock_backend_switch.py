@@ -3,7 +3,7 @@
 A convolution can run as IREE's linalg convolution ("direct": whatever the target's IREE flags
 make of it, e.g. IREE's own im2col), as explicit im2col + one matmul ("im2col": also for
 torch.aten.convolution_backward's weight and input gradients, the latter folded back with
-col2im), or, depthwise, as a multiply-reduce over the kernel taps ("patches"). The choice comes
+col2im), or, depthwise, as per-tap multiply-adds of shifted input windows ("patches"). The choice comes
 from pock_mlir/tuning/<target>.json (the nearest measured shape class), written by
 `python -m bench.iree_study convs`; without measurements every op stays direct.
 
@@ -53,10 +53,12 @@ def _mark(op, choice: Choice, what: str) -> None:
 
 
 def _emit(op, emitter):
-    """Emit a form before `op`; returns its result and the work ops it created (to mark)."""
+    """Emit a form before `op`; returns its result and the ops to mark: the matmuls and sums doing
+    the work, or for a form made of elementwise ops, the one producing the result."""
     before = {o.operation for o in op.block.operations}
     result = emitter(TorchBuilder(ir.InsertionPoint(op), op.location))
-    return result, [o.operation for o in op.block.operations if o.operation not in before and o.name in WORK_OPS]
+    work = [o.operation for o in op.block.operations if o.operation not in before and o.name in WORK_OPS]
+    return result, work or [result.owner]
 
 
 @dataclass(frozen=True)

@@ -33,9 +33,8 @@ def torch_gradients(model: torch.nn.Module, inputs, target, loss="cross_entropy"
 def torch_trajectory(model: torch.nn.Module, inputs, target, optimizer, steps: int, loss="cross_entropy",
                      trainable=None, float64: bool = False):
     """Losses over `steps` torch.optim updates and the final parameters and buffers (BatchNorm's
-    running statistics), on a copy of the model. float64 runs the oracle in double precision, for
-    trajectories that amplify rounding: through train-mode BatchNorm on a batch of 4, torch's
-    own float32 losses drift 6e-4 (relative) from float64 ones by step 10."""
+    running statistics), on a copy of the model; float64 runs it in double precision (see
+    assert_trajectory_close)."""
     model = copy.deepcopy(model)
     inputs = inputs if isinstance(inputs, tuple) else (inputs,)
     if float64:
@@ -58,14 +57,38 @@ def torch_trajectory(model: torch.nn.Module, inputs, target, optimizer, steps: i
     return losses, {n: t.detach().numpy().copy() for n, t in state}
 
 
-def assert_gradients_close(actual: dict, expected: dict, rtol: float = 1e-4, what: str = "gradient") -> None:
+def assert_gradients_close(actual: dict, expected: dict, rtol: float = 1e-4, what: str = "gradient",
+                           allowed: dict | None = None) -> None:
     """Each gradient within rtol of its expected one in the 2-norm. A gradient that is zero up
     to rounding (the bias of a BatchNorm feeding a conv and a train-mode BatchNorm, which cancels
     any per-channel shift) is held to rtol * 1% of the largest gradient's norm, about ten float32
-    ulps of it, since its own norm is only noise."""
+    ulps of it, since its own norm is only noise. `allowed` raises the bound of some names to an
+    absolute error."""
     largest = max(np.linalg.norm(np.asarray(v, np.float64)) for v in expected.values())
     for name, want in expected.items():
         want = np.asarray(want, np.float64)
         err = np.linalg.norm(np.asarray(actual[name], np.float64) - want)
-        bound = rtol * max(np.linalg.norm(want), 1e-2 * largest)
+        bound = max(rtol * max(np.linalg.norm(want), 1e-2 * largest), (allowed or {}).get(name, 0.0))
         assert err <= bound, f"{what} of {name}: error {err:.3e} > {bound:.3e}"
+
+
+def assert_trajectory_close(losses, state: dict, model, inputs, target, optimizer, steps: int, rtol: float = 1e-4,
+                            slack: float = 10.0, what: str = "") -> None:
+    """Losses and final parameters and buffers of `steps` updates against torch.optim in float64.
+
+    A trajectory can amplify rounding (train-mode BatchNorm on a batch of 4, an activation's kink
+    that a value crosses): by step 8 to 10 of the CNN tests torch's own float32 run strays up to
+    1e-3 (relative) from float64, and which way depends on the order of float32 sums. So each
+    loss and tensor may stray from float64 by rtol, or by `slack` times as far as torch's float32
+    run strays there, whichever is larger: pock-mlir is held to PyTorch's own float32 accuracy
+    rather than to where a sensitive trajectory lands in exact arithmetic."""
+    want_losses, want_state = torch_trajectory(model, inputs, target, optimizer, steps, float64=True)
+    f32_losses, f32_state = torch_trajectory(model, inputs, target, optimizer, steps)
+    for step, (got, want, f32) in enumerate(zip(losses, want_losses, f32_losses), 1):
+        bound = max(rtol * abs(want), slack * abs(f32 - want))
+        assert abs(got - want) <= bound, (f"{what} loss at step {step}: {got:.8g}, float64 {want:.8g}, "
+                                          f"torch float32 {f32:.8g}; error {abs(got - want):.3e} > {bound:.3e}")
+    assert set(state) == set(want_state)
+    strays = {name: slack * np.linalg.norm(np.asarray(f32_state[name], np.float64) - np.asarray(want, np.float64))
+              for name, want in want_state.items()}
+    assert_gradients_close(state, want_state, rtol, f"{what} final value", allowed=strays)

@@ -25,11 +25,15 @@
 // IM2COL:       torch.aten.mm {{.*}} {pock.backend = "im2col", pock.backend_reason = "weight_grad dense 3x3/s1 3->4 6x6 n2: forced by force=im2col"} : !torch.vtensor<[4,72],f32>, !torch.vtensor<[72,27],f32> -> !torch.vtensor<[4,27],f32>
 // IM2COL-NOT:   torch.aten.convolution_backward
 
-// patches: only the depthwise conv has that form: a multiply by the taps and a sum over them.
+// patches: only the depthwise conv has that form. Its stride-2 padded input is split into row and
+// column phases, so every tap's window is a unit-stride slice; the windows times their taps'
+// weights are accumulated, and the last add carries the mark.
 // PATCHES:      torch.aten.convolution {{.*}} {pock.backend = "direct"
-// PATCHES:      torch.aten.mul.Tensor {{.*}} -> !torch.vtensor<[2,4,9,3,3],f32>
-// PATCHES-NEXT: torch.constant.int 2
-// PATCHES:      torch.aten.sum.dim_IntList {{.*}} {pock.backend = "patches", pock.backend_reason = "convolution depthwise 3x3/s2 4->4 6x6 n2: forced by force=patches"}
+// PATCHES:      torch.aten.constant_pad_nd {{.*}} -> !torch.vtensor<[2,4,8,8],f32>
+// PATCHES:      torch.aten.permute {{.*}} : !torch.vtensor<[2,4,4,2,4,2],f32>, !torch.list<int> -> !torch.vtensor<[2,4,2,2,4,4],f32>
+// PATCHES-COUNT-9: torch.aten.mul.Tensor {{.*}} !torch.vtensor<[2,4,3,3],f32>, !torch.vtensor<[1,4,1,1],f32> -> !torch.vtensor<[2,4,3,3],f32>
+// PATCHES:      torch.aten.add.Tensor {{.*}} {pock.backend = "patches", pock.backend_reason = "convolution depthwise 3x3/s2 4->4 6x6 n2: forced by force=patches"}
+// PATCHES-NOT:  torch.aten.convolution {{.*}} -> !torch.vtensor<[2,4,3,3],f32>
 // PATCHES:      torch.aten.convolution_backward {{.*}} {pock.backend = "direct"
 
 // DIRECT-COUNT-2: torch.aten.convolution {{.*}} {pock.backend = "direct"
