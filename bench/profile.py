@@ -16,6 +16,8 @@ from pathlib import Path
 
 import numpy as np
 
+from pock_mlir.runtime.workspace import module_transient_bytes
+
 BIN = Path(sys.executable).parent
 
 
@@ -35,6 +37,7 @@ def profile_step(program, inputs, target, iterations: int = 20, top: int = 10) -
         for i, array in enumerate(step_arguments(program, inputs, target)):
             np.save(tmp / f"arg{i}.npy", np.require(array, requirements="C"))
             flags.append(f"--input=@{tmp / f'arg{i}.npy'}")
+        flags.append(f"--input=&{module_transient_bytes(program.vmfb, 'train_step')}xi8")  # the step's workspace
         bundle = tmp / "step.ireeprof"
         subprocess.run([str(BIN / "iree-benchmark-module"), f"--module={tmp / 'step.vmfb'}", "--function=train_step",
                         f"--device={program.target.device}", *flags, f"--benchmark_min_time={iterations}x",

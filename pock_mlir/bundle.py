@@ -32,6 +32,7 @@ from safetensors import SafetensorError
 from safetensors.numpy import load_file, save
 
 from pock_mlir.runtime.trainer import SEED_INPUT
+from pock_mlir.runtime.workspace import module_transient_bytes
 from pock_mlir.targets import Target, TargetError, resolve_target
 
 FORMAT = "pock-bundle"
@@ -166,7 +167,8 @@ def _manifest(program, *, model, model_file: str | None, loss, sparse) -> dict:
                    "backend": target.backend, "drivers": list(target.drivers), "arch": target.arch,
                    "iree_compile_flags": program.iree_flags()},
         "versions": _versions(),
-        "module": {"file": MODULE},  # sha256 added once the file is written
+        # sha256 added once the file is written; the workspace each function takes (pock_mlir/runtime/workspace.py)
+        "module": {"file": MODULE, "workspace_bytes": {name: module_transient_bytes(program.vmfb, name) for name in abi}},
         "loss": _loss_name(loss),
         "optimizer": {"name": type(optimizer).__name__.lower(), **dataclasses.asdict(optimizer)},
         "sparse": {"scheme": program.scheme.source, "config": None if sparse is None else str(sparse),
@@ -191,6 +193,7 @@ def run_step_script(manifest: dict) -> str:
     step = manifest["functions"]["train_step"]
     state_dirs = sorted({r["path"].split("/")[0] for r in step["results"] if "/" in r["path"]})
     inputs = "".join(f'  --input=@"$bundle/{ARGS}/{a["path"]}" \\\n' for a in step["arguments"])
+    inputs += f'  --input="&{manifest["module"]["workspace_bytes"]["train_step"]}xi8" \\\n'
     outputs = " \\\n".join(f'  --output=@"$out/{r["path"]}"' for r in step["results"])
     target = manifest["target"]
     seed_note = "".join(f"\n# args/{a['path']} seeds the dropout masks: give each step another value (pock-train "
@@ -206,7 +209,8 @@ def run_step_script(manifest: dict) -> str:
 # the same shapes and dtypes, see manifest.json). Writes the loss and the updated state to
 # OUT_DIR under the paths they have in args/, so that
 #   cp -R {' '.join(f'OUT_DIR/{d}' for d in state_dirs)} args/
-# makes the next run continue training from there.{seed_note}
+# makes the next run continue training from there. The last input is the workspace for the
+# step's intermediate values (its size is recorded in the module; "&" leaves it uninitialised).{seed_note}
 #
 # IREE_RUN_MODULE: the iree-run-module command (default: the one on PATH), e.g. for an ARM module
 #   on an x86 machine: "qemu-aarch64 -L /usr/aarch64-linux-gnu /path/to/aarch64/iree-run-module".

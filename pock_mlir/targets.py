@@ -17,6 +17,9 @@ class TargetError(ValueError):
 
 
 CPU_DRIVERS = ("local-task", "local-sync")
+# Every function takes the buffer for its intermediate values from the caller, who allocates it
+# once (pock_mlir/runtime/workspace.py): 1x its transient memory instead of 2x, no page faults.
+EXTERNAL_TRANSIENTS = "--iree-torch-externalize-transients"
 # IREE's default Vulkan target, named explicitly so that bundles record what they assume:
 # the Android baseline 2022 profile runs on any Vulkan 1.1+ GPU (and on lavapipe).
 PORTABLE_VULKAN = "vp_android_baseline_2022"
@@ -42,7 +45,7 @@ class Target:
         device = [f"--iree-hal-target-device={self.hal_device}"]
         if self.hal_device == "local":
             device.append(f"--iree-hal-local-target-device-backends={self.backend}")
-        return device + list(self.flags)
+        return device + list(self.flags) + [EXTERNAL_TRANSIENTS]
 
     def check_runtime(self, driver: str, machine: str | None = None) -> None:
         """Raise TargetError unless `driver` on this machine (or `machine`) can run the module."""

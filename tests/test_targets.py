@@ -111,12 +111,14 @@ def test_target_flags():
     assert resolve_target("x86-64:generic").compile_flags() == [
         "--iree-hal-target-device=local", "--iree-hal-local-target-device-backends=llvm-cpu",
         "--iree-llvmcpu-target-triple=x86_64-unknown-linux-gnu", "--iree-llvmcpu-target-cpu=generic",
-        "--iree-global-opt-use-im2col-for-convs"]
+        "--iree-global-opt-use-im2col-for-convs", "--iree-torch-externalize-transients"]
     assert "--iree-llvmcpu-target-cpu-features=+dotprod,+sve" in resolve_target("aarch64:+dotprod,+sve").compile_flags()
     assert resolve_target("vulkan").compile_flags() == ["--iree-hal-target-device=vulkan",
-                                                       "--iree-vulkan-target=vp_android_baseline_2022"]
+                                                       "--iree-vulkan-target=vp_android_baseline_2022",
+                                                       "--iree-torch-externalize-transients"]
     assert resolve_target("cuda").compile_flags() == ["--iree-hal-target-device=cuda", "--iree-cuda-target=sm_87",
-                                                      "--iree-codegen-llvmgpu-use-reduction-vector-distribution=false"]
+                                                      "--iree-codegen-llvmgpu-use-reduction-vector-distribution=false",
+                                                      "--iree-torch-externalize-transients"]
 
 
 @pytest.mark.parametrize("spec, message", [

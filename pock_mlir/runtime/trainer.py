@@ -13,6 +13,7 @@ import numpy as np
 import iree.runtime as rt
 
 from pock_mlir.runtime.memory import retain_freed_memory
+from pock_mlir.runtime.workspace import ModuleFunctions
 
 if TYPE_CHECKING:  # the runtime runs on devices without PyTorch, which the frontend imports
     from pock_mlir.frontend import TensorSpec
@@ -58,8 +59,7 @@ class Trainer:
         self._config = rt.Config(self.device_name)
         self._context = rt.SystemContext(config=self._config)
         self._context.add_vm_module(rt.VmModule.copy_buffer(self._config.vm_instance, program.vmfb))
-        module = self._context.modules.module
-        self._train_step, self._gradients, self._evaluate = module["train_step"], module["gradients"], module["evaluate"]
+        self._functions = ModuleFunctions(self._context, self._config.device, ("train_step", "gradients", "evaluate"))
         sig = self.signature
         self._params = {p.name: self._put(program.initial_params[p.name]) for p in sig.params}
         self._buffers = {b.name: self._put(program.initial_buffers[b.name]) for b in sig.buffers}
@@ -80,6 +80,12 @@ class Trainer:
         trainer = cls(bundle, device)
         trainer.load_optimizer_state(bundle.optimizer_state)
         return trainer
+
+    @property
+    def workspace_bytes(self) -> int | None:
+        """The device memory every call shares for its intermediate values (allocated once; see
+        pock_mlir/runtime/workspace.py); None for a module compiled without a workspace."""
+        return self._functions.workspace_bytes
 
     # -- data movement --------------------------------------------------------------------
 
@@ -136,7 +142,8 @@ class Trainer:
     def step(self, inputs, target) -> float:
         """One optimizer update; returns the loss before the update. Dropout masks come from
         `self.seed`, which then increments, so every step draws fresh masks."""
-        results = self._train_step(*self._model_state(), *self._state, self._step, *self._batch(inputs, target))
+        results = self._functions("train_step", *self._model_state(), *self._state, self._step,
+                                  *self._batch(inputs, target))
         loss, rest = results[0], list(results[1:])
         n, n_state = len(self.signature.trainable), len(self._state)
         for name, value in zip(self.signature.trainable, rest[:n]):
@@ -150,18 +157,18 @@ class Trainer:
 
     def gradients(self, inputs, target) -> tuple[float, dict[str, np.ndarray]]:
         """The loss and the gradients of the trainable parameters, without updating them."""
-        results = self._gradients(*self._model_state(), *self._batch(inputs, target))
+        results = self._functions("gradients", *self._model_state(), *self._batch(inputs, target))
         grads = {name: self._host(g) for name, g in zip(self.signature.trainable, results[1:])}
         return float(self._host(results[0])), grads
 
     def loss(self, inputs, target) -> float:
         """The loss on a batch, without updating anything (for validation)."""
-        return float(self._host(self._gradients(*self._model_state(), *self._batch(inputs, target))[0]))
+        return float(self._host(self._functions("gradients", *self._model_state(), *self._batch(inputs, target))[0]))
 
     def evaluate(self, inputs) -> np.ndarray:
         """The model's output for a batch of the compiled shape (in the mode the model was compiled
         in: a model in training mode applies dropout, with `self.seed`)."""
-        return self._host(self._evaluate(*self._model_state(), *self._inputs(inputs)))
+        return self._host(self._functions("evaluate", *self._model_state(), *self._inputs(inputs))[0])
 
     def state_dict(self) -> dict[str, np.ndarray]:
         """Parameters and buffers by state_dict name, copied to the host."""
