@@ -168,10 +168,13 @@ def _split_into_slices(x, split_sizes, dim=0):
 
 def decompositions() -> dict:
     """torch-mlir's core ATen decompositions, except that `detach` stays (the table turns it into
-    `alias`, through which gradients would flow) and splits become slices (no tensor lists for
+    `alias`, through which gradients would flow), `_log_softmax` stays (its rule is one fused
+    expression; through the decomposition's max, cross-entropy's backward made three more
+    logits-sized tensors; IREE lowers it itself) and splits become slices (no tensor lists for
     pock-autodiff to follow)."""
     table = dict(get_decomposition_table())
     del table[torch.ops.aten.detach.default]
+    del table[torch.ops.aten._log_softmax.default]
     table[torch.ops.aten.split_with_sizes.default] = _split_into_slices
     return table
 

@@ -121,6 +121,9 @@ GROUPS = {
         # the same type"), a forward-pass limit
         Case("index_tensor_skipped_dim", lambda p, x, ids: p[0][:, ids[0].long()], ((B, V, D),)),
         Case("index_select", lambda p, x, ids: p[0].index_select(1, ids[1]), ((B, V, D),)),
+        Case("gather_repeated_indices", lambda p, x, ids: torch.gather(
+            p[0], 1, (ids[:, :4, None] % T).long().expand(B, 4, D)), ((B, T, D),)),
+        Case("gather_one_index_per_row", lambda p, x, ids: torch.gather(p[0], -1, ids[..., None].long()), ((B, T, V),)),
         Case("tied_embedding", lambda p, x, ids: F.linear(F.embedding(ids, p[0]), p[0]), ((V, D),)),
     ],
     "losses": [

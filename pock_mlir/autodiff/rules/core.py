@@ -1,5 +1,8 @@
 """Core rules: elementwise arithmetic, reductions, matmul, shapes and selection."""
 
+import numpy as np
+import torch
+
 from .base import defrule, unreduce
 
 
@@ -192,4 +195,14 @@ def where(b, g, out, cond, x, y):
 
 @defrule("aten.gather")
 def gather(b, g, out, x, dim, index, sparse_grad):
+    """g scattered back to the positions it was gathered from. With one index per row
+    (cross-entropy picking each target's log-probability) that is g where the position equals
+    the index: an elementwise select that IREE fuses into its consumer, where a scatter
+    materialises a zero-filled tensor the size of x (31 MB for the LLaMA bench model's logits)."""
+    shape, dim = b.shape(x), dim % len(b.shape(x))
+    if b.shape(index) == shape[:dim] + (1,) + shape[dim + 1:]:
+        # int32: GPUs without 64-bit integers (the portable Vulkan profile) cannot compare int64
+        positions = np.arange(shape[dim], dtype=np.int32).reshape([-1 if d == dim else 1 for d in range(len(shape))])
+        hit = b.aten.eq.Tensor(b.cast(index, torch.int32), b.literal(positions))
+        return b.aten.where.self(hit, g, b.full((), 0.0, b.type_of(g).dtype)), None, None, None
     return b.aten.scatter_add(b.zeros_like(x), dim, index, g), None, None, None
