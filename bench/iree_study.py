@@ -31,6 +31,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from pock_mlir.runtime.workspace import ModuleFunctions
 from pock_mlir.tuning import ConvShape, conv_forms_torch
 
 TUNING = Path(__file__).resolve().parent.parent / "pock_mlir" / "tuning"
@@ -83,7 +84,8 @@ def load_function(text: str, flags: list[str], function="main"):
     config = rt.Config("local-task")
     context = rt.SystemContext(config=config)
     context.add_vm_module(rt.VmModule.copy_buffer(config.vm_instance, vmfb))
-    return config, context.modules.module[function]
+    functions = ModuleFunctions(context, config.device, (function,))  # with the workspace the target's flags ask for
+    return config, lambda *args: functions(function, *args)[0]
 
 
 def time_interleaved(variants: dict, repeats=30) -> dict[str, float]:

@@ -6,6 +6,7 @@ from .pock_dce import DeadCodeEliminationPass
 from .pock_lower_optimizers import LowerOptimizersPass
 from .pock_reorder_updates import ReorderUpdatesPass
 from .pock_sparse_bp import SparseBackpropPass
+from .pock_step_into import StepIntoPass
 from .pock_strip_params import StripParamsPass
 
 PASSES = {
@@ -17,6 +18,7 @@ PASSES = {
         LowerOptimizersPass,
         ReorderUpdatesPass,
         SparseBackpropPass,
+        StepIntoPass,
         StripParamsPass,
     )
 }

@@ -21,7 +21,7 @@ STAGE_PIPELINES = {
     "autodiff": "inline,pock-autodiff,pock-dce",
     "sparse": "pock-sparse-bp",
     "lowered": "pock-backend-switch{target={target}},pock-reorder-updates,pock-lower-optimizers,pock-strip-params,"
-               "pock-dce,canonicalize",
+               "pock-dce,canonicalize,pock-step-into",
 }
 STAGES = ("imported", "training", *STAGE_PIPELINES)
 

@@ -82,6 +82,7 @@ def test_convolution_backward_forms_match_torch():
 
     from pock_mlir.context import make_context
     from pock_mlir.passes import run_pipeline
+    from pock_mlir.runtime.workspace import ModuleFunctions
     from pock_mlir.targets import resolve_target
 
     class Backward(nn.Module):
@@ -105,6 +106,7 @@ def test_convolution_backward_forms_match_torch():
         config = rt.Config("local-task")
         context = rt.SystemContext(config=config)
         context.add_vm_module(rt.VmModule.copy_buffer(config.vm_instance, vmfb))
-        got = context.modules.module["main"](grad.numpy(), x.numpy(), w.numpy())
+        got = ModuleFunctions(context, config.device, ("main",))(
+            "main", *(rt.asdevicearray(config.device, t.numpy()) for t in (grad, x, w)))
         for name, value, expected in zip(("input", "weight", "bias"), got, want):
             assert_close_to_norm(np.asarray(value.to_host()), expected.numpy(), 1e-5, f"{form} {name} gradient")

@@ -59,12 +59,19 @@ class Trainer:
         self._config = rt.Config(self.device_name)
         self._context = rt.SystemContext(config=self._config)
         self._context.add_vm_module(rt.VmModule.copy_buffer(self._config.vm_instance, program.vmfb))
-        self._functions = ModuleFunctions(self._context, self._config.device, ("train_step", "gradients", "evaluate"))
+        self._functions = ModuleFunctions(self._context, self._config.device,
+                                          ("train_step_into", "gradients", "evaluate"))
         sig = self.signature
         self._params = {p.name: self._put(program.initial_params[p.name]) for p in sig.params}
         self._buffers = {b.name: self._put(program.initial_buffers[b.name]) for b in sig.buffers}
         self._state = [self._put(np.zeros(s.shape, np.float32)) for s in sig.state]
         self._step = self._put(np.zeros((), np.float32))
+        # What the next step writes its new state into (see passes/pock_step_into.py); the state it
+        # replaces becomes the step after's, so no call reads and writes one buffer.
+        self._spare = [self._put(np.zeros(spec.shape, spec.dtype)) for spec in sig.params if spec.name in sig.trainable]
+        self._spare += [self._put(np.zeros(s.shape, np.float32)) for s in sig.state]
+        self._spare += [self._put(program.initial_buffers[name]) for name in sig.updated_buffers]
+        self._spare.append(self._put(np.zeros((), np.float32)))
         self._seeded = bool(sig.inputs) and sig.inputs[-1].name == SEED_INPUT
         self._input_specs = sig.inputs[:-1] if self._seeded else sig.inputs
         self.seed = 0  # the dropout seed of the next call; step() increments it
@@ -142,14 +149,16 @@ class Trainer:
     def step(self, inputs, target) -> float:
         """One optimizer update; returns the loss before the update. Dropout masks come from
         `self.seed`, which then increments, so every step draws fresh masks."""
-        results = self._functions("train_step", *self._model_state(), *self._state, self._step,
-                                  *self._batch(inputs, target))
-        loss, rest = results[0], list(results[1:])
-        n, n_state = len(self.signature.trainable), len(self._state)
-        for name, value in zip(self.signature.trainable, rest[:n]):
+        sig = self.signature
+        (loss,) = self._functions("train_step_into", *self._model_state(), *self._state, self._step,
+                                  *self._batch(inputs, target), *self._spare)
+        rest, self._spare = self._spare, ([self._params[name] for name in sig.trainable] + list(self._state)
+                                          + [self._buffers[name] for name in sig.updated_buffers] + [self._step])
+        n, n_state = len(sig.trainable), len(self._state)
+        for name, value in zip(sig.trainable, rest[:n]):
             self._params[name] = value
         self._state = rest[n:n + n_state]
-        for name, value in zip(self.signature.updated_buffers, rest[n + n_state:-1]):
+        for name, value in zip(sig.updated_buffers, rest[n + n_state:-1]):
             self._buffers[name] = value
         self._step = rest[-1]
         self.seed += 1

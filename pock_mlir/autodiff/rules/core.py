@@ -195,10 +195,10 @@ def where(b, g, out, cond, x, y):
 
 @defrule("aten.gather")
 def gather(b, g, out, x, dim, index, sparse_grad):
-    """g scattered back to the positions it was gathered from. With one index per row
-    (cross-entropy picking each target's log-probability) that is g where the position equals
-    the index: an elementwise select that IREE fuses into its consumer, where a scatter
-    materialises a zero-filled tensor the size of x (31 MB for the LLaMA bench model's logits)."""
+    """scatter_add of g into zeros; with one index per row (cross-entropy), where(position == index, g, 0).
+
+    The select is elementwise and IREE fuses it into its consumer, where a scatter materialises a
+    zero-filled tensor the size of x (31 MB for the LLaMA bench model's logits)."""
     shape, dim = b.shape(x), dim % len(b.shape(x))
     if b.shape(index) == shape[:dim] + (1,) + shape[dim + 1:]:
         # int32: GPUs without 64-bit integers (the portable Vulkan profile) cannot compare int64

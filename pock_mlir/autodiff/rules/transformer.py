@@ -153,9 +153,10 @@ def softmax(b, g, out, x, dim, half_to_float):
 
 @defrule("aten._log_softmax")
 def log_softmax(b, g, out, x, dim, half_to_float):
-    """g - exp(y) sum(g, dim). Kept whole by the frontend: through its decomposition the
-    gradient would also flow into the max it subtracts, which cancels, at the cost of full-size
-    masks (see pock_mlir.frontend.decompositions)."""
+    """g - exp(y) sum(g, dim).
+
+    Kept whole by the frontend: through its decomposition the gradient would also flow into the
+    max it subtracts, which cancels, at the cost of full-size masks (pock_mlir.frontend.decompositions)."""
     return b.sub(g, b.mul(b.aten.exp(out), b.sum(g, [dim], keepdim=True))), None, None
 
 
