@@ -85,7 +85,7 @@ def parse_args(argv):
     parser.add_argument("--schemes", help=f"comma-separated subset of {','.join(SCHEMES)}")
     parser.add_argument("--systems", help=f"comma-separated subset of {','.join(SYSTEMS)}")
     parser.add_argument("--steps", type=int, help="timed steps per measurement (default 20; 5 with --quick)")
-    parser.add_argument("--rounds", type=int, help="rounds of timed steps; the steadiest counts (default 2; 1 with --quick)")
+    parser.add_argument("--rounds", type=int, help="rounds of timed steps; the steadiest counts (default 3; 1 with --quick)")
     parser.add_argument("--warmup", type=int, help="untimed steps first (default 3; 2 with --quick)")
     parser.add_argument("--timeout", type=float, default=900, help="seconds one child may take")
     parser.add_argument("--iree-flags", default=None,
@@ -109,7 +109,7 @@ def parse_args(argv):
     args.systems = subset(args.systems, SYSTEMS, QUICK_SYSTEMS if args.quick else SYSTEMS)
     args.steps = args.steps or (5 if args.quick else 20)
     args.warmup = args.warmup if args.warmup is not None else (2 if args.quick else 3)
-    args.rounds = args.rounds or (1 if args.quick else 2)
+    args.rounds = args.rounds or (1 if args.quick else 3)
     args.iree_flags = args.iree_flags.split() if args.iree_flags else []
     args.profile = not args.quick if args.profile is None else args.profile
     return args
