@@ -24,23 +24,41 @@ def faults_per_step(trainer, inputs, target, warmup=3, steps=3) -> float:
     return (resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before) / steps
 
 
+def growth_after_first_step(trainer, inputs, target, steps=4) -> float:
+    """MB the resident set grows by over `steps` steps after the first."""
+    from bench.memory import rss_kb
+
+    trainer.step(inputs, target)
+    after_first = rss_kb()
+    for _ in range(steps):
+        trainer.step(inputs, target)
+    return (rss_kb() - after_first) / 1024
+
+
+def measure_in_fresh_process(classes: int, batch: int, measure: str) -> list[str]:
+    """Train Linear(64, 256), ReLU, Linear(256, classes) with AdamW in a fresh process with
+    retention off (retention is process-wide, and other tests' trainers turn it on); `measure`
+    is printed, an expression of this module's helpers over trainer, x and y."""
+    script = textwrap.dedent(f"""
+        import numpy as np, torch, torch.nn as nn
+        import pock_mlir as pock
+        from tests.test_runtime_memory import faults_per_step, growth_after_first_step
+        torch.manual_seed(0)
+        model = nn.Sequential(nn.Linear(64, 256), nn.ReLU(), nn.Linear(256, {classes}))
+        x, y = torch.randn({batch}, 64).numpy(), torch.randint(0, {classes}, ({batch},)).numpy().astype(np.int32)
+        trainer = pock.compile_training(model, x, y, optimizer=pock.AdamW(lr=1e-3)).trainer(retain_memory=False)
+        print(*{measure})
+    """)
+    return subprocess.run([sys.executable, "-c", script], cwd=REPO, capture_output=True, text=True,
+                          check=True).stdout.split()
+
+
 def test_intermediate_values_stay_in_one_workspace():
     # An LM-head-like layer: its logits and their gradient (1024 x 9000 floats, 37 MB each) are
     # above glibc's largest dynamic mmap threshold (32 MiB), so when IREE allocated them per step
-    # each step unmapped them and faulted ~48,000 pages back in (measured). Run in a fresh process
-    # with retention off: retention is process-wide, and other tests' trainers turn it on.
-    script = textwrap.dedent("""
-        import numpy as np, torch, torch.nn as nn
-        import pock_mlir as pock
-        from tests.test_runtime_memory import faults_per_step
-        torch.manual_seed(0)
-        model = nn.Sequential(nn.Linear(64, 256), nn.ReLU(), nn.Linear(256, 9000))
-        x, y = torch.randn(1024, 64), torch.randint(0, 9000, (1024,))
-        trainer = pock.compile_training(model, x, y, optimizer=pock.AdamW(lr=1e-3)).trainer(retain_memory=False)
-        print(trainer.workspace_bytes, faults_per_step(trainer, x.numpy(), y.numpy().astype(np.int32)))
-    """)
-    done = subprocess.run([sys.executable, "-c", script], cwd=REPO, capture_output=True, text=True, check=True)
-    workspace_bytes, faults = done.stdout.split()
+    # each step unmapped them and faulted ~48,000 pages back in (measured).
+    workspace_bytes, faults = measure_in_fresh_process(
+        9000, 1024, "(trainer.workspace_bytes, faults_per_step(trainer, x, y))")
     assert int(workspace_bytes) >= 2 * 1024 * 9000 * 4  # the logits and their gradient are in it
     assert float(faults) < 0.05 * 1024 * 9000 * 4 / 4096
 
@@ -49,20 +67,6 @@ def test_steps_write_their_state_into_two_alternating_buffer_sets():
     # 3 x 256 x 16000 floats of parameters and AdamW moments (49 MB): when IREE allocated each
     # step's results, the process grew by another 47 MB at the second step and stayed there (a
     # third block: the old state, the new one, and the one before, not yet reused; measured).
-    # Fresh process, retention off: nothing after the first step may grow the resident set.
-    script = textwrap.dedent("""
-        import numpy as np, torch, torch.nn as nn
-        import pock_mlir as pock
-        from bench.memory import rss_kb
-        torch.manual_seed(0)
-        model = nn.Sequential(nn.Linear(64, 256), nn.ReLU(), nn.Linear(256, 16000))
-        x, y = torch.randn(64, 64), torch.randint(0, 16000, (64,))
-        trainer = pock.compile_training(model, x, y, optimizer=pock.AdamW(lr=1e-3)).trainer(retain_memory=False)
-        trainer.step(x, y)
-        after_first = rss_kb()
-        for _ in range(4):
-            trainer.step(x, y)
-        print((rss_kb() - after_first) / 1024)
-    """)
-    done = subprocess.run([sys.executable, "-c", script], cwd=REPO, capture_output=True, text=True, check=True)
-    assert float(done.stdout) < 2.0, f"the resident set grew by {float(done.stdout):.1f} MB after the first step"
+    # Nothing after the first step may grow the resident set.
+    (growth,) = measure_in_fresh_process(16000, 64, "(growth_after_first_step(trainer, x, y),)")
+    assert float(growth) < 2.0, f"the resident set grew by {float(growth):.1f} MB after the first step"
