@@ -52,10 +52,15 @@ CONV_CASES = [
     ConvShape(8, 48, 48, 48, 48, 3, 2, 1, 48),   # depthwise, stride 2
     ConvShape(8, 96, 12, 12, 96, 3, 1, 1, 96),   # depthwise, late
     ConvShape(8, 96, 12, 12, 32, 1, 1, 0, 1),    # pointwise project, late
+    ConvShape(8, 3, 64, 64, 64, 7, 2, 3, 1),     # ResNet stem
     ConvShape(8, 64, 16, 16, 64, 3, 1, 1, 1),    # ResNet stage 1
+    ConvShape(8, 64, 16, 16, 128, 3, 2, 1, 1),   # ResNet stage 2 entry
     ConvShape(8, 128, 8, 8, 128, 3, 1, 1, 1),    # ResNet stage 2
-    ConvShape(8, 128, 8, 8, 256, 3, 2, 1, 1),    # ResNet downsampling
-    ConvShape(8, 256, 4, 4, 512, 3, 2, 1, 1),    # ResNet last stage
+    ConvShape(8, 128, 8, 8, 256, 3, 2, 1, 1),    # ResNet stage 3 entry
+    ConvShape(8, 256, 4, 4, 256, 3, 1, 1, 1),    # ResNet stage 3
+    ConvShape(8, 256, 4, 4, 512, 3, 2, 1, 1),    # ResNet stage 4 entry
+    ConvShape(8, 512, 2, 2, 512, 3, 1, 1, 1),    # ResNet stage 4
+    ConvShape(8, 256, 4, 4, 512, 1, 2, 0, 1),    # ResNet strided 1x1 shortcut
 ]
 
 
