@@ -1,6 +1,7 @@
 """Where a compiled train step spends its time, per IREE dispatch.
 
-The step runs under iree-benchmark-module with HAL host-execution profiling (the local-task
+The step runs as the Trainer runs it (train_step_into, writing its new state into buffers it is
+given; see passes/pock_step_into.py) under iree-benchmark-module with HAL host-execution profiling (the local-task
 driver records every dispatch's wall time); `iree-profile statistics` aggregates the bundle
 per executable function. Dispatch names say what each one is (e.g.
 `train_step$async_dispatch_25_matmul_512x512x64_f32`).
@@ -19,14 +20,19 @@ import numpy as np
 from pock_mlir.runtime.workspace import module_transient_bytes
 
 BIN = Path(sys.executable).parent
+STEP = "train_step_into"
 
 
 def step_arguments(program, inputs, target) -> list[np.ndarray]:
-    """train_step's arguments in its ABI order (see pock_mlir.training): parameters, buffers,
-    optimizer state (zeros), step, inputs, target."""
+    """train_step_into's arguments in its ABI order (see pock_mlir.training): parameters, buffers,
+    optimizer state (zeros), step, inputs, target, then the buffers the new trainable parameters,
+    optimizer state, updated buffers and step count are written into."""
     sig = program.signature
+    state = [np.zeros(s.shape, np.float32) for s in sig.state]
+    written = ([program.initial_params[p.name] for p in sig.params if p.name in sig.trainable] + state
+               + [program.initial_buffers[name] for name in sig.updated_buffers] + [np.zeros((), np.float32)])
     return ([program.initial_params[p.name] for p in sig.params] + [program.initial_buffers[b.name] for b in sig.buffers]
-            + [np.zeros(s.shape, np.float32) for s in sig.state] + [np.zeros((), np.float32), *inputs, target])
+            + state + [np.zeros((), np.float32), *inputs, target] + written)
 
 
 def profile_step(program, inputs, target, iterations: int = 20, top: int = 10) -> dict:
@@ -37,16 +43,16 @@ def profile_step(program, inputs, target, iterations: int = 20, top: int = 10) -
         for i, array in enumerate(step_arguments(program, inputs, target)):
             np.save(tmp / f"arg{i}.npy", np.require(array, requirements="C"))
             flags.append(f"--input=@{tmp / f'arg{i}.npy'}")
-        flags.append(f"--input=&{module_transient_bytes(program.vmfb, 'train_step')}xi8")  # the step's workspace
+        flags.append(f"--input=&{module_transient_bytes(program.vmfb, STEP)}xi8")  # the step's workspace
         bundle = tmp / "step.ireeprof"
-        subprocess.run([str(BIN / "iree-benchmark-module"), f"--module={tmp / 'step.vmfb'}", "--function=train_step",
+        subprocess.run([str(BIN / "iree-benchmark-module"), f"--module={tmp / 'step.vmfb'}", f"--function={STEP}",
                         f"--device={program.target.device}", *flags, f"--benchmark_min_time={iterations}x",
                         "--device_profiling_mode=host-execution", f"--device_profiling_output={bundle}"],
                        check=True, capture_output=True, text=True)
         stats = subprocess.run([str(BIN / "iree-profile"), "statistics", "--format=jsonl", str(bundle)],
                                check=True, capture_output=True, text=True).stdout
     rows = [json.loads(line) for line in stats.splitlines()]
-    # only train_step ran; its dispatches may carry another function's name (IREE shares executables)
+    # only the step ran; its dispatches may carry another function's name (IREE shares executables)
     functions = [r for r in rows if r.get("row_type") == "host_execution_function" and r.get("function_name")]
     total = sum(r["total_duration_ns"] for r in functions)
     functions.sort(key=lambda r: r["total_duration_ns"], reverse=True)

@@ -137,7 +137,7 @@ def profile_section(rows: list[dict], top: int = 6) -> list[str]:
     if not profiled:
         return []
     lines = ["", "## Where pock-mlir's time goes", "",
-             "Per-dispatch wall time from IREE's HAL profiling (iree-benchmark-module "
+             "Per-dispatch wall time of the step as the Trainer runs it (train_step_into) from IREE's HAL profiling (iree-benchmark-module "
              "--device_profiling_mode=host-execution, aggregated by iree-profile statistics); ms per step. Dispatches "
              "run on both cores at once, so their sum can exceed the step time.", ""]
     for r in profiled:
