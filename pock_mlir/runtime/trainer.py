@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import iree.runtime as rt
 
-from pock_mlir.runtime.memory import retain_freed_memory
+from pock_mlir.runtime.memory import release_freed_memory, retain_freed_memory
 from pock_mlir.runtime.workspace import ModuleFunctions
 
 if TYPE_CHECKING:  # the runtime runs on devices without PyTorch, which the frontend imports
@@ -75,6 +75,7 @@ class Trainer:
         self._seeded = bool(sig.inputs) and sig.inputs[-1].name == SEED_INPUT
         self._input_specs = sig.inputs[:-1] if self._seeded else sig.inputs
         self.seed = 0  # the dropout seed of the next call; step() increments it
+        release_freed_memory()  # the host arrays set-up allocated and dropped
 
     @classmethod
     def from_bundle(cls, bundle, device: str | None = None) -> Trainer:
@@ -193,6 +194,7 @@ class Trainer:
         for name, value in state.items():
             (array,) = self._check((value,), [known[name]])
             (self._params if name in self._params else self._buffers)[name] = array
+        release_freed_memory()  # the arrays replaced
 
     def optimizer_state(self) -> dict[str, np.ndarray]:
         """The optimizer's state by "<param>.<slot>" name and "step" (the steps taken, a float32
@@ -213,6 +215,7 @@ class Trainer:
             raise InputError(f"optimizer state: step must be a float32 scalar, got shape {step.shape} and dtype {step.dtype}")
         slots = self._check([state[spec.name] for spec in self.signature.state], self.signature.state)
         self._state, self._step = slots, self._put(step)
+        release_freed_memory()  # the state replaced
 
     @property
     def steps_taken(self) -> int:
