@@ -114,7 +114,7 @@ def compile_pock(spec) -> dict:
     compile_s = time.perf_counter() - start
     # what training needs, without the IR text of every stage (which would stay resident in the run)
     runnable = dataclasses.replace(program, stages={})
-    runnable.__dict__["vmfb"] = program.vmfb
+    runnable.__dict__.update(vmfb=program.vmfb, state_in_place=program.state_in_place)
     with open(spec["program"], "wb") as f:
         pickle.dump(runnable, f)
     return {"scheme_used": label, "compile_s": compile_s, "compile_breakdown_s": dict(program.timings),

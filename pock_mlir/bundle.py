@@ -168,7 +168,8 @@ def _manifest(program, *, model, model_file: str | None, loss, sparse) -> dict:
                    "iree_compile_flags": program.iree_flags()},
         "versions": _versions(),
         # sha256 added once the file is written; the workspace each function takes (pock_mlir/runtime/workspace.py)
-        "module": {"file": MODULE, "workspace_bytes": {name: module_transient_bytes(program.vmfb, name) for name in abi}},
+        "module": {"file": MODULE, "workspace_bytes": {name: module_transient_bytes(program.vmfb, name) for name in abi},
+                   "state_in_place": program.state_in_place},
         "loss": _loss_name(loss),
         "optimizer": {"name": type(optimizer).__name__.lower(), **dataclasses.asdict(optimizer)},
         "sparse": {"scheme": program.scheme.source, "config": None if sparse is None else str(sparse),
@@ -310,6 +311,11 @@ class Bundle:
     @cached_property
     def vmfb(self) -> bytes:
         return (self.path / MODULE).read_bytes()
+
+    @property
+    def state_in_place(self) -> bool:
+        """See TrainingProgram.state_in_place (bundles written before it was recorded: False)."""
+        return bool(self.manifest["module"].get("state_in_place", False))
 
     @property
     def module_sha256(self) -> str:

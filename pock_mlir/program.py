@@ -35,14 +35,29 @@ class TrainingProgram:
     @cached_property
     def vmfb(self) -> bytes:
         """The IREE module (compiled on first use)."""
+        return self._compiled[0]
+
+    @cached_property
+    def state_in_place(self) -> bool:
+        """Whether train_step_into may write the optimizer state into the buffers it reads it from,
+        as IREE scheduled this step (see pock_mlir/in_place.py); the Trainer then keeps one copy."""
+        return self._compiled[1]
+
+    @cached_property
+    def _compiled(self) -> tuple[bytes, bool]:
+        # Two halves of one compilation: the stream-phase IR between them holds IREE's schedule.
         from iree.compiler import compile_str
         from iree.compiler.tools import CompilerToolError
 
+        from pock_mlir.in_place import unsafe_in_place
+
         try:
-            return compile_str(self.stages["lowered"], extra_args=self.iree_flags())
+            stream = compile_str(self.stages["lowered"], extra_args=[*self.iree_flags(), "--compile-to=stream"])
+            vmfb = compile_str(stream, extra_args=[*self.iree_flags(), "--compile-from=stream"])
         except CompilerToolError as e:
             raise RuntimeError(f"IREE failed to compile the training program for target {self.target.name}:\n"
                                f"{str(e)[:4000]}") from None
+        return vmfb, not unsafe_in_place(stream.decode(), "train_step_into", self.signature.state_argument_pairs())
 
     def report(self):
         """Each parameter's update policy and the backward's cost, full BP next to this program's

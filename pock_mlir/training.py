@@ -60,6 +60,14 @@ class StepSignature:
     output: TensorSpec
     policies: dict[str, Policy] = field(default_factory=dict)
 
+    def state_argument_pairs(self) -> list[tuple[int, int]]:
+        """train_step_into's (argument holding a state tensor, argument its new value is written
+        into), by position: params, buffers, state, step, inputs, target, then the buffers for
+        the new trainable params, state, updated buffers and step (passes/pock_step_into.py)."""
+        first_read = len(self.params) + len(self.buffers)
+        first_written = first_read + len(self.state) + 1 + len(self.inputs) + 1 + len(self.trainable)
+        return [(first_read + k, first_written + k) for k in range(len(self.state))]
+
     def trainable_shape(self, name: str) -> tuple[int, ...]:
         spec = next(p for p in self.params if p.name == name)
         policy = self.policies.get(name, Policy())

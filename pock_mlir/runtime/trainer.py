@@ -66,12 +66,15 @@ class Trainer:
         self._buffers = {b.name: self._put(program.initial_buffers[b.name]) for b in sig.buffers}
         self._state = [self._put(np.zeros(s.shape, np.float32)) for s in sig.state]
         self._step = self._put(np.zeros((), np.float32))
-        # What the next step writes its new state into (see passes/pock_step_into.py); the state it
-        # replaces becomes the step after's, so no call reads and writes one buffer.
-        self._spare = [self._put(np.zeros(spec.shape, spec.dtype)) for spec in sig.params if spec.name in sig.trainable]
-        self._spare += [self._put(np.zeros(s.shape, np.float32)) for s in sig.state]
-        self._spare += [self._put(program.initial_buffers[name]) for name in sig.updated_buffers]
-        self._spare.append(self._put(np.zeros((), np.float32)))
+        # What the next step writes its new state into (see passes/pock_step_into.py); what it
+        # replaces becomes the step after's, so no call reads and writes one buffer. The optimizer
+        # state is the exception where the compiled schedule allows it (program.state_in_place):
+        # each step then overwrites it where it is.
+        self._state_in_place = program.state_in_place
+        self._spare_params = [self._put(np.zeros(p.shape, p.dtype)) for p in sig.params if p.name in sig.trainable]
+        self._spare_state = None if self._state_in_place else [self._put(np.zeros(s.shape, np.float32)) for s in sig.state]
+        self._spare_buffers = [self._put(program.initial_buffers[name]) for name in sig.updated_buffers]
+        self._spare_step = self._put(np.zeros((), np.float32))
         self._seeded = bool(sig.inputs) and sig.inputs[-1].name == SEED_INPUT
         self._input_specs = sig.inputs[:-1] if self._seeded else sig.inputs
         self.seed = 0  # the dropout seed of the next call; step() increments it
@@ -88,6 +91,12 @@ class Trainer:
         trainer = cls(bundle, device)
         trainer.load_optimizer_state(bundle.optimizer_state)
         return trainer
+
+    @property
+    def state_in_place(self) -> bool:
+        """Whether each step overwrites the optimizer state where it is (one copy on the device)
+        rather than writing it into a second set (see pock_mlir/in_place.py)."""
+        return self._state_in_place
 
     @property
     def workspace_bytes(self) -> int | None:
@@ -151,17 +160,20 @@ class Trainer:
         """One optimizer update; returns the loss before the update. Dropout masks come from
         `self.seed`, which then increments, so every step draws fresh masks."""
         sig = self.signature
+        state_into = self._state if self._state_in_place else self._spare_state
         (loss,) = self._functions("train_step_into", *self._model_state(), *self._state, self._step,
-                                  *self._batch(inputs, target), *self._spare)
-        rest, self._spare = self._spare, ([self._params[name] for name in sig.trainable] + list(self._state)
-                                          + [self._buffers[name] for name in sig.updated_buffers] + [self._step])
-        n, n_state = len(sig.trainable), len(self._state)
-        for name, value in zip(sig.trainable, rest[:n]):
-            self._params[name] = value
-        self._state = rest[n:n + n_state]
-        for name, value in zip(sig.updated_buffers, rest[n + n_state:-1]):
-            self._buffers[name] = value
-        self._step = rest[-1]
+                                  *self._batch(inputs, target), *self._spare_params, *state_into,
+                                  *self._spare_buffers, self._spare_step)
+        # a step that raised above changed nothing here (the state written in place aside)
+        old_params = [self._params[name] for name in sig.trainable]
+        self._params.update(zip(sig.trainable, self._spare_params))
+        self._spare_params = old_params
+        old_buffers = [self._buffers[name] for name in sig.updated_buffers]
+        self._buffers.update(zip(sig.updated_buffers, self._spare_buffers))
+        self._spare_buffers = old_buffers
+        if not self._state_in_place:
+            self._state, self._spare_state = self._spare_state, self._state
+        self._step, self._spare_step = self._spare_step, self._step
         self.seed += 1
         return float(self._host(loss))
 

@@ -1,0 +1,96 @@
+"""The check that decides whether the optimizer state is updated in place (pock_mlir/in_place.py):
+on schedules written out here, and on IREE's schedule of a real step, where the parameters must
+fail it (a layer's input gradient reads its weight after the update wrote the new one)."""
+
+import numpy as np
+import pytest
+import torch
+import torch.nn as nn
+
+import pock_mlir as pock
+from pock_mlir.in_place import unsafe_in_place
+
+RESOURCE = "!stream.resource<external>{%c16}"
+
+
+def schedule(*commands: str) -> str:
+    """@step$async importing argument 0 to read and argument 1 to write, then `commands` (dispatch
+    lines name resources %old and %new) in one execute region."""
+    body = "\n".join(f"      {line}" for command in commands for line in command.splitlines())
+    return f"""module {{
+  util.func public @step$async(%arg0: !hal.buffer_view, %arg1: !hal.buffer_view) {{
+    %0 = stream.tensor.import on(#hal.device.affinity<@dev>) %arg0 : !hal.buffer_view -> tensor<4xf32> in {RESOURCE}
+    %1 = stream.tensor.import on(#hal.device.affinity<@dev>) consume %arg1 : !hal.buffer_view -> tensor<4xf32> in {RESOURCE}
+    %2 = stream.cmd.execute on(#hal.device.affinity<@dev>) with(%0 as %old: {RESOURCE}, %1 as %new: {RESOURCE}) {{
+{body}
+    }} => !stream.timepoint loc("step.mlir":3:5)
+    util.return
+  }}
+}}
+"""
+
+
+def dispatch(name: str, *bindings: str) -> str:
+    lines = ",\n".join(f"  {b}[%c0 for %c16] : {RESOURCE}" for b in bindings)
+    return f"stream.cmd.dispatch @ex::@{name} {{\n{lines}\n}}"
+
+
+def concurrent(*dispatches: str) -> str:
+    inner = "\n".join("  " + line for d in dispatches for line in d.splitlines())
+    return f"stream.cmd.concurrent {{\n{inner}\n}} loc(\"step.mlir\":9:7)"
+
+
+UPDATE = dispatch("update", "ro %old", "wo %new")
+
+SCHEDULES = {
+    "the update alone": ([UPDATE], []),
+    "a reader of the old value before the update": ([dispatch("forward", "ro %old"), UPDATE], []),
+    "a reader of the new value after the update": ([UPDATE, dispatch("apply", "ro %new")], []),
+    "a reader of the old value beside the update": (
+        [concurrent(UPDATE, dispatch("input_grad", "ro %old"))], ["read by stream.cmd.dispatch @ex::@input_grad"]),
+    "a reader of the old value after the update": (
+        [UPDATE, dispatch("input_grad", "ro %old")], ["read by stream.cmd.dispatch @ex::@input_grad"]),
+    "two writers": ([UPDATE, dispatch("again", "rw %new")], ["written by 2 commands"]),
+    "a copy into the new buffer after the read": ([dispatch("forward", "ro %old"),
+                                                    "stream.cmd.copy %old[%c0], %new[%c0], %c16 : "
+                                                    f"{RESOURCE} -> {RESOURCE}"], []),
+}
+
+
+@pytest.mark.parametrize("case", SCHEDULES)
+def test_schedules(case):
+    commands, expected = SCHEDULES[case]
+    problems = unsafe_in_place(schedule(*commands), "step", [(0, 1)])
+    assert len(problems) == len(expected)
+    for problem, fragment in zip(problems, expected):
+        assert fragment in problem
+
+
+@pytest.fixture(scope="module")
+def momentum_step():
+    """An MLP step with momentum SGD and its stream-phase IR."""
+    from iree.compiler import compile_str
+
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(8, 32), nn.ReLU(), nn.Linear(32, 4))
+    x, y = torch.randn(16, 8).numpy(), torch.randint(0, 4, (16,)).numpy().astype(np.int32)
+    program = pock.compile_training(model, x, y, optimizer=pock.SGD(lr=0.1, momentum=0.9))
+    stream = compile_str(program.ir("lowered"), extra_args=[*program.iree_flags(), "--compile-to=stream"]).decode()
+    return program, stream
+
+
+def test_momentum_is_updated_in_place(momentum_step):
+    program, stream = momentum_step
+    assert program.state_in_place
+    assert unsafe_in_place(stream, "train_step_into", program.signature.state_argument_pairs()) == []
+
+
+def test_parameters_could_not_be(momentum_step):
+    program, stream = momentum_step
+    sig = program.signature
+    first_written = len(sig.params) + len(sig.buffers) + len(sig.state) + 1 + len(sig.inputs) + 1
+    weights = [(i, first_written + sig.trainable.index(p.name)) for i, p in enumerate(sig.params) if len(p.shape) == 2]
+    problems = unsafe_in_place(stream, "train_step_into", weights)
+    # the second layer's weight (argument 2) is read for its input's gradient after the fused
+    # weight-gradient-and-update dispatch wrote the new weight
+    assert any(problem.startswith("argument 2 is read by") for problem in problems), problems
