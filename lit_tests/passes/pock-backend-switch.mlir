@@ -42,6 +42,14 @@
 
 // BAD: error: pock-backend-switch: force must be one of direct, im2col, patches, got 'winograd'
 
+// A strided 1x1 convolution's forward is im2col even without measurements: IREE 3.13 computes its
+// direct form wrongly under the im2col flag of the CPU targets. Forcing direct still can.
+// UNMEASURED-LABEL: func.func @strided_pointwise
+// UNMEASURED:       torch.aten.mm {{.*}} {pock.backend = "im2col", pock.backend_reason = "convolution dense 1x1/s2 4->8 6x6 n2: IREE 3.13 miscompiles the direct form
+// UNMEASURED-NOT:   torch.aten.convolution
+// DIRECT-LABEL:     func.func @strided_pointwise
+// DIRECT:           torch.aten.convolution {{.*}} {pock.backend = "direct", pock.backend_reason = "convolution dense 1x1/s2 4->8 6x6 n2: forced by force=direct"}
+
 func.func @main(%arg0: !torch.vtensor<[2,3,6,6],f32>, %arg1: !torch.vtensor<[4,3,3,3],f32>, %arg2: !torch.vtensor<[4,1,3,3],f32>, %arg3: !torch.vtensor<[2,4,6,6],f32>) -> (!torch.vtensor<[2,4,3,3],f32>, !torch.vtensor<[2,3,6,6],f32>, !torch.vtensor<[4,3,3,3],f32>) {
   %true = torch.constant.bool true
   %int4 = torch.constant.int 4
@@ -67,4 +75,18 @@ func.func @main(%arg0: !torch.vtensor<[2,3,6,6],f32>, %arg1: !torch.vtensor<[4,3
   %14 = torch.prim.ListConstruct %true, %true, %false : (!torch.bool, !torch.bool, !torch.bool) -> !torch.list<bool>
   %result0, %result1, %result2 = torch.aten.convolution_backward %arg3, %arg0, %arg1, %none, %10, %11, %12, %false, %13, %int1, %14 : !torch.vtensor<[2,4,6,6],f32>, !torch.vtensor<[2,3,6,6],f32>, !torch.vtensor<[4,3,3,3],f32>, !torch.none, !torch.list<int>, !torch.list<int>, !torch.list<int>, !torch.bool, !torch.list<int>, !torch.int, !torch.list<bool> -> !torch.vtensor<[2,3,6,6],f32>, !torch.vtensor<[4,3,3,3],f32>, !torch.none
   return %9, %result0, %result1 : !torch.vtensor<[2,4,3,3],f32>, !torch.vtensor<[2,3,6,6],f32>, !torch.vtensor<[4,3,3,3],f32>
+}
+
+func.func @strided_pointwise(%arg0: !torch.vtensor<[2,4,6,6],f32>, %arg1: !torch.vtensor<[8,4,1,1],f32>) -> !torch.vtensor<[2,8,3,3],f32> {
+  %false = torch.constant.bool false
+  %none = torch.constant.none
+  %int0 = torch.constant.int 0
+  %int1 = torch.constant.int 1
+  %int2 = torch.constant.int 2
+  %stride = torch.prim.ListConstruct %int2, %int2 : (!torch.int, !torch.int) -> !torch.list<int>
+  %padding = torch.prim.ListConstruct %int0, %int0 : (!torch.int, !torch.int) -> !torch.list<int>
+  %dilation = torch.prim.ListConstruct %int1, %int1 : (!torch.int, !torch.int) -> !torch.list<int>
+  %output_padding = torch.prim.ListConstruct %int0, %int0 : (!torch.int, !torch.int) -> !torch.list<int>
+  %0 = torch.aten.convolution %arg0, %arg1, %none, %stride, %padding, %dilation, %false, %output_padding, %int1 : !torch.vtensor<[2,4,6,6],f32>, !torch.vtensor<[8,4,1,1],f32>, !torch.none, !torch.list<int>, !torch.list<int>, !torch.list<int>, !torch.bool, !torch.list<int>, !torch.int -> !torch.vtensor<[2,8,3,3],f32>
+  return %0 : !torch.vtensor<[2,8,3,3],f32>
 }
