@@ -1,9 +1,9 @@
 """Where a compiled train step spends its time, per IREE dispatch.
 
 The step runs as the Trainer runs it (train_step_into, writing its new state into buffers it is
-given; see passes/pock_step_into.py) under iree-benchmark-module with HAL host-execution profiling (the local-task
-driver records every dispatch's wall time); `iree-profile statistics` aggregates the bundle
-per executable function. Dispatch names say what each one is (e.g.
+given; see passes/pock_step_into.py) under iree-benchmark-module with HAL host-execution
+profiling (the local-task driver records every dispatch's wall time); `iree-profile statistics`
+aggregates the bundle per executable function. Dispatch names say what each one is (e.g.
 `train_step$async_dispatch_25_matmul_512x512x64_f32`).
 """
 

@@ -1,8 +1,8 @@
 """Steps after the first allocate nothing: the intermediate values live in one workspace allocated
 once (pock_mlir/runtime/workspace.py), and each step writes its new parameters into one of two
 buffer sets the Trainer alternates (passes/pock_step_into.py) and its optimizer state in place
-(pock_mlir/in_place.py). Set-up leaves nothing behind: what it
-freed is given back (pock_mlir/runtime/memory.py)."""
+(pock_mlir/in_place.py). Set-up leaves nothing behind: what it freed is given back
+(pock_mlir/runtime/memory.py)."""
 
 import math
 import platform

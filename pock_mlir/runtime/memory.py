@@ -8,9 +8,9 @@ of the step time. Raising glibc's mmap and trim thresholds keeps freed blocks in
 the next step to reuse; the process's peak memory is what it was, its resident set just does
 not shrink between steps. Other C libraries are left alone.
 
-Set-up is different: the host copies of the parameters and the zero optimizer state are freed
-once uploaded and no step reuses them, so the Trainer gives them back after set-up
-(release_freed_memory; 20 MB on the ResNet bench model).
+Set-up is different: the host zeros the Trainer uploads as optimizer state and spare buffers are
+freed once uploaded and no step reuses them, so the Trainer gives them back after set-up
+(release_freed_memory; 17 MB on the ResNet bench model's sparse step).
 """
 
 from __future__ import annotations
