@@ -13,9 +13,11 @@ import datetime
 import json
 import os
 import platform
+import queue
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -48,34 +50,108 @@ def no_reorder_pipelines() -> dict[str, str]:
     return {"lowered": ",".join(p for p in STAGE_PIPELINES["lowered"].split(",") if p != "pock-reorder-updates")}
 
 
-def run_child(spec: dict, timeout: float) -> dict:
-    spec = {"threads": THREADS, **spec}
-    try:
-        done = subprocess.run([sys.executable, "-m", "bench.child", json.dumps(spec)], cwd=ROOT, capture_output=True,
-                              text=True, timeout=timeout)
-    except subprocess.TimeoutExpired:
-        return {"status": f"failed: timed out after {timeout:.0f}s"}
-    for line in done.stdout.splitlines():
+def _child_command(spec: dict) -> list[str]:
+    return [sys.executable, "-m", "bench.child", json.dumps({"threads": THREADS, **spec})]
+
+
+def _result(stdout: str, stderr: str, returncode) -> dict:
+    for line in stdout.splitlines():
         if line.startswith("RESULT "):
             return json.loads(line[len("RESULT "):])
-    tail = (done.stderr.strip().splitlines() or ["no output"])[-1]
-    return {"status": f"failed: child exited with {done.returncode}: {tail[:300]}"}
+    tail = (stderr.strip().splitlines() or ["no output"])[-1]
+    return {"status": f"failed: child exited with {returncode}: {tail[:300]}"}
 
 
-def measure(model: str, scheme: str, system: str, args, workdir: Path) -> dict:
-    common = {"model": model, "scheme": scheme, "warmup": args.warmup, "steps": args.steps, "rounds": args.rounds}
-    if system in ("eager", "torch.compile"):
-        return run_child({**common, "task": system, "count_flops": system == "eager"}, args.timeout)
-    program = workdir / f"{model}-{scheme}-{system}.pickle"
-    pipelines = no_reorder_pipelines() if system == "pock-mlir-no-reorder" else None
-    compiled = run_child({**common, "task": "pock-compile", "program": str(program), "iree_flags": args.iree_flags,
-                          "pipelines": pipelines}, args.timeout)
-    if compiled["status"] != "ok":
-        return compiled
-    ran = run_child({**common, "task": "pock-run", "program": str(program), "retain_memory": system != "pock-mlir-no-retain",
-                     "profile": args.profile and system == "pock-mlir"}, args.timeout)
-    program.unlink(missing_ok=True)
-    return {**compiled, **ran}
+def run_child(spec: dict, timeout: float) -> dict:
+    """A one-shot child (compile, sgemm): its RESULT."""
+    try:
+        done = subprocess.run(_child_command(spec), cwd=ROOT, capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        return {"status": f"failed: timed out after {timeout:.0f}s"}
+    return _result(done.stdout, done.stderr, done.returncode)
+
+
+class TrainingChild:
+    """A system training in its own process, timed one round at a time (bench/child.py's commands)."""
+
+    def __init__(self, spec: dict, timeout: float):
+        self.timeout, self.failure, self.stdout = timeout, None, []
+        self.stderr = tempfile.TemporaryFile(mode="w+")  # a pipe nobody reads could fill and stall the child
+        self.process = subprocess.Popen(_child_command(spec), cwd=ROOT, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                        stderr=self.stderr, text=True)
+        self.lines = queue.Queue()
+        threading.Thread(target=self._read, daemon=True).start()
+        self._expect("READY")
+
+    def _read(self):
+        for line in self.process.stdout:
+            self.lines.put(line)
+        self.lines.put(None)
+
+    def _expect(self, prefix: str) -> str | None:
+        """The next line starting with `prefix`; on exit or timeout, None with self.failure set."""
+        deadline = time.monotonic() + self.timeout
+        while self.failure is None:
+            try:
+                line = self.lines.get(timeout=max(deadline - time.monotonic(), 0))
+            except queue.Empty:
+                self.process.kill()
+                self.failure = {"status": f"failed: timed out after {self.timeout:.0f}s"}
+                break
+            if line is None:
+                self.process.wait()
+                self.stderr.seek(0)
+                self.failure = _result("".join(self.stdout), self.stderr.read(), self.process.returncode)
+                break
+            self.stdout.append(line)
+            if line.startswith(prefix):
+                return line
+        return None
+
+    def round(self) -> None:
+        if self.failure is None:
+            self.process.stdin.write("round\n")
+            self.process.stdin.flush()
+            self._expect("ROUND ")
+
+    def finish(self) -> dict:
+        if self.failure is None:
+            self.process.stdin.write("done\n")
+            self.process.stdin.close()
+            line = self._expect("RESULT ")
+            if line is not None:
+                self.process.wait()
+                return json.loads(line[len("RESULT "):])
+        return self.failure
+
+
+def measure(model: str, scheme: str, systems, args, workdir: Path) -> dict[str, dict]:
+    """Every system's row for one model and scheme. The pock-mlir variants compile first, one
+    process each; then every system starts training in its own process and they take turns,
+    round by round, so that what other jobs on the machine do hits them alike."""
+    common = {"model": model, "scheme": scheme, "warmup": args.warmup, "steps": args.steps}
+    rows, children, programs = {}, {}, []
+    for system in systems:
+        if system in ("eager", "torch.compile"):
+            children[system] = TrainingChild({**common, "task": system, "count_flops": system == "eager"}, args.timeout)
+            continue
+        program = workdir / f"{model}-{scheme}-{system}.pickle"
+        programs.append(program)
+        pipelines = no_reorder_pipelines() if system == "pock-mlir-no-reorder" else None
+        rows[system] = run_child({**common, "task": "pock-compile", "program": str(program), "iree_flags": args.iree_flags,
+                                  "pipelines": pipelines}, args.timeout)
+        if rows[system]["status"] == "ok":
+            children[system] = TrainingChild({**common, "task": "pock-run", "program": str(program),
+                                              "retain_memory": system != "pock-mlir-no-retain",
+                                              "profile": args.profile and system == "pock-mlir"}, args.timeout)
+    for _ in range(args.rounds):
+        for child in children.values():
+            child.round()
+    for system, child in children.items():
+        rows[system] = {**rows.get(system, {}), **child.finish()}
+    for program in programs:
+        program.unlink(missing_ok=True)
+    return {system: rows[system] for system in systems}
 
 
 def parse_args(argv):
@@ -132,11 +208,9 @@ def main(argv=None) -> int:
     with tempfile.TemporaryDirectory(prefix="pock-bench-") as workdir:
         for model in args.models:
             for scheme in args.schemes:
-                for system in args.systems:
-                    if system in ABLATIONS and (model, scheme) not in ABLATIONS[system]:
-                        continue
-                    row = {"model": model, "scheme": scheme, "system": system,
-                           **measure(model, scheme, system, args, Path(workdir))}
+                systems = [s for s in args.systems if s not in ABLATIONS or (model, scheme) in ABLATIONS[s]]
+                for system, measured in measure(model, scheme, systems, args, Path(workdir)).items():
+                    row = {"model": model, "scheme": scheme, "system": system, **measured}
                     rows.append(row)
                     shown = f"{row['step_ms']:.2f} ms, {row['peak_mb']:.0f} MB, loss {row['loss']:.4f}" \
                         if row["status"] == "ok" else row["status"]

@@ -1,4 +1,6 @@
 """One measurement in its own process: `python -m bench.child '<json spec>'` prints `RESULT <json>`.
+A training system says READY after its warm-up and then takes commands on stdin, one a line:
+`round` times a round of steps, `done` ends (by hand: `printf 'round\ndone\n' | python -m bench.child ...`).
 
 Each system runs in a fresh process so that its peak memory is its own. Peak memory is the
 process's peak resident set during the timed steps (the kernel's high-water mark, reset by
@@ -36,24 +38,34 @@ def first_line(error: Exception) -> str:
     return head[:300]
 
 
-def timed_steps(step, warmup: int, steps: int, rounds: int) -> dict:
-    """Warm up, reset the memory high-water mark, then time `rounds` rounds of `steps` steps (each
-    returns the loss as a Python float, which waits for the step to finish). The round with the
-    lowest median counts: a burst of other jobs on the shared machine spoils a round, not the row."""
-    for _ in range(warmup):
+def timed_rounds(step, spec) -> dict:
+    """Warm up, reset the memory high-water mark, say READY, then time one round of steps for each
+    `round` line on stdin until `done` (each step returns the loss as a Python float, which waits
+    for the step to finish). The parent interleaves the rounds of every system of one model and
+    scheme, so a burst of other jobs on the shared machine hits them alike; a round starts with one
+    untimed step, which brings caches and idle worker threads back after another process ran. The
+    round with the lowest median counts."""
+    for _ in range(spec["warmup"]):
         step()
     reset_peak()
-    best, loss = None, None
-    for _ in range(rounds):
+    print("READY", flush=True)
+    rounds, loss = [], None
+    for command in sys.stdin:
+        if command.strip() != "round":
+            break
+        step()
         times = []
-        for _ in range(steps):
+        for _ in range(spec["steps"]):
             start = time.perf_counter()
             loss = step()
             times.append(time.perf_counter() - start)
-        if best is None or statistics.median(times) < statistics.median(best):
-            best = times
+        rounds.append(times)
+        print(f"ROUND {1000 * statistics.median(times):.3f}", flush=True)
+    if not rounds:
+        raise RuntimeError("the parent asked for no round of timed steps")
+    best = min(rounds, key=statistics.median)
     return {"step_ms": 1000 * statistics.median(best), "step_ms_min": 1000 * min(best),
-            "step_ms_max": 1000 * max(best), "steps": steps, "rounds": rounds, "loss": float(loss),
+            "step_ms_max": 1000 * max(best), "steps": spec["steps"], "rounds": len(rounds), "loss": float(loss),
             "peak_kb": rss_kb("VmHWM")}
 
 
@@ -93,7 +105,7 @@ def run_torch(spec, compiled: bool) -> dict:
         step()  # compiles; it is also the first warm-up step, so every system takes the same steps
         result["compile_s"] = time.perf_counter() - start
         warmup -= 1
-    result.update(timed_steps(step, max(warmup, 0), spec["steps"], spec["rounds"]))
+    result.update(timed_rounds(step, {**spec, "warmup": max(warmup, 0)}))
     if spec.get("count_flops"):
         from torch.utils.flop_counter import FlopCounterMode
 
@@ -131,7 +143,7 @@ def run_pock(spec) -> dict:
     trainer = program.trainer(retain_memory=spec.get("retain_memory", True))
     del program  # the trainer holds what it needs on the device
     gc.collect()
-    result = timed_steps(lambda: trainer.step(inputs, target), spec["warmup"], spec["steps"], spec["rounds"])
+    result = timed_rounds(lambda: trainer.step(inputs, target), spec)
     if spec.get("profile"):
         from bench.profile import profile_step
 

@@ -89,8 +89,10 @@ def write_markdown(results: dict, path: Path) -> None:
         f"{results['date']} on {m['cpu']} ({m['cores']} cores; every system uses {m['threads']} threads). "
         f"Machine load: {load}.",
         f"Step time: median of {s['steps']} steps after {s['warmup']} warm-up steps, one fixed batch; of "
-        f"{s.get('rounds', 1)} such rounds the one with the lowest median counts (other jobs share this machine; "
-        "the fastest step shows what they disturbed least); compile time "
+        f"{s.get('rounds', 1)} such rounds the one with the lowest median counts. The systems of one model and "
+        "scheme are loaded side by side, each in its own process, and train in turns, round by round (each round "
+        "after one untimed step), so that other jobs on this shared machine disturb them alike; the fastest step shows "
+        "what they disturbed least. Compile time "
         "is separate. Peak memory: the child process's peak resident set during the timed steps minus its resident "
         "set after the shared imports (torch, numpy, IREE runtime, pock_mlir); each system runs in its own process. "
         "pock-mlir's Trainer keeps the memory a step frees mapped (pock_mlir/runtime/memory.py); PyTorch runs with "
