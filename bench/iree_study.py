@@ -32,7 +32,8 @@ import torch
 import torch.nn.functional as F
 
 from pock_mlir.runtime.workspace import ModuleFunctions
-from pock_mlir.tuning import ConvShape, conv_forms_torch
+from pock_mlir.targets import DATA_TILING
+from pock_mlir.tuning import DATA_TILING_SET, ConvShape, conv_forms_torch
 
 TUNING = Path(__file__).resolve().parent.parent / "pock_mlir" / "tuning"
 IM2COL_FLAG = "--iree-global-opt-use-im2col-for-convs"
@@ -148,13 +149,20 @@ def _reference(shape: ConvShape, op: str, args):
     return grads[0] if op == "input_grad" else grads[1]
 
 
+# Data tiling is also chosen per program (pock-backend-switch); a set without it says so, so that
+# the sets compare what their names say on every program.
+NO_DATA_TILING = f"{DATA_TILING}=false"
 FLAG_SETS = {
-    "im2col": [IM2COL_FLAG],
-    "none": [],
-    "im2col+ukernels": [IM2COL_FLAG, UKERNELS_FLAG],
-    "im2col+ukernels+O3": [IM2COL_FLAG, UKERNELS_FLAG, "--iree-opt-level=O3"],
-    "im2col+ukernels+aggressive-fusion": [IM2COL_FLAG, UKERNELS_FLAG, "--iree-dispatch-creation-enable-aggressive-fusion"],
-    "im2col+data-tiling": [IM2COL_FLAG, "--iree-opt-data-tiling"],
+    "im2col": [IM2COL_FLAG, NO_DATA_TILING],
+    "none": [NO_DATA_TILING],
+    "im2col+ukernels": [IM2COL_FLAG, UKERNELS_FLAG, NO_DATA_TILING],
+    "im2col+ukernels+O3": [IM2COL_FLAG, UKERNELS_FLAG, "--iree-opt-level=O3", NO_DATA_TILING],
+    "im2col+ukernels+aggressive-fusion": [IM2COL_FLAG, UKERNELS_FLAG, "--iree-dispatch-creation-enable-aggressive-fusion",
+                                          NO_DATA_TILING],
+    # IREE 3.13's default data-tiling path (dispatch creation) fails on bool tensors passed between
+    # dispatches (attention's fully-masked-row guard); the global-optimization path compiles them.
+    "im2col+data-tiling": [IM2COL_FLAG, "--iree-opt-data-tiling", NO_DATA_TILING],
+    DATA_TILING_SET: [IM2COL_FLAG, DATA_TILING],
 }
 
 

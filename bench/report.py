@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from pock_mlir.targets import DATA_TILING
+
 SYSTEM_TITLES = {
     "eager": "PyTorch eager",
     "torch.compile": "torch.compile",
@@ -80,6 +82,13 @@ def _fmt(value, pattern="{:.2f}", missing=""):
     return missing if value is None else pattern.format(value)
 
 
+def _data_tiled_rows(rows) -> str:
+    """Which pock-mlir steps pock-backend-switch gave IREE's data tiling (a flag per program)."""
+    tiled = sorted({f"{r['model']} {r['scheme']}" for r in rows
+                    if r.get("status") == "ok" and DATA_TILING in r.get("iree_flags", [])})
+    return f", and `{DATA_TILING}` (chosen per program) for {', '.join(tiled)}" if tiled else ""
+
+
 def write_markdown(results: dict, path: Path) -> None:
     m, s = results["machine"], results["settings"]
     load = f"{m['load_before'][0]:.2f} before, {m['load_after'][0]:.2f} after (1-minute load average)"
@@ -101,7 +110,7 @@ def write_markdown(results: dict, path: Path) -> None:
         f"time; measured sgemm peak {_fmt(m.get('peak_gflops'), '{:.0f}')} GFLOP/s "
         f"(torch {_fmt(m.get('sgemm_gflops', {}).get('torch'), '{:.0f}')}, "
         f"numpy {_fmt(m.get('sgemm_gflops', {}).get('numpy'), '{:.0f}')}).",
-        f"pock-mlir IREE flags: `{' '.join(s['pock_iree_flags'])}`.",
+        f"pock-mlir IREE flags: `{' '.join(s['pock_iree_flags'])}`{_data_tiled_rows(results['rows'])}.",
         "",
         "| model | scheme | system | step ms | fastest step ms | speed-up vs eager full | sparse vs own full | peak MB | "
         "memory vs eager full | loss | GFLOP/s (% peak) | tokens/s | compile s |",

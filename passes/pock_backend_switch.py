@@ -1,4 +1,5 @@
-"""pock-backend-switch: give each convolution the implementation measured fastest on the target.
+"""pock-backend-switch: give each convolution the implementation measured fastest on the target,
+and choose whether IREE data-tiles the program's matmuls.
 
 A convolution can run as IREE's linalg convolution ("direct": whatever the target's IREE flags
 make of it, e.g. IREE's own im2col), as explicit im2col + one matmul ("im2col": also for
@@ -10,6 +11,11 @@ from pock_mlir/tuning/<target>.json (the nearest measured shape class), written 
 The choice is visible in the IR: the op doing the work carries `pock.backend = "<form>"` and
 `pock.backend_reason = "<the measurements behind it>"` (TrainingProgram.backend_report()
 lists them). Convolutions the forms do not cover (dilated, transposed, non-square) stay direct.
+
+Data tiling (IREE packs matmul operands into the CPU's register-tile layout) is a flag of the
+whole IREE compilation, so its choice marks the module: `pock.data_tiling = "data-tiled"` or
+`"plain"`, with `pock.data_tiling_reason` (see choose_data_tiling); TrainingProgram.iree_flags()
+adds the flag when the lowered module says "data-tiled".
 """
 
 from __future__ import annotations
@@ -20,7 +26,8 @@ from torch_mlir import ir
 
 from pock_mlir.torch_builder import TorchBuilder, decode_operand
 from pock_mlir.torch_types import tensor_type_of
-from pock_mlir.tuning import (Choice, ConvShape, choose_conv_form, conv_forward_im2col, conv_forward_patches,
+from pock_mlir.tuning import (Choice, ConvShape, choose_conv_form, choose_data_tiling, conv_forward_im2col,
+                              conv_forward_patches,
                               conv_input_grad_im2col, conv_weight_grad_im2col, conv_weight_grad_patches)
 
 from .base import ModulePass, PassError, functions, option
@@ -34,6 +41,14 @@ EMITTERS = {
     ("input_grad", "im2col"): lambda b, x, w, g, s: conv_input_grad_im2col(b, g, w, s),
 }
 WORK_OPS = ("torch.aten.mm", "torch.aten.sum.dim_IntList")  # the op of a form that carries the marks
+CONVOLUTIONS = ("torch.aten.convolution", "torch.aten.convolution_backward")
+MATMULS = ("torch.aten.mm", "torch.aten.bmm", "torch.aten.matmul")
+
+
+def matmul_flops(op) -> int:
+    """2 x output elements x contraction length."""
+    lhs, out = tensor_type_of(op.operands[0]), tensor_type_of(op.results[0])
+    return 2 * out.numel * lhs.shape[-1] if lhs is not None and out is not None else 0
 
 
 def conv_shape(x, w, stride, padding, dilation, transposed, output_padding, groups) -> ConvShape | None:
@@ -65,7 +80,8 @@ def _emit(op, emitter):
 class BackendSwitchPass(ModulePass):
     name = "pock-backend-switch"
     description = ("Give each convolution (and convolution_backward) the form measured fastest on the target: "
-                   "direct, im2col + matmul or depthwise patches; marks the choice as pock.backend")
+                   "direct, im2col + matmul or depthwise patches; marks the choice as pock.backend. Marks the "
+                   "module with whether IREE should data-tile its matmuls (pock.data_tiling)")
     target: str = option("host", "tuning table to choose by: pock_mlir/tuning/<target>.json")
     force: str = option("", "use this form wherever it is implemented instead of choosing: direct, im2col or patches")
     min_speedup: float = option(1.25, "choose a form other than direct only if measured at least this much faster "
@@ -74,6 +90,11 @@ class BackendSwitchPass(ModulePass):
     def apply(self, module: ir.Operation) -> None:
         if self.force and self.force not in FORMS:
             raise PassError(f"force must be one of {', '.join(FORMS)}, got '{self.force}'")
+        ops = [op.operation for func in functions(module) for op in func.regions[0].blocks[0].operations]
+        tiling = choose_data_tiling(self.target, sum(op.name in CONVOLUTIONS for op in ops),
+                                    max((matmul_flops(op) for op in ops if op.name in MATMULS), default=0))
+        module.attributes["pock.data_tiling"] = ir.StringAttr.get(tiling.form)
+        module.attributes["pock.data_tiling_reason"] = ir.StringAttr.get(tiling.reason)
         for func in functions(module):
             for op in list(func.regions[0].blocks[0].operations):
                 op = op.operation

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from functools import cached_property
 
 import numpy as np
 
-from pock_mlir.targets import Target
+from pock_mlir.targets import DATA_TILING, Target
 from pock_mlir.training import StepSignature
 
 
@@ -30,7 +31,17 @@ class TrainingProgram:
         return self.stages[stage]
 
     def iree_flags(self) -> list[str]:
-        return ["--iree-input-type=torch", *self.target.compile_flags(), *self.extra_flags]
+        """The target's flags, data tiling if pock-backend-switch chose it, then extra_flags (which
+        win: `--iree-global-opt-data-tiling=false` turns it off)."""
+        tiling = [DATA_TILING] if self.data_tiling[0] == "data-tiled" else []
+        return ["--iree-input-type=torch", *self.target.compile_flags(), *tiling, *self.extra_flags]
+
+    @property
+    def data_tiling(self) -> tuple[str, str]:
+        """pock-backend-switch's choice for the whole program, "data-tiled" or "plain", and why."""
+        module_line = self.stages.get("lowered", "").split("\n", 1)[0]  # `module attributes {...} {`
+        marks = dict(re.findall(r'pock\.(data_tiling(?:_reason)?) = "([^"]*)"', module_line))
+        return marks.get("data_tiling", "plain"), marks.get("data_tiling_reason", "not chosen (no pock-backend-switch)")
 
     @cached_property
     def vmfb(self) -> bytes:
@@ -69,17 +80,16 @@ class TrainingProgram:
     def backend_report(self, function: str = "train_step") -> str:
         """What pock-backend-switch chose for each convolution of `function` and why (the
         measurements in pock_mlir/tuning/<target>.json that decided it)."""
-        import re
-
         text = self.stages["lowered"]
         start = text.find(f"func.func @{function}(")
         body = text[start:text.find("\n  func.func @", start + 1)] if start >= 0 else ""
         marks = re.findall(r'pock\.backend = "([^"]*)", pock\.backend_reason = "([^"]*)"', body)
+        tiling = "matmuls: {} ({})".format(*self.data_tiling)
         if not marks:
-            return f"{function}: no convolutions, nothing for pock-backend-switch to choose"
+            return f"{function}: no convolutions, nothing for pock-backend-switch to choose per op\n{tiling}"
         lines = [f"{function}: {len(marks)} convolution op(s), implementation chosen per op for {self.target.name}"]
         lines += [f"  {form:8s} {reason}" for form, reason in marks]
-        return "\n".join(lines)
+        return "\n".join([*lines, tiling])
 
     def trainer(self, device: str | None = None, retain_memory: bool = True):
         """Load the module on the IREE runtime; parameters start at the model's values. See

@@ -64,6 +64,10 @@ def _normalize_arch(machine: str) -> str:
 
 # Flags every CPU target shares: im2col for convolutions measured 2.2x faster forward here.
 _CPU_COMMON = ("--iree-global-opt-use-im2col-for-convs",)
+# Per program, where pock-backend-switch chooses it (TrainingProgram.iree_flags): IREE's data
+# tiling through the global-optimization phase. Its default path (--iree-opt-data-tiling) fails
+# in IREE 3.13 on bool tensors passed between dispatches, e.g. attention's masked-row guard.
+DATA_TILING = "--iree-global-opt-data-tiling"
 
 
 # IREE 3.13's reduction vector-distribution pipeline fails ("failed to distribute") on reductions

@@ -3,6 +3,8 @@
 // RUN: pock-opt %s -p 'pock-backend-switch{force=patches}' | filecheck %s --check-prefix=PATCHES
 // RUN: pock-opt %s -p 'pock-backend-switch{force=direct}' | filecheck %s --check-prefix=DIRECT
 // RUN: not pock-opt %s -p 'pock-backend-switch{force=winograd}' 2>&1 | filecheck %s --check-prefix=BAD
+// RUN: pock-opt %s --split-input-file -p 'pock-backend-switch{target=host}' | filecheck %s --check-prefix=TILING
+// RUN: pock-opt %s --split-input-file -p 'pock-backend-switch{target=no-such-target}' | filecheck %s --check-prefix=TILING-UNMEASURED
 
 // A dense 3x3 conv, a depthwise stride-2 conv and the dense conv's convolution_backward (input
 // and weight gradients), as torch.export gives them.
@@ -89,4 +91,28 @@ func.func @strided_pointwise(%arg0: !torch.vtensor<[2,4,6,6],f32>, %arg1: !torch
   %output_padding = torch.prim.ListConstruct %int0, %int0 : (!torch.int, !torch.int) -> !torch.list<int>
   %0 = torch.aten.convolution %arg0, %arg1, %none, %stride, %padding, %dilation, %false, %output_padding, %int1 : !torch.vtensor<[2,4,6,6],f32>, !torch.vtensor<[8,4,1,1],f32>, !torch.none, !torch.list<int>, !torch.list<int>, !torch.list<int>, !torch.bool, !torch.list<int>, !torch.int -> !torch.vtensor<[2,8,3,3],f32>
   return %0 : !torch.vtensor<[2,8,3,3],f32>
+}
+
+// -----
+
+// Data tiling is chosen for the whole module (it is one IREE flag): measured faster on steps
+// without convolutions whose matmuls are large, slower on the convolutional ones.
+// TILING:            module attributes {pock.data_tiling = "plain", pock.data_tiling_reason = "4 convolution(s); step time with data tiling, measured on host: {{.*}}mlp {{.*}}llama {{.*}}resnet18
+// TILING-UNMEASURED: module attributes {pock.data_tiling = "plain", pock.data_tiling_reason = "no data-tiling measurements for target 'no-such-target'
+// TILING-LABEL:      func.func @main
+// TILING:            module attributes {pock.data_tiling = "data-tiled", pock.data_tiling_reason = "no convolutions, largest matmul 537 MFLOP; step time
+// TILING-LABEL:      func.func @attention_sized_matmul
+// TILING:            module attributes {pock.data_tiling = "plain", pock.data_tiling_reason = "largest matmul 17 MFLOP, under 100;
+// TILING-LABEL:      func.func @small_matmul
+
+func.func @attention_sized_matmul(%arg0: !torch.vtensor<[1024,256],f32>, %arg1: !torch.vtensor<[256,1024],f32>) -> !torch.vtensor<[1024,1024],f32> {
+  %0 = torch.aten.mm %arg0, %arg1 : !torch.vtensor<[1024,256],f32>, !torch.vtensor<[256,1024],f32> -> !torch.vtensor<[1024,1024],f32>
+  return %0 : !torch.vtensor<[1024,1024],f32>
+}
+
+// -----
+
+func.func @small_matmul(%arg0: !torch.vtensor<[64,256],f32>, %arg1: !torch.vtensor<[256,512],f32>) -> !torch.vtensor<[64,512],f32> {
+  %0 = torch.aten.mm %arg0, %arg1 : !torch.vtensor<[64,256],f32>, !torch.vtensor<[256,512],f32> -> !torch.vtensor<[64,512],f32>
+  return %0 : !torch.vtensor<[64,512],f32>
 }

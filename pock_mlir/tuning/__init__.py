@@ -4,8 +4,9 @@ Each form is written once against an op namespace `ops` that is either `torch.op
 export it: bench/iree_study.py times every form under IREE) or a `TorchBuilder` (to emit it as
 torch-dialect IR: pock-backend-switch), so the form measured is the form emitted.
 
-`<target>.json` beside this file holds the measurements (`python -m bench.iree_study convs`);
-`choose_conv_form` picks the fastest measured form for the nearest measured shape.
+`<target>.json` beside this file holds the measurements (`python -m bench.iree_study convs` and
+`flags`); `choose_conv_form` picks the fastest measured form for the nearest measured shape, and
+`choose_data_tiling` whether IREE data-tiles a program's matmuls.
 """
 
 from __future__ import annotations
@@ -250,3 +251,32 @@ def choose_conv_form(target: str, shape: ConvShape, op: str, min_speedup: float)
     if best != "direct" and timings["direct"] / timings[best] >= min_speedup:
         return Choice(best, where)
     return Choice("direct", where)
+
+
+# -- IREE's data tiling, per program -----------------------------------------------------------
+
+DATA_TILING_SET = "im2col+global-data-tiling"  # the flag set of `python -m bench.iree_study flags`
+BASELINE_SET = "im2col"
+# Packing a matmul's operands into the CPU's tile layout costs a dispatch per operand; the MLP's
+# 34-MFLOP matmuls do not win that back, the transformers' matmuls of 0.5 GFLOP and up do.
+MIN_DATA_TILED_MATMUL_FLOPS = 100_000_000
+
+
+def choose_data_tiling(target: str, convolutions: int, largest_matmul_flops: int) -> Choice:
+    """Form "data-tiled" or "plain" for a whole program, from the whole-step measurements of the
+    target's flag study: data tiling for programs without convolutions whose largest matmul is
+    big enough, because it measured faster there and slower on the convolutional steps."""
+    steps = load_table(target).get("flags", {}).get("step_ms", {})
+    ratios = {model: sets[DATA_TILING_SET]["step_ms_median"] / sets[BASELINE_SET]["step_ms_median"]
+              for model, sets in steps.items()
+              if "step_ms_median" in sets.get(DATA_TILING_SET, {}) and "step_ms_median" in sets.get(BASELINE_SET, {})}
+    if not ratios:
+        return Choice("plain", f"no data-tiling measurements for target '{target}' (python -m bench.iree_study flags)")
+    measured = "step time with data tiling, measured on " + target + ": " + ", ".join(
+        f"{model} {ratio:.2f}x" for model, ratio in ratios.items())
+    if convolutions:
+        return Choice("plain", f"{convolutions} convolution(s); {measured}")
+    if largest_matmul_flops < MIN_DATA_TILED_MATMUL_FLOPS:
+        return Choice("plain", f"largest matmul {largest_matmul_flops / 1e6:.0f} MFLOP, under "
+                               f"{MIN_DATA_TILED_MATMUL_FLOPS / 1e6:.0f}; {measured}")
+    return Choice("data-tiled", f"no convolutions, largest matmul {largest_matmul_flops / 1e6:.0f} MFLOP; {measured}")
