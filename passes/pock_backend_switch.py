@@ -27,8 +27,8 @@ from torch_mlir import ir
 from pock_mlir.torch_builder import TorchBuilder, decode_operand
 from pock_mlir.torch_types import tensor_type_of
 from pock_mlir.tuning import (Choice, ConvShape, choose_conv_form, choose_data_tiling, conv_forward_im2col,
-                              conv_forward_patches,
-                              conv_input_grad_im2col, conv_weight_grad_im2col, conv_weight_grad_patches)
+                              conv_forward_patches, conv_input_grad_im2col, conv_weight_grad_im2col,
+                              conv_weight_grad_patches)
 
 from .base import ModulePass, PassError, functions, option
 
@@ -43,12 +43,6 @@ EMITTERS = {
 WORK_OPS = ("torch.aten.mm", "torch.aten.sum.dim_IntList")  # the op of a form that carries the marks
 CONVOLUTIONS = ("torch.aten.convolution", "torch.aten.convolution_backward")
 MATMULS = ("torch.aten.mm", "torch.aten.bmm", "torch.aten.matmul")
-
-
-def matmul_flops(op) -> int:
-    """2 x output elements x contraction length."""
-    lhs, out = tensor_type_of(op.operands[0]), tensor_type_of(op.results[0])
-    return 2 * out.numel * lhs.shape[-1] if lhs is not None and out is not None else 0
 
 
 def conv_shape(x, w, stride, padding, dilation, transposed, output_padding, groups) -> ConvShape | None:
@@ -90,9 +84,11 @@ class BackendSwitchPass(ModulePass):
     def apply(self, module: ir.Operation) -> None:
         if self.force and self.force not in FORMS:
             raise PassError(f"force must be one of {', '.join(FORMS)}, got '{self.force}'")
+        from pock_mlir.report import op_flops  # not at the top: pock_mlir.report imports the pass pipeline
+
         ops = [op.operation for func in functions(module) for op in func.regions[0].blocks[0].operations]
         tiling = choose_data_tiling(self.target, sum(op.name in CONVOLUTIONS for op in ops),
-                                    max((matmul_flops(op) for op in ops if op.name in MATMULS), default=0))
+                                    max((op_flops(op) for op in ops if op.name in MATMULS), default=0))
         module.attributes["pock.data_tiling"] = ir.StringAttr.get(tiling.form)
         module.attributes["pock.data_tiling_reason"] = ir.StringAttr.get(tiling.reason)
         for func in functions(module):
