@@ -60,6 +60,7 @@ def profile_step(program, inputs, target, iterations: int = 20, top: int = 10) -
     return {
         "dispatch_ms_per_step": per_step(total),
         "dispatches": len(functions),
+        "dispatch_runs_per_step": sum(r["sample_count"] for r in functions) / iterations,
         "top": [{"name": r["function_name"].split("$", 1)[1], "ms_per_step": per_step(r["total_duration_ns"]),
                  "min_ms": r["minimum_duration_ns"] / 1e6, "share": r["total_duration_ns"] / total if total else 0.0}
                 for r in functions[:top]],

@@ -1,6 +1,6 @@
 """The benchmark harness end to end in --quick mode on the MLP: it measures every system in its
-own process, in interleaved rounds, and writes a valid results.json, results.md and results.png.
-No timing assertions."""
+own process, in interleaved rounds, profiles pock-mlir's step per dispatch, and writes a valid
+results.json, results.md and results.png. No timing assertions."""
 
 import json
 import subprocess
@@ -16,7 +16,7 @@ ROOT = Path(__file__).resolve().parent.parent
 def results(tmp_path_factory):
     out = tmp_path_factory.mktemp("bench")
     done = subprocess.run([sys.executable, "-m", "bench", "--quick", "--steps", "3", "--warmup", "1", "--rounds", "2",
-                           "--systems", "eager,pock-mlir", "--out", str(out)],
+                           "--systems", "eager,pock-mlir", "--profile", "--out", str(out)],
                           cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stdout + done.stderr
     return out, json.loads((out / "results.json").read_text())
@@ -46,6 +46,23 @@ def test_markdown_table_and_targets(results):
     assert "## Targets" in text and "ratio of fastest steps" in text and "Machine load:" in text
 
 
+def test_profile_lists_the_step_dispatches(results):
+    out, data = results
+    for row in data["rows"]:
+        if row["system"] != "pock-mlir":
+            assert "profile" not in row
+            continue
+        profile = row["profile"]
+        assert profile["dispatch_ms_per_step"] > 0
+        assert profile["dispatch_runs_per_step"] >= profile["dispatches"] >= len(profile["top"]) > 0
+        shares = [d["share"] for d in profile["top"]]
+        assert shares == sorted(shares, reverse=True) and 0 < sum(shares) <= 1 + 1e-9
+        # an MLP step is its matmuls: the forward's, the input and the weight gradients'
+        assert "matmul" in profile["top"][0]["name"], profile["top"]
+    text = (out / "results.md").read_text()
+    assert "## Where pock-mlir's time goes" in text and "**mlp / full**" in text and " runs of " in text
+
+
 def test_plot_is_a_png(results):
     out, _ = results
     assert (out / "results.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
@@ -59,3 +76,20 @@ def test_a_child_that_fails_becomes_a_row_with_its_error(tmp_path):
     child.round()  # a failed child ignores the round
     status = child.finish()["status"]
     assert status.startswith("failed: FileNotFoundError") and "missing.pickle" in status
+
+
+def test_targets_say_what_rate_each_speedup_takes():
+    from bench.report import check_targets
+
+    def row(scheme, system, ms, gflops=None):
+        return {"model": "bert", "scheme": scheme, "system": system, "status": "ok", "step_ms": ms,
+                "step_ms_min": ms, "peak_mb": 100.0, **({"gflops": gflops} if gflops else {})}
+
+    # sparse runs 2.5x faster than eager full at 50 GFLOP/s, so 4x takes 50 * 4 / 2.5 = 80 GFLOP/s
+    rows = [row("full", "eager", 100.0), row("full", "pock-mlir", 80.0, 60.0), row("sparse", "pock-mlir", 40.0, 50.0)]
+    checks = {target.split(": ", 1)[1]: rest for target, *rest in check_targets(rows, peak_gflops=100.0)}
+    assert checks["pock-mlir sparse BP >= 4x faster than PyTorch eager full BP"] == [
+        False, "2.50x", "2.50x", "80 (80% of peak; now 50)"]
+    assert checks["pock-mlir sparse BP >= 2x faster than pock-mlir full BP"] == [
+        True, "2.00x", "2.00x", "50 (50% of peak; now 50)"]
+    assert checks["pock-mlir sparse peak memory <= 0.5x PyTorch eager full BP"] == [False, "1.00x", "", ""]
