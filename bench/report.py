@@ -47,7 +47,7 @@ def add_ratios(rows: list[dict], models: dict, peak_gflops: float | None) -> lis
     return rows
 
 
-def check_targets(rows: list[dict], peak_gflops: float | None = None) -> list[tuple[str, bool | None, str, str, str]]:
+def check_targets(rows: list[dict], peak_gflops: float | None) -> list[tuple[str, bool | None, str, str, str]]:
     """(target, reached or None when unmeasured, the ratio of medians, the ratio of fastest steps,
     the GFLOP/s it takes) for the issue's targets; memory targets have only the first three.
 
@@ -167,8 +167,8 @@ def profile_section(rows: list[dict], top: int = 6) -> list[str]:
     lines = ["", "## Where pock-mlir's time goes", "",
              "Per-dispatch wall time of the step as the Trainer runs it (train_step_into) from IREE's HAL profiling (iree-benchmark-module "
              "--device_profiling_mode=host-execution, aggregated by iree-profile statistics); ms per step. Dispatches "
-             "run on both cores at once, so their sum can exceed the step time; one dispatch can run several times a "
-             "step (IREE shares an executable among identical ones), hence runs per step of so many dispatches.", ""]
+             "run on both cores at once, so their sum can exceed the step time. A dispatch can run several times a "
+             "step (IREE shares one executable among identical ones), hence \"N runs of K dispatches\".", ""]
     for r in profiled:
         p = r["profile"]
         slowest = "; ".join(f"`{d['name']}` {d['ms_per_step']:.2f} ({100 * d['share']:.0f}%)" for d in p["top"][:top])
