@@ -219,13 +219,28 @@ def run_step_script(manifest: dict) -> str:
 set -eu
 bundle=$(cd "$(dirname "$0")" && pwd)
 out=${{1:-out}}
+runtime=${{IREE_RUN_MODULE:-iree-run-module}}
+# Check the runtime command before running it: a missing one would otherwise fail without a word.
+for word in $runtime; do
+  case $word in
+    -*) ;;
+    */*) [ -e "$word" ] || {{ echo "run_step.sh: '$word' in IREE_RUN_MODULE does not exist (relative paths are taken from $(pwd); give an absolute one)" >&2; exit 127; }} ;;
+  esac
+done
+set -- $runtime
+command -v "$1" >/dev/null 2>&1 || {{ echo "run_step.sh: runtime command '$1' not found: put IREE's iree-run-module on PATH (pip install iree-base-runtime) or name it in IREE_RUN_MODULE" >&2; exit 127; }}
 mkdir -p {' '.join(f'"$out/{d}"' for d in state_dirs)}
-# IREE_RUN_MODULE is split into words on purpose: it may be a command with arguments.
-${{IREE_RUN_MODULE:-iree-run-module}} \\
+status=0
+# $runtime is split into words on purpose: it may be a command with arguments.
+$runtime \\
   --device="${{IREE_DEVICE:-{target['drivers'][0]}}}" \\
   --module="$bundle/{MODULE}" \\
   --function=train_step \\
-{inputs}{outputs}
+{inputs}{outputs} || status=$?
+if [ "$status" -ne 0 ]; then
+  echo "run_step.sh: '$runtime' failed with exit code $status" >&2
+  exit "$status"
+fi
 """
 
 

@@ -54,7 +54,7 @@ class Target:
                               f"{' or '.join(self.drivers)}, not '{driver}'")
         machine = machine or platform.machine()
         if self.arch and _normalize_arch(machine) != self.arch:
-            raise TargetError(f"a module compiled for target '{self.name}' needs a {self.arch} CPU; this machine is "
+            raise TargetError(f"a module compiled for target '{self.name}' needs an {self.arch} CPU; this machine is "
                               f"{machine} (recompile with --target host or x86-64, or run it on the device)")
 
 

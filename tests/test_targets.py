@@ -179,11 +179,11 @@ def test_aarch64_module_under_qemu_matches_host(bundles, tmp_path):
 def test_aarch64_bundle_is_refused_on_x86(bundles, tmp_path, capsys):
     if platform.machine() != "x86_64":
         pytest.skip("checks an x86-64 machine refusing an aarch64 bundle")
-    with pytest.raises(TargetError, match="needs a aarch64 CPU; this machine is x86_64"):
+    with pytest.raises(TargetError, match="needs an aarch64 CPU; this machine is x86_64"):
         Trainer.from_bundle(bundles("aarch64"))
     np.savez(tmp_path / "data.npz", x_train=np.zeros((8, 12), np.float32), y_train=np.zeros(8, np.int64))
     assert pock_train.main([str(bundles("aarch64")), "--data", str(tmp_path / "data.npz")]) == 1
-    assert "needs a aarch64 CPU" in capsys.readouterr().err
+    assert "needs an aarch64 CPU" in capsys.readouterr().err
     assert not (bundles("aarch64") / "tuned.safetensors").exists()
 
 

@@ -219,3 +219,23 @@ func.func @op_without_rule_on_the_gradient_path(%w: !torch.vtensor<[4],f32>) -> 
   %g = "pock.grad"(%loss, %p) : (!torch.vtensor<[],f32>, !torch.vtensor<[4],f32>) -> !torch.vtensor<[4],f32>
   return %g : !torch.vtensor<[4],f32>
 }
+
+// -----
+
+// A call is not differentiated through: the message says to inline first.
+
+func.func private @scaled(%v: !torch.vtensor<[4],f32>) -> !torch.vtensor<[4],f32> {
+  %c = torch.constant.float 2.0
+  %r = torch.aten.mul.Scalar %v, %c : !torch.vtensor<[4],f32>, !torch.float -> !torch.vtensor<[4],f32>
+  return %r : !torch.vtensor<[4],f32>
+}
+
+func.func @call_needs_inlining(%w: !torch.vtensor<[4],f32>) -> !torch.vtensor<[4],f32> {
+  %p = "pock.param"(%w) {param_name = "w", policy = "full", ratio = 1.0 : f64} : (!torch.vtensor<[4],f32>) -> !torch.vtensor<[4],f32>
+  // expected-error @+1 {{cannot differentiate through the call to @scaled (at line {{[0-9]+}}): run the 'inline' pass before pock-autodiff}}
+  %y = func.call @scaled(%p) : (!torch.vtensor<[4],f32>) -> !torch.vtensor<[4],f32>
+  %none = torch.constant.none
+  %loss = torch.aten.sum %y, %none : !torch.vtensor<[4],f32>, !torch.none -> !torch.vtensor<[],f32>
+  %g = "pock.grad"(%loss, %p) : (!torch.vtensor<[],f32>, !torch.vtensor<[4],f32>) -> !torch.vtensor<[4],f32>
+  return %g : !torch.vtensor<[4],f32>
+}

@@ -39,7 +39,8 @@ _LIBRARY_PARTS = (f"{os.sep}torch{os.sep}", f"{os.sep}pock_mlir{os.sep}", "site-
 def describe_location(loc: ir.Location) -> str:
     """The model's own source line for an op: the innermost frame outside torch and pock_mlir
     (callsite locations list the innermost frame first), with the library frame it came through."""
-    frames = [f"{path}:{line}" for path, line in _FRAME.findall(str(loc))]
+    # "-" is the name MLIR gives text parsed from a string (pock-opt's stdin or split chunks)
+    frames = [f"line {line}" if path == "-" else f"{path}:{line}" for path, line in _FRAME.findall(str(loc))]
     if not frames:
         return str(loc)
     user = [f for f in frames if not any(part in f for part in _LIBRARY_PARTS)]
@@ -98,6 +99,11 @@ def differentiate(loss: ir.Value, params: list[ir.Value], insert_before: ir.Oper
         if all(g is None for g in grads):
             continue
         rule = RULES.get(op_key(op))
+        if rule is None and op.name == "func.call":
+            raise MissingRuleError(
+                f"cannot differentiate through the call to {op.attributes['callee']} (at "
+                f"{describe_location(op.location)}): run the 'inline' pass before pock-autodiff "
+                f"(e.g. pock-opt -p 'inline,pock-autodiff,...'), as compile_training does", op.location)
         if rule is None:
             needed = sorted(set().union(*(depends.get(r, frozenset()) for r in results)))
             names = ", ".join(parameter_name(params[i], i) for i in needed)

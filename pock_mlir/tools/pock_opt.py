@@ -62,12 +62,14 @@ def _collect(diags) -> list[Diagnostic]:
     return found
 
 
-def process(chunk: str, pipeline: str, print_ir_after_all: bool) -> tuple[str | None, list[Diagnostic]]:
-    """Parse and transform one chunk; returns (output IR or None, diagnostics)."""
+def process(chunk: str, pipeline: str, print_ir_after_all: bool,
+            path: str | None = None) -> tuple[str | None, list[Diagnostic]]:
+    """Parse and transform one chunk (read from `path` when given, so that locations inside
+    messages name the file); returns (output IR or None, diagnostics)."""
     context = make_context()
     with context:
         try:
-            module = ir.Module.parse(chunk)
+            module = ir.Module.parseFile(path) if path else ir.Module.parse(chunk)
             if pipeline:
                 run_pipeline(module, pipeline, print_ir_after_all=print_ir_after_all)
         except ir.MLIRError as e:
@@ -174,7 +176,8 @@ def _run(args) -> int:
     text = sys.stdin.read() if args.input == "-" else open(args.input).read()
     outputs, failed = [], False
     for chunk in split_chunks(text, args.split_input_file):
-        result, diags = process(chunk, args.pass_pipeline, args.mlir_print_ir_after_all)
+        whole_file = None if args.input == "-" or args.split_input_file else args.input
+        result, diags = process(chunk, args.pass_pipeline, args.mlir_print_ir_after_all, whole_file)
         if args.verify_diagnostics:
             problems = verify(chunk, diags, filename)
             for p in problems:

@@ -1,0 +1,17 @@
+// RUN: not pock-opt %s -p pock-autodiff 2>&1 | filecheck %s
+// RUN: not pock-opt - -p pock-autodiff < %s 2>&1 | filecheck --check-prefix=STDIN %s
+
+// Locations inside a pass's message name the input file, as the diagnostic's own prefix does;
+// text from stdin has no file name, so the message says the line.
+
+// CHECK: locations-name-the-file.mlir:12:8: error: pock-autodiff: no derivative rule for torch.aten.erfinv (at {{.*}}locations-name-the-file.mlir:12)
+// STDIN: <stdin>:12:8: error: pock-autodiff: no derivative rule for torch.aten.erfinv (at line 12)
+
+func.func @op_without_rule(%w: !torch.vtensor<[4],f32>) -> !torch.vtensor<[4],f32> {
+  %p = "pock.param"(%w) {param_name = "w", policy = "full", ratio = 1.0 : f64} : (!torch.vtensor<[4],f32>) -> !torch.vtensor<[4],f32>
+  %y = torch.aten.erfinv %p : !torch.vtensor<[4],f32> -> !torch.vtensor<[4],f32>
+  %none = torch.constant.none
+  %loss = torch.aten.sum %y, %none : !torch.vtensor<[4],f32>, !torch.none -> !torch.vtensor<[],f32>
+  %g = "pock.grad"(%loss, %p) : (!torch.vtensor<[],f32>, !torch.vtensor<[4],f32>) -> !torch.vtensor<[4],f32>
+  return %g : !torch.vtensor<[4],f32>
+}

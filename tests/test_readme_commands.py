@@ -1,0 +1,103 @@
+"""The README's command blocks run as written: the pock-opt walkthrough and the Deploying block.
+
+Each test reads its block from README.md and runs every command line in a shell, in a scratch
+directory that mirrors the repository root (examples/, lit_tests/ and .cache/ linked in), with the
+venv's bin directory first on PATH, as for a user who activated the venv.
+"""
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+import torch.nn as nn
+
+import pock_mlir as pock
+
+REPO = Path(__file__).resolve().parents[1]
+VENV_BIN = Path(sys.executable).parent
+
+
+def readme_block(heading: str) -> list[str]:
+    """The command lines of the first ```sh block under `heading`, comments and blank lines dropped."""
+    text = (REPO / "README.md").read_text()
+    section = text[text.index(f"\n{heading}\n"):]
+    block = re.search(r"```sh\n(.*?)```", section, re.S).group(1)
+    lines = [re.sub(r"\s+#.*$", "", line).strip() for line in block.replace("\\\n", " ").splitlines()]
+    return [line for line in lines if line and not line.startswith("#")]
+
+
+def user_directory(tmp_path: Path) -> Path:
+    for name in ("examples", "lit_tests", ".cache"):
+        if (REPO / name).exists():
+            (tmp_path / name).symlink_to(REPO / name)
+    return tmp_path
+
+
+def run(command: str, cwd: Path) -> subprocess.CompletedProcess:
+    env = dict(os.environ, PATH=f"{VENV_BIN}{os.pathsep}{os.environ['PATH']}")
+    return subprocess.run(["bash", "-c", command], cwd=cwd, env=env, capture_output=True, text=True, timeout=600)
+
+
+def test_pock_opt_block(tmp_path):
+    commands = readme_block("## pock-opt")
+    assert len(commands) >= 6 and all(c.split()[0] in ("pock-opt", "iree-opt") for c in commands)
+    cwd = user_directory(tmp_path)
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 4))
+    program = pock.compile_training(model, torch.randn(4, 8), torch.tensor([0, 1, 2, 3]), optimizer=pock.SGD(lr=0.1))
+    (cwd / "step.mlir").write_text(program.ir("training"))
+    for command in commands:
+        done = run(command, cwd)
+        assert done.returncode == 0, f"{command}\n{done.stderr[-2000:]}"
+        assert "Traceback" not in done.stderr, command
+    lowered = (cwd / "out.mlir").read_text()
+    assert "pock.grad" not in lowered and "pock.sgd" not in lowered and "torch.aten.mm" in lowered
+    assert "irdl.dialect @pock" in (cwd / "pock.irdl.mlir").read_text()
+
+
+def test_deploying_block(tmp_path):
+    commands = readme_block("## Deploying to a device")
+    cwd = user_directory(tmp_path)
+    needs_qemu = [c for c in commands if "qemu-aarch64" in c]
+    for command in commands:
+        if command in needs_qemu:
+            continue
+        done = run(command, cwd)
+        assert done.returncode == 0, f"{command}\n{done.stderr[-2000:]}"
+        if command.startswith("pock-train"):
+            assert "epoch 5/5" in done.stderr + done.stdout, done.stderr[-2000:]
+    assert (cwd / "run.ckpt").is_file() and (cwd / "bundle" / "tuned.safetensors").is_file()
+    assert (cwd / "bundle-arm" / "manifest.json").is_file()
+    missing = [what for what, found in (
+        ("qemu-aarch64 (Debian qemu-user)", shutil.which("qemu-aarch64")),
+        ("the aarch64 C library (Debian libc6-arm64-cross)", Path("/usr/aarch64-linux-gnu/lib").is_dir()),
+        ("IREE's aarch64 iree-run-module", list((REPO / ".cache" / "iree-aarch64").glob("*/iree-run-module"))),
+    ) if not found]
+    if missing:
+        pytest.skip(f"the qemu line needs {', '.join(missing)}; make test installs them (tools/setup_device_deps.sh)")
+    for command in needs_qemu:
+        done = run(command, cwd)
+        assert done.returncode == 0, f"{command}\n{done.stderr[-2000:]}"
+    loss = np.load(cwd / "arm-out" / "loss.npy")
+    assert loss.shape == () and np.isfinite(loss) and 0 < loss < 10
+
+
+def test_run_step_names_a_missing_runtime(tmp_path):
+    """From another directory, a relative runtime path is reported instead of failing silently."""
+    commands = readme_block("## Deploying to a device")
+    cwd = user_directory(tmp_path)
+    compile_host = next(c for c in commands if c.startswith("pock-compile") and "--target" not in c)
+    assert run(compile_host, cwd).returncode == 0
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    for runtime, said in ((".cache/iree-aarch64/3.13.0/iree-run-module", "does not exist"),
+                          ("no-such-iree-run-module", "not found")):
+        done = subprocess.run(["sh", str(cwd / "bundle" / "run_step.sh"), "out"], cwd=elsewhere, capture_output=True,
+                              text=True, env=dict(os.environ, IREE_RUN_MODULE=runtime))
+        assert done.returncode == 127 and said in done.stderr and runtime in done.stderr, done.stderr
