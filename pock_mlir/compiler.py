@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 import time
 
 from torch_mlir import ir
@@ -48,6 +49,8 @@ def compile_training(model, example_inputs, example_target, *, loss="cross_entro
     target: host, x86-64[:cpu], aarch64[:features], vulkan or cuda[:sm_XX].
     pipelines: {stage: pipeline} replacing STAGE_PIPELINES entries, e.g. to compare a step without
         one of its passes (benchmarks do this for pock-reorder-updates).
+    verbose: print each stage and its time on stderr as compilation goes (pock-compile does so on
+        a terminal).
     """
     optimizer = optimizer or SGD(lr=0.01)
     unknown = sorted(set(pipelines or {}) - set(STAGE_PIPELINES))
@@ -61,9 +64,10 @@ def compile_training(model, example_inputs, example_target, *, loss="cross_entro
 
     def log(message):
         if verbose:
-            print(f"[pock] {message}", flush=True)
+            print(f"[pock] {message}", file=sys.stderr, flush=True)
 
     with context, ir.Location.unknown():
+        log("exporting the model and its loss (torch.export) and importing them into MLIR")
         start = time.perf_counter()
         imported = import_model(model, example_inputs, example_target, loss, context)
         stages["imported"] = str(imported.module)
@@ -88,6 +92,7 @@ def compile_training(model, example_inputs, example_target, *, loss="cross_entro
         stages=stages, signature=signature, target=resolved_target, optimizer=optimizer, scheme=scheme,
         initial_params=imported.initial_params, initial_buffers=imported.initial_buffers,
         extra_flags=tuple(iree_flags), timings=timings)
+    log(f"compiling with IREE for {resolved_target.name} (the longest stage)")
     start = time.perf_counter()
     program.vmfb  # compile now so that errors surface here, not at the first step
     timings["iree"] = time.perf_counter() - start

@@ -3,6 +3,7 @@ interrupted while writing one leaves the previous checkpoint intact, corrupt one
 
 import json
 import os
+import re
 import select
 import signal
 import subprocess
@@ -177,3 +178,30 @@ def test_a_checkpoint_of_another_run_is_refused(bundle, data, tmp_path, capsys):
     assert "was trained on 29 samples" in capsys.readouterr().err
     assert train(bundle, data, "--checkpoint", checkpoint) == 1
     assert "exists: pass --resume" in capsys.readouterr().err
+
+
+def test_ctrl_c_exports_the_weights_of_the_last_step(bundle, data, tmp_path):
+    """Ctrl-C during training stops after the step under way, exports that step's weights and says
+    where they and the checkpoint are; the export equals a run stopped there by --max-steps."""
+    export, checkpoint = tmp_path / "interrupted.safetensors", tmp_path / "run.ckpt"
+    process = subprocess.Popen([VENV_BIN / "pock-train", bundle, "--data", data, "--epochs", "100000",
+                                "--checkpoint", checkpoint, "--export", export], stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, text=True)
+    shown = ""
+    while "epoch 2/" not in shown:  # the progress bar: training is under way, a checkpoint written
+        ready, _, _ = select.select([process.stderr], [], [], 120)
+        assert ready, "pock-train showed no progress"
+        shown += os.read(process.stderr.fileno(), 4096).decode()
+    process.send_signal(signal.SIGINT)
+    _, stderr = process.communicate(timeout=60)
+    stderr = shown + stderr
+    assert process.returncode == 130 and "Traceback" not in stderr, stderr
+    steps = int(re.search(r"interrupted at step (\d+)", stderr)[1])
+    assert f"the tuned weights of step {steps} are in {export}" in stderr
+    saved = int(re.search(r"run.ckpt holds step (\d+) \(--resume continues from there\)", stderr)[1])
+    assert 3 <= saved <= steps and float(load_file(checkpoint)["optimizer/step"]) == saved
+    assert train(bundle, data, "--epochs", 100000, "--max-steps", steps, "--export", tmp_path / "stopped") == 0
+    got, want = load_file(export), load_file(tmp_path / "stopped")
+    assert got.keys() == want.keys()
+    for name in want:
+        np.testing.assert_array_equal(got[name], want[name], err_msg=name)

@@ -209,3 +209,31 @@ def test_example_model_files_follow_the_contract(name):
     for split in ("train", "val"):
         assert data[f"x_{split}"].shape[1:] == tuple(inputs.shape[1:]) and data[f"x_{split}"].dtype == inputs.numpy().dtype
         assert data[f"y_{split}"].shape[1:] == tuple(target.shape[1:]) and data[f"y_{split}"].dtype == target.numpy().dtype
+
+
+def test_compile_shows_its_stages_on_a_terminal(tmp_path):
+    """On a terminal pock-compile says what it is doing before each long stage; in a pipe it is quiet."""
+    import pty
+
+    leader, follower = pty.openpty()
+    try:
+        result = subprocess.run([VENV_BIN / "pock-compile", EXAMPLE, "-o", tmp_path / "tty"], stdout=subprocess.PIPE,
+                                stderr=follower, text=True)
+        os.close(follower)
+        shown = b""
+        while chunk := _read_pty(leader):
+            shown += chunk
+    finally:
+        os.close(leader)
+    assert result.returncode == 0
+    shown = shown.decode()
+    assert shown.index("exporting the model") < shown.index("autodiff stage done") < shown.index("compiling with IREE")
+    piped = subprocess.run([VENV_BIN / "pock-compile", EXAMPLE, "-o", tmp_path / "pipe"], capture_output=True, text=True)
+    assert piped.returncode == 0 and "[pock]" not in piped.stderr
+
+
+def _read_pty(fd) -> bytes:
+    try:
+        return os.read(fd, 65536)
+    except OSError:  # EIO: the terminal's other end is closed and everything was read
+        return b""

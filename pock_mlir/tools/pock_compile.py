@@ -71,7 +71,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--sparse", default=None,
                         help="which parameters to train: a YAML/JSON sparse-update config or a preset (full, the default; "
                              "bias-only, last-K, mobilenet-last-K, transformer-last-K); see pock_mlir/sparse.py")
-    parser.add_argument("-v", "--verbose", action="store_true", help="print each compilation stage")
+    parser.add_argument("-v", "--verbose", action="store_true",
+                        help="print each compilation stage and its time on stderr (the default when stderr is a terminal)")
     return parser
 
 
@@ -105,7 +106,7 @@ def _run(args) -> int:
 
     start = time.perf_counter()
     program = compile_training(model, inputs, target, loss=loss, optimizer=optimizer, sparse=args.sparse,
-                               target=args.target, verbose=args.verbose)
+                               target=args.target, verbose=args.verbose or sys.stderr.isatty())
     bundle = write_bundle(program, args.output, example_inputs=inputs, example_target=target, loss=loss, model=model,
                           model_file=Path(args.model).name, sparse=args.sparse)
     sig = program.signature

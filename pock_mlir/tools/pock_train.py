@@ -28,8 +28,9 @@ training, resumed runs included. The tuned weights are exported as a PyTorch sta
 (--export, default BUNDLE/tuned.safetensors): model.load_state_dict(safetensors.torch.load_file(PATH)).
 
 Input that does not fit (data, bundle, device, checkpoint) is reported, naming what differs,
-with exit code 1 before anything is written. Ctrl-C stops with exit code 130; the last
-checkpoint stays valid.
+with exit code 1 before anything is written. Ctrl-C stops with exit code 130 after the step under
+way: the weights of the last step are exported (a second Ctrl-C skips that), the last checkpoint
+stays valid, and the message says where both are.
 """
 
 from __future__ import annotations
@@ -37,9 +38,11 @@ from __future__ import annotations
 import argparse
 import os
 import re
+import signal
 import sys
 import time
 import zipfile
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -305,6 +308,27 @@ def main(argv: list[str] | None = None) -> int:
         return 1
 
 
+@contextmanager
+def interrupt_after():
+    """Hold back Ctrl-C (SIGINT) until the block ends, then raise KeyboardInterrupt: a training
+    step and the Trainer's swap of its buffers complete together or not at all."""
+    if signal.getsignal(signal.SIGINT) is not signal.default_int_handler:
+        yield  # not the main thread, or SIGINT handled by someone else: leave it alone
+        return
+    caught = []
+    signal.signal(signal.SIGINT, lambda signum, frame: caught.append(signum))
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+    if caught:
+        raise KeyboardInterrupt
+
+
+def _export(trainer: Trainer, bundle: Bundle, path: Path) -> None:
+    atomic_write(path, save(bundle.torch_state_dict(trainer.state_dict()), metadata={"format": "pt"}))
+
+
 def _export_path(args, bundle: Bundle) -> Path:
     return Path(args.export) if args.export else bundle.path / "tuned.safetensors"
 
@@ -402,9 +426,10 @@ def _run(args) -> int:
             bar = ProgressBar(epoch, args.epochs, len(order), tokens_per_step)
             while done < len(order) and not stop(steps):
                 started = time.perf_counter()
-                loss = trainer.step(*train.batch(order[done]))
-                seconds = time.perf_counter() - started
-                steps, done, run_steps, run_seconds = steps + 1, done + 1, run_steps + 1, run_seconds + seconds
+                with interrupt_after():
+                    loss = trainer.step(*train.batch(order[done]))
+                    seconds = time.perf_counter() - started
+                    steps, done, run_steps, run_seconds = steps + 1, done + 1, run_steps + 1, run_seconds + seconds
                 bar.update(done, loss, seconds, final=done == len(order) or stop(steps))
                 # The epoch end and the stop write their own checkpoint.
                 if args.checkpoint_every and steps % args.checkpoint_every == 0 and done < len(order) and not stop(steps):
@@ -418,10 +443,18 @@ def _run(args) -> int:
                   + (f", {bar.tokens_per_s:.0f} tokens/s" if tokens_per_step else ""), flush=True)
             epoch += 1
             write_checkpoint(epoch, 0)
-        atomic_write(export, save(bundle.torch_state_dict(trainer.state_dict()), metadata={"format": "pt"}))
+        _export(trainer, bundle, export)
     except KeyboardInterrupt:
-        where = f"; {args.checkpoint} holds step {saved_at}" if args.checkpoint and saved_at is not None else ""
-        print(f"\npock-train: interrupted at step {steps}{where}", file=sys.stderr)
+        print(f"\npock-train: interrupted at step {steps}; exporting its weights (Ctrl-C again to skip)",
+              file=sys.stderr, flush=True)
+        try:
+            _export(trainer, bundle, export)
+            weights = f"the tuned weights of step {steps} are in {export}"
+        except KeyboardInterrupt:
+            weights = f"the weights were not exported ({export} is as it was)"
+        kept = (f"; {args.checkpoint} holds step {saved_at} (--resume continues from there)"
+                if args.checkpoint and saved_at is not None else "")
+        print(f"pock-train: stopped: {weights}{kept}", file=sys.stderr)
         return 130
     throughput = ""
     if tokens_per_step and run_steps:
