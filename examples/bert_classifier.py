@@ -9,8 +9,6 @@ normalizations and the classifier train (PockEngine's transformer-last-K scheme)
     pock-train bert_bundle --data bert.npz --epochs 10
 """
 
-import sys
-
 import numpy as np
 import torch
 import torch.nn as nn
@@ -52,7 +50,6 @@ def example_batch():
 
 
 if __name__ == "__main__":
-    if len(sys.argv) != 2:
-        sys.exit(f"usage: python {sys.argv[0]} OUTPUT.npz")
-    np.savez(sys.argv[1], **load_data())
-    print(f"wrote {sys.argv[1]}")
+    from models.data_file import write_data_main  # examples/ is on sys.path when run as a script
+
+    write_data_main(__doc__, load_data)

@@ -9,12 +9,13 @@ streams (tokens_train, tokens_val): the standard library's documentation prose.
 Run as a script, it does the whole path, nothing downloaded, in a few minutes on two cores:
 
     python examples/llama_text.py [--out llama_text_run] [--text FILE] [--epochs N] [--prompt TEXT]
+                                  [--targets host,aarch64,cuda] [--quick]
 
 1. pretrains the model in PyTorch on standard-library source code, or reuses OUT/pretrained.pt;
 2. writes the fine-tuning text (pydoc's rendering of stdlib modules, or --text FILE) as OUT/text.npz;
 3. runs pock-compile with --sparse transformer-last-2, the PockEngine paper's scheme (norms, biases,
    and the attention and first FFN linear of the last two blocks), for host (OUT/host) and, compile
-   only, for aarch64 and cuda, printing the bundle sizes;
+   only, for the other --targets (e.g. aarch64, cuda), printing the bundle sizes;
 4. runs pock-train on OUT/host with OUT/text.npz, which reports tokens/s;
 5. prints the held-out loss and a greedy completion of a prompt before and after fine-tuning,
    through the compiled model (the bundle's functions on the IREE runtime), not PyTorch.
@@ -43,6 +44,7 @@ import torch.nn as nn
 from pock_mlir.bundle import load_bundle
 from pock_mlir.checkpoint import load_checkpoint
 from pock_mlir.runtime import Trainer
+from pock_mlir.targets import resolve_target
 
 from models.char_text import VOCAB, decode, documentation_corpus, encode, greedy_completion, pretrain, \
     source_corpus, windows
@@ -53,9 +55,9 @@ CONFIG = LlamaConfig(vocab=VOCAB, max_len=SEQ, dim=96, heads=4, kv_heads=2, laye
 WEIGHTS = "LLAMA_TEXT_WEIGHTS"  # the environment variable naming the weights model() starts from
 SPARSE = "transformer-last-2"
 OPTIMIZER = "adamw:lr=2e-3"
-CROSS_TARGETS = ("aarch64", "cuda")
 DOCS_PROMPT = "Return a new "
 COMPLETION = 48  # characters; the prompt keeps its last SEQ - COMPLETION
+QUICK_PRETRAIN_STEPS, QUICK_TEXT_CHARS, QUICK_STEPS = 20, 40_000, 10  # --quick
 LOSS = token_cross_entropy
 
 
@@ -117,7 +119,7 @@ def pretrained_weights(out: Path, steps: int) -> Path:
     return path
 
 
-def write_text(out: Path, text_file: str | None) -> tuple[Path, dict[str, np.ndarray]]:
+def write_text(out: Path, text_file: str | None, max_chars: int | None) -> tuple[Path, dict[str, np.ndarray]]:
     if text_file is None:
         text, what = documentation_corpus(), "the stdlib documentation (pydoc)"
     else:
@@ -125,6 +127,8 @@ def write_text(out: Path, text_file: str | None) -> tuple[Path, dict[str, np.nda
             text, what = Path(text_file).read_text(encoding="utf-8", errors="replace"), text_file
         except OSError as e:
             sys.exit(f"cannot read --text {text_file}: {e}")
+    if max_chars is not None and len(text) > max_chars:
+        text, what = text[:max_chars], f"the first {max_chars:,} characters of {what}"
     data = load_data(text)
     needed = BATCH * SEQ + 1  # one batch of windows, each split (pock-train refuses less)
     if min(len(tokens) for tokens in data.values()) < needed:
@@ -137,10 +141,10 @@ def write_text(out: Path, text_file: str | None) -> tuple[Path, dict[str, np.nda
     return path, data
 
 
-def compile_bundles(out: Path, weights: Path) -> Path:
-    print(f"3. pock-compile --sparse {SPARSE} --optimizer {OPTIMIZER} for host, {', '.join(CROSS_TARGETS)}")
+def compile_bundles(out: Path, weights: Path, targets: list[str]) -> Path:
+    print(f"3. pock-compile --sparse {SPARSE} --optimizer {OPTIMIZER} for {', '.join(targets)}")
     sizes = {}
-    for target in ("host", *CROSS_TARGETS):
+    for target in targets:
         bundle = out / target
         run_tool("pock-compile", __file__, "--sparse", SPARSE, "--optimizer", OPTIMIZER, "--target", target,
                  "-o", bundle, env={WEIGHTS: str(weights)})
@@ -168,26 +172,45 @@ def held_out_loss(trainer: Trainer, tokens: np.ndarray) -> float:
 
 
 def main(argv=None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", default="llama_text_run", help="the working directory (default llama_text_run)")
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], epilog=__doc__.split("\n\n", 1)[1],
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--out", help="the working directory (default llama_text_run; llama_text_quick with --quick)")
     parser.add_argument("--text", help="a text file to fine-tune on (default: stdlib documentation)")
     parser.add_argument("--epochs", type=int, default=2, help="fine-tuning epochs (default 2)")
     parser.add_argument("--pretrain-steps", type=int, default=1000, help="PyTorch pretraining steps (default 1000)")
     parser.add_argument("--prompt", help=f"the prompt to complete (default {DOCS_PROMPT!r}, or the start of the "
                                          f"held-out part of --text)")
+    parser.add_argument("--targets", default="host",
+                        help="comma-separated targets to compile for (default host; e.g. host,aarch64,cuda: the "
+                             "others are only compiled, to show their sizes); host is always one of them")
+    parser.add_argument("--quick", action="store_true",
+                        help=f"a smoke test of every stage in about a minute: {QUICK_PRETRAIN_STEPS} pretraining "
+                             f"steps, the first {QUICK_TEXT_CHARS:,} characters of the text, {QUICK_STEPS} "
+                             f"fine-tuning steps")
     args = parser.parse_args(argv)
-    out = Path(args.out)
+    targets = list(dict.fromkeys(["host", *filter(None, args.targets.split(","))]))
+    for target in targets:
+        try:
+            resolve_target(target)
+        except ValueError as e:
+            parser.error(f"--targets: {e}")
+    for name in ("epochs", "pretrain_steps"):
+        if getattr(args, name) < 1:
+            parser.error(f"--{name.replace('_', '-')} must be at least 1")
+    out = Path(args.out or ("llama_text_quick" if args.quick else "llama_text_run"))
     out.mkdir(parents=True, exist_ok=True)
 
-    weights = pretrained_weights(out, args.pretrain_steps)
-    data_path, data = write_text(out, args.text)
+    weights = pretrained_weights(out, QUICK_PRETRAIN_STEPS if args.quick else args.pretrain_steps)
+    data_path, data = write_text(out, args.text, QUICK_TEXT_CHARS if args.quick else None)
     prompt = args.prompt or (DOCS_PROMPT if args.text is None else decode(data["tokens_val"][:16]))
-    bundle = compile_bundles(out, weights)
+    bundle = compile_bundles(out, weights, targets)
 
     checkpoint = out / "finetune.ckpt"
     checkpoint.unlink(missing_ok=True)  # each run fine-tunes the pretrained weights afresh
-    print(f"4. pock-train {bundle} --data {data_path} --epochs {args.epochs}")
-    lines = run_tool("pock-train", bundle, "--data", data_path, "--epochs", args.epochs, "--checkpoint", checkpoint)
+    length = ["--max-steps", QUICK_STEPS] if args.quick else []
+    print(f"4. pock-train {bundle} --data {data_path} --epochs {args.epochs} {' '.join(map(str, length))}")
+    lines = run_tool("pock-train", bundle, "--data", data_path, "--epochs", args.epochs, "--checkpoint", checkpoint,
+                     *length)
     tokens_per_s = re.search(r"([\d,]+) tokens/s\)", lines[-1])
 
     print(f"5. through the compiled model (host bundle, IREE runtime): held-out loss, greedy completion of {prompt!r}")

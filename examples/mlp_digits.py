@@ -7,8 +7,6 @@
 A model file defines model(), example_batch() and optionally LOSS (see pock-compile --help).
 """
 
-import sys
-
 import numpy as np
 import torch
 import torch.nn as nn
@@ -39,7 +37,6 @@ def example_batch():
 
 
 if __name__ == "__main__":
-    if len(sys.argv) != 2:
-        sys.exit(f"usage: python {sys.argv[0]} OUTPUT.npz")
-    np.savez(sys.argv[1], **load_data())
-    print(f"wrote {sys.argv[1]}")
+    from models.data_file import write_data_main  # examples/ is on sys.path when run as a script
+
+    write_data_main(__doc__, load_data)

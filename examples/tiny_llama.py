@@ -9,8 +9,6 @@ The token embedding is tied to the output projection; the exported state_dict ha
     pock-train llama_bundle --data llama.npz --epochs 10
 """
 
-import sys
-
 import numpy as np
 import torch
 import torch.nn as nn
@@ -47,7 +45,6 @@ def example_batch():
 
 
 if __name__ == "__main__":
-    if len(sys.argv) != 2:
-        sys.exit(f"usage: python {sys.argv[0]} OUTPUT.npz")
-    np.savez(sys.argv[1], **load_data())
-    print(f"wrote {sys.argv[1]}")
+    from models.data_file import write_data_main  # examples/ is on sys.path when run as a script
+
+    write_data_main(__doc__, load_data)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import pydoc
+import time
 from pathlib import Path
 
 import numpy as np
@@ -50,18 +51,22 @@ def windows(tokens: np.ndarray, seq: int, batch: int, rng: np.random.RandomState
 
 
 def pretrain(model, tokens, cfg, steps, batch, seed):
-    """`steps` PyTorch AdamW updates on random windows of `tokens`, printing the loss now and then."""
+    """`steps` PyTorch AdamW updates on random windows of `tokens`, printing the loss, the time
+    taken and an estimate of the time left every tenth of the way."""
     torch.manual_seed(seed)
     opt = torch.optim.AdamW(model.parameters(), lr=3e-3, weight_decay=0.01)
     rng = np.random.RandomState(seed)
-    for step in range(steps):
+    start = time.perf_counter()
+    for step in range(1, steps + 1):
         x, y = windows(tokens, cfg.max_len, batch, rng)
         opt.zero_grad()
         loss = token_cross_entropy(model(torch.from_numpy(x)), torch.from_numpy(y))
         loss.backward()
         opt.step()
-        if step % max(1, steps // 5) == 0 or step == steps - 1:
-            print(f"  pretrain step {step:4d}  loss {loss.item():.3f}", flush=True)
+        if step % max(1, steps // 10) == 0 or step == steps:
+            elapsed = time.perf_counter() - start
+            print(f"  pretrain step {step:5d}/{steps}  loss {loss.item():.3f}  {elapsed:4.0f} s, "
+                  f"about {elapsed / step * (steps - step):.0f} s left", flush=True)
     return model
 
 

@@ -28,6 +28,7 @@ import pock_mlir as pock  # noqa: E402
 from examples.models.char_text import (VOCAB, documentation_corpus, encode, greedy_completion, pretrain,  # noqa: E402
                                        source_corpus, windows)
 from examples.models.transformer import LlamaConfig, LlamaLike, token_cross_entropy  # noqa: E402
+from examples.quality.cli import add_output_options, output_directory  # noqa: E402
 from examples.quality.plots import save_loss_curves  # noqa: E402
 
 def fixed_batches(tokens, seq, batch, count, seed):
@@ -113,11 +114,10 @@ def markdown_report(results: dict, samples: dict) -> str:
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="a much shorter run, for a smoke test")
-    parser.add_argument("--out", default=str(Path(__file__).parent / "results"))
+    add_output_options(parser)
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
-    out = Path(args.out)
+    out = output_directory(parser, args)
     out.mkdir(parents=True, exist_ok=True)
 
     cfg = LlamaConfig(vocab=VOCAB, max_len=64, dim=96, heads=4, kv_heads=2, layers=4, hidden=256)

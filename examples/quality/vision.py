@@ -33,6 +33,7 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 from bench.memory import reset_peak, rss_kb  # noqa: E402
 from examples.models.cnn import MobileNetV2Like, Stage  # noqa: E402
+from examples.quality.cli import add_output_options, output_directory  # noqa: E402
 from examples.quality.plots import save_loss_curves  # noqa: E402
 
 BATCH = 32
@@ -183,12 +184,12 @@ def run_in_child(name: str, lr: float, args) -> dict:
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="a much shorter run, for a smoke test")
-    parser.add_argument("--out", default=str(Path(__file__).parent / "results"))
+    add_output_options(parser)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--scheme", help=argparse.SUPPRESS)  # internal: one run in this process
     parser.add_argument("--lr", type=float, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    args.out = str(output_directory(parser, args))
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     pretrain_epochs, finetune_epochs = (2, 1) if args.quick else (12, 10)
