@@ -106,8 +106,11 @@ def resolve_target(spec: str) -> Target:
         return _cpu(spec, "aarch64", flags, "ARM64 Linux/Android CPUs" + (f" with {option}" if features else ""))
     if name == "vulkan":
         gpu = option or PORTABLE_VULKAN
-        return Target(spec, "vulkan", "vulkan-spirv", ("vulkan",), None, (f"--iree-vulkan-target={gpu}",),
-                      f"Vulkan SPIR-V GPUs ({gpu})")
+        # Index math (class targets, gathers, torch's ignore_index) arrives as i64, which the portable
+        # Vulkan profiles cannot store and IREE 3.13 fails to emulate in some vector shapes (batch 64
+        # cross-entropy); every index a training step on such a device handles fits in 32 bits.
+        return Target(spec, "vulkan", "vulkan-spirv", ("vulkan",), None,
+                      (f"--iree-vulkan-target={gpu}", "--iree-input-demote-i64-to-i32"), f"Vulkan SPIR-V GPUs ({gpu})")
     if name == "cuda":
         sm = option or "sm_87"
         if not re.fullmatch(r"sm_\d{2,3}a?", sm):

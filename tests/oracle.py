@@ -73,7 +73,7 @@ def assert_gradients_close(actual: dict, expected: dict, rtol: float = 1e-4, wha
 
 
 def assert_trajectory_close(losses, state: dict, model, inputs, target, optimizer, steps: int, rtol: float = 1e-4,
-                            slack: float = 10.0, what: str = "") -> None:
+                            slack: float = 10.0, what: str = "", loss="cross_entropy") -> None:
     """Losses and final parameters and buffers of `steps` updates against torch.optim in float64.
 
     A trajectory can amplify rounding (train-mode BatchNorm on a batch of 4, an activation's kink
@@ -82,8 +82,8 @@ def assert_trajectory_close(losses, state: dict, model, inputs, target, optimize
     loss and tensor may stray from float64 by rtol, or by `slack` times as far as torch's float32
     run strays there, whichever is larger: pock-mlir is held to PyTorch's own float32 accuracy
     rather than to where a sensitive trajectory lands in exact arithmetic."""
-    want_losses, want_state = torch_trajectory(model, inputs, target, optimizer, steps, float64=True)
-    f32_losses, f32_state = torch_trajectory(model, inputs, target, optimizer, steps)
+    want_losses, want_state = torch_trajectory(model, inputs, target, optimizer, steps, loss, float64=True)
+    f32_losses, f32_state = torch_trajectory(model, inputs, target, optimizer, steps, loss)
     for step, (got, want, f32) in enumerate(zip(losses, want_losses, f32_losses), 1):
         bound = max(rtol * abs(want), slack * abs(f32 - want))
         assert abs(got - want) <= bound, (f"{what} loss at step {step}: {got:.8g}, float64 {want:.8g}, "

@@ -25,7 +25,7 @@ import pock_mlir as pock
 from pock_mlir.bundle import load_bundle, write_bundle
 from pock_mlir.runtime import Trainer
 from pock_mlir.targets import TargetError, resolve_target
-from pock_mlir.tools import pock_train
+from pock_mlir.tools import pock_compile, pock_train
 
 REPO = Path(__file__).resolve().parents[1]
 VENV_BIN = Path(sys.executable).parent
@@ -115,6 +115,7 @@ def test_target_flags():
     assert "--iree-llvmcpu-target-cpu-features=+dotprod,+sve" in resolve_target("aarch64:+dotprod,+sve").compile_flags()
     assert resolve_target("vulkan").compile_flags() == ["--iree-hal-target-device=vulkan",
                                                        "--iree-vulkan-target=vp_android_baseline_2022",
+                                                       "--iree-input-demote-i64-to-i32",
                                                        "--iree-torch-externalize-transients"]
     assert resolve_target("cuda").compile_flags() == ["--iree-hal-target-device=cuda", "--iree-cuda-target=sm_87",
                                                       "--iree-codegen-llvmgpu-use-reduction-vector-distribution=false",
@@ -145,6 +146,28 @@ def test_vulkan_on_lavapipe_matches_host(programs, bundles, batch, host_results)
     for name in want_grads:
         np.testing.assert_allclose(grads[name], want_grads[name], rtol=1e-5, atol=1e-6)
     np.testing.assert_allclose(trainer.evaluate(batch[0]), make_mlp()(batch[0]).detach().numpy(), rtol=1e-5, atol=1e-6)
+
+
+EXAMPLES_ON_VULKAN = ["mlp_digits.py", "tiny_llama.py"]  # their own batches: 64 samples; 8 sequences of 16 tokens
+
+
+@pytest.mark.parametrize("name", EXAMPLES_ON_VULKAN)
+def test_example_model_on_vulkan_at_its_own_batch_matches_pytorch(name):
+    """Class targets and token ids at the examples' real batch sizes: their index math (i64 in
+    torch's decompositions) reaches the GPU path, which failed to compile at batch 64."""
+    if not list(Path("/usr/share/vulkan/icd.d").glob("lvp_icd.*.json")):
+        pytest.skip(f"lavapipe (Debian mesa-vulkan-drivers) is not installed; {SETUP}")
+    from oracle import assert_gradients_close, assert_trajectory_close, torch_gradients
+
+    model, inputs, target, loss = pock_compile.load_model_file(str(REPO / "examples" / name))
+    optimizer = pock.SGD(lr=0.1, momentum=0.9)
+    trainer = pock.compile_training(model, inputs, target, loss=loss, optimizer=optimizer, target="vulkan").trainer()
+    want_loss, want_grads = torch_gradients(model, inputs, target, loss)
+    got_loss, got_grads = trainer.gradients(inputs, target)
+    assert got_loss == pytest.approx(want_loss, rel=1e-4)
+    assert_gradients_close(got_grads, want_grads)
+    losses = [trainer.step(inputs, target) for _ in range(STEPS)]
+    assert_trajectory_close(losses, trainer.state_dict(), model, inputs, target, optimizer, STEPS, loss=loss)
 
 
 def run_step(bundle: Path, out: Path, run_module: str) -> dict[str, np.ndarray]:
