@@ -87,7 +87,7 @@ class BackendSwitchPass(ModulePass):
         from pock_mlir.report import op_flops  # not at the top: pock_mlir.report imports the pass pipeline
 
         ops = [op.operation for func in functions(module) for op in func.regions[0].blocks[0].operations]
-        tiling = choose_data_tiling(self.target, sum(op.name in CONVOLUTIONS for op in ops),
+        tiling = choose_data_tiling(self.target, any(op.name in CONVOLUTIONS for op in ops),
                                     max((op_flops(op) for op in ops if op.name in MATMULS), default=0))
         module.attributes["pock.data_tiling"] = ir.StringAttr.get(tiling.form)
         module.attributes["pock.data_tiling_reason"] = ir.StringAttr.get(tiling.reason)

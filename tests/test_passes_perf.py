@@ -1,6 +1,8 @@
 """The performance passes keep the numbers: pock-reorder-updates trains identically, and every
 form pock-backend-switch can pick computes the gradients torch.autograd does."""
 
+import re
+
 import numpy as np
 import pytest
 import torch
@@ -64,6 +66,10 @@ def test_backend_forms_match_autograd(form, cnn_batch):
     program = pock.compile_training(model, x, y, pipelines=forcing(form))
     report = program.backend_report()
     assert f"{form} " in report and "forced by force=" in report
+    # one count of convolutions, stated once: the per-op lines below the header
+    counts = re.findall(r"(\d+) convolution", report)
+    assert counts == [str(len(re.findall(r"^  \S+ +", report, re.M)))], report
+    assert "matmuls: plain (the program has convolutions;" in report
     loss, grads = program.trainer().gradients(x, y)
     want_loss, want = torch_gradients(model, x, y)
     assert loss == pytest.approx(want_loss, rel=1e-5)

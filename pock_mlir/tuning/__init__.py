@@ -262,7 +262,7 @@ BASELINE_SET = "im2col"
 MIN_DATA_TILED_MATMUL_FLOPS = 100_000_000
 
 
-def choose_data_tiling(target: str, convolutions: int, largest_matmul_flops: int) -> Choice:
+def choose_data_tiling(target: str, has_convolutions: bool, largest_matmul_flops: int) -> Choice:
     """Form "data-tiled" or "plain" for a whole program, from the whole-step measurements of the
     target's flag study: data tiling for programs without convolutions whose largest matmul is
     big enough, because it measured faster there and slower on the convolutional steps."""
@@ -274,8 +274,8 @@ def choose_data_tiling(target: str, convolutions: int, largest_matmul_flops: int
         return Choice("plain", f"no data-tiling measurements for target '{target}' (python -m bench.iree_study flags)")
     measured = "step time with data tiling, measured on " + target + ": " + ", ".join(
         f"{model} {ratio:.2f}x" for model, ratio in ratios.items())
-    if convolutions:
-        return Choice("plain", f"{convolutions} convolution(s); {measured}")
+    if has_convolutions:  # backend_report() counts them per function
+        return Choice("plain", f"the program has convolutions; {measured}")
     if largest_matmul_flops < MIN_DATA_TILED_MATMUL_FLOPS:
         return Choice("plain", f"largest matmul {largest_matmul_flops / 1e6:.0f} MFLOP, under "
                                f"{MIN_DATA_TILED_MATMUL_FLOPS / 1e6:.0f}; {measured}")
