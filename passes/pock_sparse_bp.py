@@ -41,7 +41,7 @@ from torch_mlir import ir
 from pock_mlir.sparse import SparseConfigError, resolve_sparse
 from pock_mlir.torch_builder import TorchBuilder, decode_operand
 from pock_mlir.torch_types import TensorType, tensor_type_of
-from pock_mlir.training import Policy
+from pock_mlir.abi import Policy
 
 from .base import ModulePass, PassError, functions, option
 from .pock_dce import erase_dead_ops

@@ -2,7 +2,7 @@
 
     bundle/
       manifest.json          functions and their arguments, parameters, sparse scheme, target, versions
-      module.vmfb            the IREE module: train_step, gradients, evaluate (see pock_mlir.training)
+      module.vmfb            the IREE module: its functions as pock_mlir/abi.py lays them out
       params.safetensors     the model's state_dict as compiled (parameters and buffers)
       optimizer.safetensors  the optimizer state ("<param>.<slot>") and "step"
       args/                  one .npy per train_step argument, for iree-run-module --input=@FILE
@@ -31,12 +31,12 @@ import numpy as np
 from safetensors import SafetensorError
 from safetensors.numpy import load_file, save
 
-from pock_mlir.runtime.trainer import SEED_INPUT
+from pock_mlir.abi import FUNCTIONS, SEED_INPUT, STEP, Policy, StepSignature, TensorSpec, layout
 from pock_mlir.runtime.workspace import module_transient_bytes
 from pock_mlir.targets import Target, TargetError, resolve_target
 
 FORMAT = "pock-bundle"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2  # 2: the module has a `loss` function
 MANIFEST, MODULE, PARAMS, OPTIMIZER, ARGS, RUN_STEP = (
     "manifest.json", "module.vmfb", "params.safetensors", "optimizer.safetensors", "args", "run_step.sh")
 VERSIONED_PACKAGES = ("pock-mlir", "iree-base-compiler", "iree-base-runtime", "torch", "torch-mlir")
@@ -46,65 +46,14 @@ class BundleError(ValueError):
     pass
 
 
-@dataclass(frozen=True)
-class ArraySpec:
-    """A tensor as the manifest records it (the runtime's TensorSpec, without PyTorch)."""
-
-    name: str
-    shape: tuple[int, ...]
-    dtype: str
+BUNDLED_FUNCTIONS = tuple(f for f in FUNCTIONS if f != "train_step_into")  # what iree-run-module users call
 
 
-STEP = ArraySpec("step", (), "float32")
-LOSS = ArraySpec("loss", (), "float32")
-
-
-@dataclass(frozen=True)
-class BundleSignature:
-    """The StepSignature fields the runtime uses, read back from a manifest."""
-
-    params: list[ArraySpec]
-    buffers: list[ArraySpec]
-    updated_buffers: list[str]
-    trainable: list[str]
-    state: list[ArraySpec]
-    inputs: list[ArraySpec]
-    target: ArraySpec
-    output: ArraySpec
-
-
-def function_abi(signature) -> dict[str, dict[str, list[tuple[str, object]]]]:
-    """Each function's arguments and results as (relative .npy path, spec), in the order of the ABI
-    in pock_mlir.training. A result that updates an argument has the argument's path, so a step's
-    outputs can replace its inputs."""
-    by_name = {spec.name: spec for spec in signature.params + signature.buffers}
-    params = [(f"params/{p.name}.npy", p) for p in signature.params]
-    buffers = [(f"buffers/{b.name}.npy", b) for b in signature.buffers]
-    state = [(f"optimizer/{s.name}.npy", s) for s in signature.state]
-    inputs = [(f"batch/{i.name}.npy", i) for i in signature.inputs]
-    target = [("batch/target.npy", signature.target)]
-    step = [("optimizer/step.npy", STEP)]
-    return {
-        "train_step": {
-            "arguments": params + buffers + state + step + inputs + target,
-            "results": [("loss.npy", LOSS)] + [(f"params/{n}.npy", by_name[n]) for n in signature.trainable] + state
-            + [(f"buffers/{n}.npy", by_name[n]) for n in signature.updated_buffers] + step,
-        },
-        "gradients": {
-            "arguments": params + buffers + inputs + target,
-            "results": [("loss.npy", LOSS)] + [(f"grads/{n}.npy", ArraySpec(n, signature.trainable_shape(n), "float32"))
-                                               for n in signature.trainable],
-        },
-        "evaluate": {"arguments": params + buffers + inputs, "results": [("output.npy", signature.output)]},
-    }
-
-
-def _spec_json(spec) -> dict:
-    return {"name": spec.name, "shape": list(spec.shape), "dtype": spec.dtype}
-
-
-def _spec(entry: dict) -> ArraySpec:
-    return ArraySpec(entry["name"], tuple(entry["shape"]), entry["dtype"])
+def function_abi(signature: StepSignature) -> dict[str, dict[str, list[tuple[str, TensorSpec]]]]:
+    """Each bundled function's arguments and results as (relative .npy path, spec), in ABI order."""
+    return {name: {part: [(slot.path, slot.spec) for slot in slots]
+                   for part, slots in zip(("arguments", "results"), layout(signature, name))}
+            for name in BUNDLED_FUNCTIONS}
 
 
 def _sha256(path: Path) -> str:
@@ -127,11 +76,6 @@ def _versions() -> dict[str, str]:
 
 def _loss_name(loss) -> str:
     return loss if isinstance(loss, str) else f"custom:{getattr(loss, '__qualname__', type(loss).__name__)}"
-
-
-def model_inputs(signature) -> list:
-    """The inputs a batch provides: all but the dropout seed, which the runtime supplies."""
-    return [spec for spec in signature.inputs if spec.name != SEED_INPUT]
 
 
 def _as_array(value, spec) -> np.ndarray:
@@ -175,15 +119,15 @@ def _manifest(program, *, model, model_file: str | None, loss, sparse) -> dict:
         "sparse": {"scheme": program.scheme.source, "config": None if sparse is None else str(sparse),
                    "policies": {name: dataclasses.asdict(p) if p else {"kind": "full", "ratio": 1.0}
                                 for name, p in policies.items()}},
-        "params": [_spec_json(p) for p in sig.params],
-        "buffers": [_spec_json(b) for b in sig.buffers],
+        "params": [p.to_json() for p in sig.params],
+        "buffers": [b.to_json() for b in sig.buffers],
         "updated_buffers": list(sig.updated_buffers),
         "state_dict": _state_dict_sources(model, sig),
         "trainable": list(sig.trainable),
-        "optimizer_state": [_spec_json(s) for s in sig.state],
-        "batch": {"inputs": [_spec_json(i) for i in sig.inputs], "target": _spec_json(sig.target)},
-        "output": _spec_json(sig.output),
-        "functions": {name: {part: [{"path": path, **_spec_json(spec)} for path, spec in entries]
+        "optimizer_state": [s.to_json() for s in sig.state],
+        "batch": {"inputs": [i.to_json() for i in sig.inputs], "target": sig.target.to_json()},
+        "output": sig.output.to_json(),
+        "functions": {name: {part: [{"path": path, **spec.to_json()} for path, spec in entries]
                              for part, entries in function.items()} for name, function in abi.items()},
         "files": {"parameters": PARAMS, "optimizer_state": OPTIMIZER, "arguments": ARGS + "/", "run_step": RUN_STEP},
     }
@@ -278,9 +222,9 @@ def write_bundle(program, directory, *, example_inputs, example_target, loss, mo
     sig = program.signature
     manifest = _manifest(program, model=model, model_file=model_file, loss=loss, sparse=sparse)
     inputs = example_inputs if isinstance(example_inputs, (tuple, list)) else (example_inputs,)
-    if len(inputs) != len(model_inputs(sig)):
-        raise BundleError(f"the example batch has {len(inputs)} input(s), the module takes {len(model_inputs(sig))}")
-    batch = {spec.name: _as_array(value, spec) for spec, value in zip(model_inputs(sig), inputs)}
+    if len(inputs) != len(sig.model_inputs):
+        raise BundleError(f"the example batch has {len(inputs)} input(s), the module takes {len(sig.model_inputs)}")
+    batch = {spec.name: _as_array(value, spec) for spec, value in zip(sig.model_inputs, inputs)}
     batch["target"] = _as_array(example_target, sig.target)
     if any(spec.name == SEED_INPUT for spec in sig.inputs):
         batch[SEED_INPUT] = np.zeros((), np.int32)  # the first step's dropout masks
@@ -317,7 +261,7 @@ class Bundle:
 
     path: Path
     manifest: dict
-    signature: BundleSignature
+    signature: StepSignature
     target: Target
     initial_params: dict[str, np.ndarray]
     initial_buffers: dict[str, np.ndarray]
@@ -382,11 +326,13 @@ def load_bundle(directory) -> Bundle:
     path = Path(directory)
     manifest = _read_manifest(path)
     try:
-        signature = BundleSignature(
-            params=[_spec(p) for p in manifest["params"]], buffers=[_spec(b) for b in manifest["buffers"]],
+        spec = TensorSpec.from_json
+        signature = StepSignature(
+            params=[spec(p) for p in manifest["params"]], buffers=[spec(b) for b in manifest["buffers"]],
             updated_buffers=list(manifest["updated_buffers"]), trainable=list(manifest["trainable"]),
-            state=[_spec(s) for s in manifest["optimizer_state"]], inputs=[_spec(i) for i in manifest["batch"]["inputs"]],
-            target=_spec(manifest["batch"]["target"]), output=_spec(manifest["output"]))
+            state=[spec(s) for s in manifest["optimizer_state"]], inputs=[spec(i) for i in manifest["batch"]["inputs"]],
+            target=spec(manifest["batch"]["target"]), output=spec(manifest["output"]),
+            policies={name: Policy(**p) for name, p in manifest["sparse"]["policies"].items()})
         target = dataclasses.replace(resolve_target(manifest["target"]["name"]), arch=manifest["target"]["arch"])
         module_sha256 = manifest["module"]["sha256"]
         unknown_sources = set(manifest["state_dict"].values()) - {s.name for s in signature.params + signature.buffers}

@@ -23,7 +23,7 @@ import numpy as np
 from safetensors import SafetensorError
 from safetensors.numpy import load, save
 
-from pock_mlir.bundle import STEP
+from pock_mlir.abi import STEP
 
 FORMAT = "pock-checkpoint-1"
 

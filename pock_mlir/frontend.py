@@ -42,8 +42,8 @@ from torch_mlir import ir
 from torch_mlir.extras.fx_decomp_util import get_decomposition_table
 from torch_mlir.extras.fx_importer import FxImporter
 
+from pock_mlir.abi import SEED_INPUT, TensorSpec
 from pock_mlir.dropout import SeededDropout
-from pock_mlir.runtime.trainer import SEED_INPUT
 
 LOSSES: dict[str, Callable] = {
     "cross_entropy": lambda output, target: F.cross_entropy(output, target.long()),
@@ -55,15 +55,8 @@ class FrontendError(ValueError):
     """The model, its example inputs or its loss cannot be exported."""
 
 
-@dataclass(frozen=True)
-class TensorSpec:
-    name: str
-    shape: tuple[int, ...]
-    dtype: str  # numpy dtype name
-
-    @staticmethod
-    def of(name: str, t: torch.Tensor) -> TensorSpec:
-        return TensorSpec(name, tuple(t.shape), str(torch.empty((), dtype=t.dtype).numpy().dtype))
+def spec_of(name: str, t: torch.Tensor) -> TensorSpec:
+    return TensorSpec(name, tuple(t.shape), str(torch.empty((), dtype=t.dtype).numpy().dtype))
 
 
 @dataclass
@@ -253,12 +246,12 @@ def import_model(model: torch.nn.Module, example_inputs, example_target, loss, c
     importer.import_frozen_program(forward, func_name="evaluate")
     return ImportedModel(
         module=importer.module,
-        params=[TensorSpec.of(n, t) for n, t in params.items()],
-        buffers=[TensorSpec.of(n, t) for n, t in buffers.items()],
+        params=[spec_of(n, t) for n, t in params.items()],
+        buffers=[spec_of(n, t) for n, t in buffers.items()],
         updated_buffers=updated,
-        inputs=[TensorSpec.of(name, t) for name, t in zip(input_names, inputs)],
-        target=TensorSpec.of("target", target),
-        output=TensorSpec.of("output", output),
+        inputs=[spec_of(name, t) for name, t in zip(input_names, inputs)],
+        target=spec_of("target", target),
+        output=spec_of("output", output),
         initial_params={n: t.numpy().copy() for n, t in params.items()},
         initial_buffers={n: t.numpy().copy() for n, t in buffers.items()},
     )

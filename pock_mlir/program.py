@@ -9,7 +9,7 @@ from functools import cached_property
 import numpy as np
 
 from pock_mlir.targets import DATA_TILING, Target
-from pock_mlir.training import StepSignature
+from pock_mlir.abi import StepSignature
 
 
 @dataclass

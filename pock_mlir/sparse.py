@@ -49,7 +49,7 @@ from dataclasses import dataclass, field
 
 import torch.nn as nn
 
-from pock_mlir.training import Policy
+from pock_mlir.abi import Policy
 
 
 class SparseConfigError(ValueError):

@@ -69,7 +69,7 @@ def test_manifest_describes_the_module(bundle):
         "0.weight", "0.bias", "2.weight", "2.bias", "4.weight", "4.bias")]
     assert [a["path"] for a in step["arguments"]][-3:] == ["optimizer/step.npy", "batch/input0.npy", "batch/target.npy"]
     assert [r["path"] for r in step["results"]][:2] == ["loss.npy", "params/2.weight.npy"]
-    assert set(manifest["functions"]) == {"train_step", "gradients", "evaluate"}
+    assert set(manifest["functions"]) == {"train_step", "gradients", "loss", "evaluate"}
     for argument in step["arguments"]:  # what iree-run-module reads
         array = np.load(bundle / "args" / argument["path"])
         assert list(array.shape) == argument["shape"] and str(array.dtype) == argument["dtype"], argument["path"]

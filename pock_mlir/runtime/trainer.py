@@ -7,21 +7,14 @@ the host between steps.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 import numpy as np
 import iree.runtime as rt
 
+from pock_mlir.abi import TensorSpec, layout, runs
 from pock_mlir.runtime.memory import release_freed_memory, retain_freed_memory
 from pock_mlir.runtime.workspace import ModuleFunctions
 
-if TYPE_CHECKING:  # the runtime runs on devices without PyTorch, which the frontend imports
-    from pock_mlir.frontend import TensorSpec
-
-
-# A model with dropout in training mode takes the seed of its masks as its last input, after
-# the model's own (see pock_mlir/dropout.py); the trainer supplies it.
-SEED_INPUT = "seed"
+CALLED = ("train_step_into", "gradients", "loss", "evaluate")  # the module's functions the Trainer calls
 
 
 class InputError(ValueError):
@@ -59,9 +52,11 @@ class Trainer:
         self._config = rt.Config(self.device_name)
         self._context = rt.SystemContext(config=self._config)
         self._context.add_vm_module(rt.VmModule.copy_buffer(self._config.vm_instance, program.vmfb))
-        self._functions = ModuleFunctions(self._context, self._config.device,
-                                          ("train_step_into", "gradients", "evaluate"))
+        self._functions = ModuleFunctions(self._context, self._config.device, CALLED)
         sig = self.signature
+        # Each function's arguments as the runs of roles pock_mlir.abi lays out: a call
+        # concatenates the trainer's per-role lists in that order.
+        self._roles = {name: [role for role, _ in runs(layout(sig, name)[0])] for name in CALLED}
         self._params = {p.name: self._put(program.initial_params[p.name]) for p in sig.params}
         self._buffers = {b.name: self._put(program.initial_buffers[b.name]) for b in sig.buffers}
         self._state = [self._put(np.zeros(s.shape, np.float32)) for s in sig.state]
@@ -75,8 +70,6 @@ class Trainer:
         self._spare_state = None if self._state_in_place else [self._put(np.zeros(s.shape, np.float32)) for s in sig.state]
         self._spare_buffers = [self._put(program.initial_buffers[name]) for name in sig.updated_buffers]
         self._spare_step = self._put(np.zeros((), np.float32))
-        self._seeded = bool(sig.inputs) and sig.inputs[-1].name == SEED_INPUT
-        self._input_specs = sig.inputs[:-1] if self._seeded else sig.inputs
         self.seed = 0  # the dropout seed of the next call; step() increments it
         release_freed_memory()  # the host arrays set-up allocated and dropped
 
@@ -143,16 +136,19 @@ class Trainer:
         return checked
 
     def _inputs(self, inputs):
-        checked = self._check(_as_tuple(inputs), self._input_specs)
-        if self._seeded:
+        checked = self._check(_as_tuple(inputs), self.signature.model_inputs)
+        if self.signature.seeded:
             checked.append(self._put(np.array(self.seed & 0xFFFFFFFF, np.uint32).view(np.int32)))
         return checked
 
     def _batch(self, inputs, target):
         return self._inputs(inputs) + self._check((target,), [self.signature.target])
 
-    def _model_state(self):
-        return list(self._params.values()) + list(self._buffers.values())
+    def _call(self, function: str, **by_role) -> list:
+        """Call `function` with the trainer's parameters and buffers and the lists given by role."""
+        by_role.setdefault("params", self._params.values())
+        by_role.setdefault("buffers", self._buffers.values())  # no run of them when the model has none
+        return self._functions(function, *(value for role in self._roles[function] for value in by_role[role]))
 
     # -- the API ---------------------------------------------------------------------------
 
@@ -161,9 +157,8 @@ class Trainer:
         `self.seed`, which then increments, so every step draws fresh masks."""
         sig = self.signature
         state_into = self._state if self._state_in_place else self._spare_state
-        (loss,) = self._functions("train_step_into", *self._model_state(), *self._state, self._step,
-                                  *self._batch(inputs, target), *self._spare_params, *state_into,
-                                  *self._spare_buffers, self._spare_step)
+        (loss,) = self._call("train_step_into", optimizer=[*self._state, self._step], batch=self._batch(inputs, target),
+                             into=[*self._spare_params, *state_into, *self._spare_buffers, self._spare_step])
         # a step that raised above changed nothing here (the state written in place aside)
         old_params = [self._params[name] for name in sig.trainable]
         self._params.update(zip(sig.trainable, self._spare_params))
@@ -179,18 +174,18 @@ class Trainer:
 
     def gradients(self, inputs, target) -> tuple[float, dict[str, np.ndarray]]:
         """The loss and the gradients of the trainable parameters, without updating them."""
-        results = self._functions("gradients", *self._model_state(), *self._batch(inputs, target))
+        results = self._call("gradients", batch=self._batch(inputs, target))
         grads = {name: self._host(g) for name, g in zip(self.signature.trainable, results[1:])}
         return float(self._host(results[0])), grads
 
     def loss(self, inputs, target) -> float:
-        """The loss on a batch, without updating anything (for validation)."""
-        return float(self._host(self._functions("gradients", *self._model_state(), *self._batch(inputs, target))[0]))
+        """The loss on a batch, without updating anything (for validation): the forward pass only."""
+        return float(self._host(self._call("loss", batch=self._batch(inputs, target))[0]))
 
     def evaluate(self, inputs) -> np.ndarray:
         """The model's output for a batch of the compiled shape (in the mode the model was compiled
         in: a model in training mode applies dropout, with `self.seed`)."""
-        return self._host(self._functions("evaluate", *self._model_state(), *self._inputs(inputs))[0])
+        return self._host(self._call("evaluate", batch=self._inputs(inputs))[0])
 
     def state_dict(self) -> dict[str, np.ndarray]:
         """Parameters and buffers by state_dict name, copied to the host."""

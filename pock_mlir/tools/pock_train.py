@@ -49,7 +49,7 @@ from pathlib import Path
 import numpy as np
 from safetensors.numpy import save
 
-from pock_mlir.bundle import Bundle, BundleError, load_bundle, model_inputs
+from pock_mlir.bundle import Bundle, BundleError, load_bundle
 from pock_mlir.checkpoint import CheckpointError, atomic_write, load_checkpoint, save_checkpoint
 from pock_mlir.runtime import Trainer
 from pock_mlir.targets import CPU_DRIVERS, TargetError
@@ -80,7 +80,7 @@ class Split:
 
 
 def _input_keys(bundle: Bundle) -> list[str]:
-    n = len(model_inputs(bundle.signature))
+    n = len(bundle.signature.model_inputs)
     return ["x"] if n == 1 else [f"x{i}" for i in range(n)]
 
 
@@ -128,7 +128,7 @@ def load_data(path: str, bundle: Bundle) -> tuple[Split, Split | None]:
         except (OSError, ValueError, zipfile.BadZipFile) as e:
             problems.append(f"cannot read {name} arrays from {path}: {e}")
             return None
-        arrays = [_fit(a, k, spec, problems) for a, k, spec in zip(arrays, wanted, model_inputs(sig) + [sig.target])]
+        arrays = [_fit(a, k, spec, problems) for a, k, spec in zip(arrays, wanted, sig.model_inputs + [sig.target])]
         lengths = {k: len(a) for k, a in zip(wanted, arrays)}
         if len(set(lengths.values())) > 1:
             problems.append(f"{' and '.join(f'{k} has {n} samples' for k, n in lengths.items())}; they must match")
@@ -149,7 +149,7 @@ def _is_integer(spec) -> bool:
 def next_token_shape(path: str, bundle: Bundle) -> tuple[int, int, int | None]:
     """(batch, seq, vocab) of a next-token model: one (batch, seq) input of token ids, a target of the
     same shape; vocab is None unless the output is (batch, seq, vocab) logits. DataError otherwise."""
-    sig, inputs = bundle.signature, model_inputs(bundle.signature)
+    sig, inputs = bundle.signature, bundle.signature.model_inputs
     if len(inputs) == 1 and len(inputs[0].shape) == 2 and _is_integer(inputs[0]) \
             and tuple(sig.target.shape) == tuple(inputs[0].shape) and _is_integer(sig.target):
         batch, seq = inputs[0].shape
@@ -180,7 +180,7 @@ def load_token_data(npz, path: str, bundle: Bundle) -> tuple[Split, Split | None
         raise DataError(f"{path} holds both a token stream (tokens_train) and samples ({', '.join(samples)}); "
                         f"keep one kind of data")
     batch, seq, vocab = next_token_shape(path, bundle)
-    (input_spec,), target_spec = model_inputs(bundle.signature), bundle.signature.target
+    (input_spec,), target_spec = bundle.signature.model_inputs, bundle.signature.target
     # Ids outside the vocabulary would index past the embedding table on the device, silently.
     end, what = (vocab, f"the model's vocabulary is 0 to {vocab - 1}") if vocab else (2 ** 31, "the bundle takes int32")
     problems: list[str] = []

@@ -1,0 +1,154 @@
+"""The compiled module's ABI: its functions, and the order of their arguments and results.
+
+Everything that builds, writes, reads or calls the module derives that order from `layout`
+(the builder in pock_mlir/training.py, the bundle writer and reader, the Trainer); this module
+needs neither PyTorch nor torch-mlir, so devices load it.
+
+    train_step(params..., buffers..., opt_state..., step, inputs..., target)
+        -> (loss, updated trainable params..., new opt_state..., updated buffers..., step + 1)
+    train_step_into(train_step's arguments..., one buffer per train_step result after the loss)
+        -> loss                     (passes/pock_step_into.py: the results written into the buffers)
+    gradients(params..., buffers..., inputs..., target) -> (loss, grads of trainable params...)
+    loss(params..., buffers..., inputs..., target) -> loss       (forward only: validation)
+    evaluate(params..., buffers..., inputs...) -> output
+
+The updated buffers are those the forward pass changes (the running statistics and batch counts
+of train-mode BatchNorm), in `StepSignature.updated_buffers` order; gradients, loss and evaluate
+compute the same forward pass but leave the buffers as they were. A model that draws dropout
+masks has one more input after its own, `seed` (SEED_INPUT, an int32 scalar: pock_mlir/dropout.py),
+in every function. Frozen parameters are arguments only; a channel-sparse parameter's gradient
+and optimizer state cover its leading rows (`StepSignature.trainable_shape`).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+SEED_INPUT = "seed"
+FUNCTIONS = ("train_step", "train_step_into", "gradients", "loss", "evaluate")
+
+
+@dataclass(frozen=True)
+class TensorSpec:
+    name: str
+    shape: tuple[int, ...]
+    dtype: str  # numpy dtype name
+
+    def to_json(self) -> dict:
+        return {"name": self.name, "shape": list(self.shape), "dtype": self.dtype}
+
+    @staticmethod
+    def from_json(entry: dict) -> TensorSpec:
+        return TensorSpec(entry["name"], tuple(entry["shape"]), entry["dtype"])
+
+
+STEP = TensorSpec("step", (), "float32")  # the optimizer's step count (float32, as torch.optim keeps it)
+LOSS = TensorSpec("loss", (), "float32")
+
+
+@dataclass(frozen=True)
+class Policy:
+    """How one parameter tensor is updated: full, frozen, or its first `channels` rows."""
+
+    kind: str = "full"  # full | frozen | channels
+    ratio: float = 1.0
+
+    def channels(self, shape: tuple[int, ...]) -> int:
+        if self.kind != "channels":
+            return shape[0] if shape else 0
+        return max(1, math.ceil(self.ratio * shape[0]))
+
+
+@dataclass(frozen=True)
+class Slot:
+    """One argument or result: its role and its tensor. Roles: params, buffers, optimizer (the
+    state slots and the step count), batch (inputs and target), into (a buffer train_step_into
+    writes a result into), loss, grads, output."""
+
+    role: str
+    spec: TensorSpec
+
+    @property
+    def path(self) -> str:
+        """Where a bundle keeps it, relative to args/ or an output directory: a result that
+        updates an argument has the argument's path, so a step's outputs can replace its inputs."""
+        if self.role in ("loss", "output"):
+            return f"{self.role}.npy"
+        return f"{self.role}/{self.spec.name}.npy"
+
+
+@dataclass
+class StepSignature:
+    params: list[TensorSpec]
+    buffers: list[TensorSpec]
+    updated_buffers: list[str]  # returned by train_step after the optimizer state
+    trainable: list[str]
+    state: list[TensorSpec]  # named "<param>.<slot>"
+    inputs: list[TensorSpec]  # the model's inputs, then SEED_INPUT for a model with dropout
+    target: TensorSpec
+    output: TensorSpec
+    policies: dict[str, Policy] = field(default_factory=dict)
+
+    def trainable_shape(self, name: str) -> tuple[int, ...]:
+        spec = next(p for p in self.params if p.name == name)
+        policy = self.policies.get(name, Policy())
+        if policy.kind == "channels":
+            return (policy.channels(spec.shape),) + spec.shape[1:]
+        return spec.shape
+
+    @property
+    def seeded(self) -> bool:
+        """Whether the functions take a dropout seed after the model's inputs."""
+        return bool(self.inputs) and self.inputs[-1].name == SEED_INPUT
+
+    @property
+    def model_inputs(self) -> list[TensorSpec]:
+        """The inputs a batch provides: all but the dropout seed, which the runtime supplies."""
+        return self.inputs[:-1] if self.seeded else list(self.inputs)
+
+    def state_argument_pairs(self) -> list[tuple[int, int]]:
+        """train_step_into's (argument holding an optimizer state tensor, argument its new value is
+        written into), by position (pock_mlir/in_place.py checks whether they may be one buffer)."""
+        arguments, _ = layout(self, "train_step_into")
+        position = {(slot.role, slot.spec.name): i for i, slot in enumerate(arguments)}
+        return [(position["optimizer", s.name], position["into", s.name]) for s in self.state]
+
+
+def layout(signature: StepSignature, function: str) -> tuple[list[Slot], list[Slot]]:
+    """(arguments, results) of one of FUNCTIONS, in order."""
+    by_name = {spec.name: spec for spec in signature.params + signature.buffers}
+    params = [Slot("params", p) for p in signature.params]
+    buffers = [Slot("buffers", b) for b in signature.buffers]
+    state = [Slot("optimizer", s) for s in signature.state]
+    step = [Slot("optimizer", STEP)]
+    batch = [Slot("batch", i) for i in signature.inputs]
+    target = [Slot("batch", signature.target)]
+    loss = [Slot("loss", LOSS)]
+    if function in ("train_step", "train_step_into"):
+        arguments = params + buffers + state + step + batch + target
+        results = (loss + [Slot("params", by_name[n]) for n in signature.trainable] + state
+                   + [Slot("buffers", by_name[n]) for n in signature.updated_buffers] + step)
+        if function == "train_step":
+            return arguments, results
+        return arguments + [Slot("into", r.spec) for r in results[1:]], loss
+    if function == "gradients":
+        return params + buffers + batch + target, loss + [
+            Slot("grads", TensorSpec(n, signature.trainable_shape(n), "float32")) for n in signature.trainable]
+    if function == "loss":
+        return params + buffers + batch + target, loss
+    if function == "evaluate":
+        return params + buffers + batch, [Slot("output", signature.output)]
+    raise ValueError(f"unknown function {function!r}; the module's functions are {', '.join(FUNCTIONS)}")
+
+
+def runs(slots: list[Slot]) -> list[tuple[str, int]]:
+    """The roles of `slots` as consecutive runs, (role, count): how a caller assembles an argument
+    list from its per-role lists (in every function's arguments each role is one run)."""
+    grouped: list[tuple[str, int]] = []
+    for slot in slots:
+        if grouped and grouped[-1][0] == slot.role:
+            grouped[-1] = (slot.role, grouped[-1][1] + 1)
+        else:
+            grouped.append((slot.role, 1))
+    return grouped
