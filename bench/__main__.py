@@ -45,7 +45,7 @@ def pock_flags() -> list[str]:
 
 
 def no_reorder_pipelines() -> dict[str, str]:
-    from pock_mlir.compiler import STAGE_PIPELINES
+    from pock_mlir.stages import STAGE_PIPELINES
 
     return {"lowered": ",".join(p for p in STAGE_PIPELINES["lowered"].split(",") if p != "pock-reorder-updates")}
 

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 
 from torch_mlir import ir
 
+from pock_mlir.cost import op_flops
 from pock_mlir.torch_builder import TorchBuilder, decode_operand
 from pock_mlir.torch_types import tensor_type_of
 from pock_mlir.tuning import (Choice, ConvShape, choose_conv_form, choose_data_tiling, conv_forward_im2col,
@@ -84,8 +85,6 @@ class BackendSwitchPass(ModulePass):
     def apply(self, module: ir.Operation) -> None:
         if self.force and self.force not in FORMS:
             raise PassError(f"force must be one of {', '.join(FORMS)}, got '{self.force}'")
-        from pock_mlir.report import op_flops  # not at the top: pock_mlir.report imports the pass pipeline
-
         ops = [op.operation for func in functions(module) for op in func.regions[0].blocks[0].operations]
         tiling = choose_data_tiling(self.target, any(op.name in CONVOLUTIONS for op in ops),
                                     max((op_flops(op) for op in ops if op.name in MATMULS), default=0))

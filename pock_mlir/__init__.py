@@ -11,7 +11,7 @@ import importlib
 # Imported on first use: the compiler needs PyTorch and torch-mlir, while pock_mlir.runtime and
 # pock-train run bundles on devices that have neither.
 _EXPORTS = {
-    "compile_training": "pock_mlir.compiler", "CompileError": "pock_mlir.compiler", "STAGES": "pock_mlir.compiler",
+    "compile_training": "pock_mlir.compiler", "CompileError": "pock_mlir.compiler", "STAGES": "pock_mlir.stages",
     "FrontendError": "pock_mlir.frontend", "SGD": "pock_mlir.optim", "AdamW": "pock_mlir.optim",
     "TrainingProgram": "pock_mlir.program", "SparseUpdate": "pock_mlir.sparse", "SparseConfigError": "pock_mlir.sparse",
 }

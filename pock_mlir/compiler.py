@@ -13,18 +13,10 @@ from pock_mlir.optim import SGD
 from pock_mlir.passes import run_pipeline
 from pock_mlir.program import TrainingProgram
 from pock_mlir.sparse import resolve_sparse
+from pock_mlir.stages import STAGE_PIPELINES
 from pock_mlir.targets import resolve_target
 from pock_mlir.training import build_training_functions
 
-# The pass pipeline after each stage, by stage name; `program.ir(stage)` shows the result.
-# "{target}" stands for the target's name (its tuning table: pock_mlir/tuning/<name>.json).
-STAGE_PIPELINES = {
-    "autodiff": "inline,pock-autodiff,pock-dce",
-    "sparse": "pock-sparse-bp",
-    "lowered": "pock-backend-switch{target={target}},pock-reorder-updates,pock-lower-optimizers,pock-strip-params,"
-               "pock-dce,canonicalize,pock-step-into",
-}
-STAGES = ("imported", "training", *STAGE_PIPELINES)
 
 
 class CompileError(RuntimeError):

@@ -7,54 +7,26 @@ the loss and the gradients, which the autodiff and sparse stage pipelines then e
 full BP asks for the whole gradient of every pock.param, sparse BP for exactly the
 pock.grad ops the module has (frozen parameters have none, channel-sparse ones the kept
 rows). The backward is then every op the gradients need that the loss does not, constants
-and list constructions aside. Costs:
-
-  ops                  backward ops.
-  FLOPs                mm 2*m*k*n, bmm 2*b*m*k*n, matmul 2 * output elements * k,
-                       convolution 2 * output elements * input channels per group * kernel
-                       elements; layout ops (view, permute, transpose, expand, slice, ...)
-                       and fills 0; any other op the element count of its largest operand
-                       or result (elementwise ops, reductions).
-  saved activations    bytes of the forward values the backward reads that depend on the
-                       batch (parameters, and values computed from parameters alone, are
-                       not activations; arguments live through the step anyway).
-  parameter gradients  bytes of the gradients the backward produces for the optimizer.
+and list constructions aside; pock_mlir/cost.py counts its ops, FLOPs, saved activations and
+parameter gradients.
 """
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 from torch_mlir import ir
 from torch_mlir.dialects import func
 
-from pock_mlir.compiler import STAGE_PIPELINES
 from pock_mlir.context import make_context
+from pock_mlir.cost import BackwardCost, ancestors, backward_cost
 from pock_mlir.passes import run_pipeline
-from pock_mlir.torch_builder import constant_value
+from pock_mlir.stages import STAGE_PIPELINES
 from pock_mlir.torch_types import tensor_type_of
-
-_LAYOUT_AND_FILL = {
-    "aten.view", "aten.reshape", "aten._unsafe_view", "aten.permute", "aten.transpose.int", "aten.t",
-    "aten.expand", "aten.unsqueeze", "aten.squeeze", "aten.squeeze.dim", "aten.squeeze.dims", "prims.squeeze",
-    "aten.flatten.using_ints", "aten.slice.Tensor", "aten.select.int", "aten.alias", "aten.full",
-    "aten.zeros", "aten.ones", "aten.empty.memory_format", "aten.full_like", "aten.zeros_like",
-    "aten.ones_like", "aten.scalar_tensor", "prims.convert_element_type",
-}
-_NOT_OPS = ("torch.constant.", "torch.prim.ListConstruct")
 
 
 class ReportError(ValueError):
     """The module is not a training-stage module the report can analyse."""
-
-
-@dataclass(frozen=True)
-class BackwardCost:
-    ops: int
-    flops: int
-    saved_activation_bytes: int
-    gradient_bytes: int
 
 
 @dataclass(frozen=True)
@@ -98,72 +70,6 @@ class Report:
         return "\n".join(lines)
 
 
-# -- the cost of a backward ----------------------------------------------------------------
-
-def _numel(value: ir.Value) -> int:
-    t = tensor_type_of(value)
-    return t.numel if t is not None else 0
-
-
-def _bytes(value: ir.Value) -> int:
-    t = tensor_type_of(value)
-    return t.numel * t.dtype.itemsize
-
-
-def op_flops(op: ir.Operation) -> int:
-    """Floating-point operations of one op (see the module docstring)."""
-    key = op.name.removeprefix("torch.")
-    shapes = [tensor_type_of(v).shape if tensor_type_of(v) is not None else None for v in op.operands]
-    if key == "aten.mm":
-        (m, k), (_, n) = shapes[0], shapes[1]
-        return 2 * m * k * n
-    if key == "aten.bmm":
-        (b, m, k), (_, _, n) = shapes[0], shapes[1]
-        return 2 * b * m * k * n
-    if key == "aten.matmul":  # every output element is a length-k dot product
-        return 2 * _numel(op.results[0]) * shapes[0][-1]
-    if key == "aten.convolution":
-        weight = shapes[1]
-        transposed, kernel = constant_value(op.operands[6]), math.prod(weight[2:])
-        if transposed:  # every input element meets out_channels/groups * kernel weights
-            return 2 * _numel(op.operands[0]) * weight[1] * kernel
-        return 2 * _numel(op.results[0]) * weight[1] * kernel
-    if key in _LAYOUT_AND_FILL:
-        return 0
-    return max(_numel(v) for v in [*op.operands, *op.results])
-
-
-def _ancestors(values) -> set[ir.Operation]:
-    seen, stack = set(), [v.owner for v in values if not isinstance(v.owner, ir.Block)]
-    while stack:
-        op = stack.pop()
-        op = op.operation
-        if op in seen:
-            continue
-        seen.add(op)
-        stack.extend(o.owner for o in op.operands if not isinstance(o.owner, ir.Block))
-    return seen
-
-
-def backward_cost(function) -> BackwardCost:
-    """The cost of the backward of a function returning (loss, gradients...)."""
-    block = function.regions[0].blocks[0]
-    ops = [op.operation for op in block.operations]
-    returned = list(ops[-1].operands)
-    forward, needed = _ancestors(returned[:1]), _ancestors(returned[1:])
-    backward = [op for op in ops if op in needed and op not in forward and not op.name.startswith(_NOT_OPS)]
-    parameter_args = {op.operands[0] for op in ops if op.name == "pock.param"}
-    batch = {arg for arg in block.arguments if arg not in parameter_args}  # values that depend on the batch
-    for op in ops:
-        if op.name != "pock.param" and any(v in batch for v in op.operands):
-            batch.update(op.results)
-    saved = {v for op in backward for v in op.operands
-             if v in batch and not isinstance(v.owner, ir.Block) and v.owner.operation in forward}
-    return BackwardCost(ops=len(backward), flops=sum(op_flops(op) for op in backward),
-                        saved_activation_bytes=sum(_bytes(v) for v in saved),
-                        gradient_bytes=sum(_bytes(v) for v in returned[1:]))
-
-
 # -- the analysis functions ------------------------------------------------------------------
 
 def _param_name(op) -> str:
@@ -184,7 +90,7 @@ def _gradient_function(module: ir.Module, name: str, full: bool) -> None:
     loss = grads[0].operands[0]
     wanted = [(p.results[0], p.results[0].type) for p in params] if full else \
              [(g.operands[1], g.results[0].type) for g in grads]
-    keep = _ancestors([loss]) | set(params)
+    keep = ancestors([loss]) | set(params)
     for op in reversed([op.operation for op in block.operations]):
         if op not in keep:
             op.erase()

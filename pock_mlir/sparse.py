@@ -42,7 +42,6 @@ from __future__ import annotations
 import difflib
 import fnmatch
 import json
-import math
 import os
 import re
 from dataclasses import dataclass, field

@@ -10,7 +10,7 @@ import torch.nn as nn
 
 import pock_mlir as pock
 from oracle import assert_close_to_norm, torch_gradients
-from pock_mlir.compiler import STAGE_PIPELINES
+from pock_mlir.stages import STAGE_PIPELINES
 
 STEPS = 5
 

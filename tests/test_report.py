@@ -2,7 +2,8 @@
 
 import pytest
 
-from pock_mlir.report import BackwardCost, ReportError, report
+from pock_mlir.cost import BackwardCost
+from pock_mlir.report import ReportError, report
 from pock_mlir.tools.pock_opt import main as pock_opt
 
 # x [5,3] -> fc0 (W0 [4,3], no bias) -> ReLU -> fc1 (W1 [4,4], b1 [4]) -> sum = loss.

@@ -1,0 +1,12 @@
+"""The compiler's stages and the pass pipeline that produces each, in one place: compile_training
+runs them, the sparse-BP report reruns the autodiff and sparse ones, and tests and the bench vary them."""
+
+# The pass pipeline after each stage, by stage name; `program.ir(stage)` shows the result.
+# "{target}" stands for the target's name (its tuning table: pock_mlir/tuning/<name>.json).
+STAGE_PIPELINES = {
+    "autodiff": "inline,pock-autodiff,pock-dce",
+    "sparse": "pock-sparse-bp",
+    "lowered": "pock-backend-switch{target={target}},pock-reorder-updates,pock-lower-optimizers,pock-strip-params,"
+               "pock-dce,canonicalize,pock-step-into",
+}
+STAGES = ("imported", "training", *STAGE_PIPELINES)
