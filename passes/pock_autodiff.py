@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from torch_mlir import ir
 
 from pock_mlir.autodiff import MissingRuleError, differentiate
+from pock_mlir.dialects.pock import ChannelSliceOp
 from pock_mlir.torch_builder import TorchBuilder
 
 from .base import ModulePass, PassError, functions
@@ -42,8 +43,7 @@ class AutodiffPass(ModulePass):
             if grad is None:
                 grad = b.zeros_like(op.operands[1])
             if b.shape(grad) != b.shape(op.results[0]):  # pock-sparse-bp moves this slice into the backward
-                grad = ir.Operation.create("pock.channel_slice", results=[op.results[0].type], operands=[grad], attributes={
-                    "channels": ir.IntegerAttr.get(ir.IntegerType.get_signless(64), b.shape(op.results[0])[0])},
-                    loc=op.location, ip=b.ip).results[0]
+                channels = ir.IntegerAttr.get(ir.IntegerType.get_signless(64), b.shape(op.results[0])[0])
+                grad = ChannelSliceOp(grad, channels, op.results[0].type, loc=op.location, ip=b.ip).result
             op.results[0].replace_all_uses_with(grad)
             op.operation.erase()

@@ -23,9 +23,11 @@ from dataclasses import dataclass
 
 from torch_mlir import ir
 
+from pock_mlir.optim import UPDATE_OPS
+
 from .base import ModulePass, PassError, functions, option
 
-OPTIMIZER_OPS = ("pock.sgd", "pock.sgd_momentum", "pock.adamw", "pock.channel_update")
+OPTIMIZER_OPS = (*UPDATE_OPS, "pock.channel_update")
 ROOT_KINDS = ("optimizer", "returned")
 
 
@@ -92,7 +94,7 @@ class ReorderUpdatesPass(ModulePass):
     name = "pock-reorder-updates"
     description = ("Move each parameter update (and the ops that only feed it) to just after its gradient is "
                    "complete, so gradient buffers die during the backward pass instead of at its end")
-    roots: str = option("optimizer", "what to move: 'optimizer' (pock.sgd/sgd_momentum/adamw/channel_update, before "
+    roots: str = option("optimizer", "what to move: 'optimizer' (the optimizer updates of pock_mlir/optim/ and pock.channel_update, before "
                                      "pock-lower-optimizers) or 'returned' (ops only the return uses, after lowering)")
 
     def apply(self, module: ir.Operation) -> None:

@@ -38,10 +38,12 @@ from dataclasses import dataclass
 
 from torch_mlir import ir
 
+from pock_mlir.abi import Policy
+from pock_mlir.dialects.pock import ChannelSliceOp, ChannelUpdateOp, GradOp
+from pock_mlir.optim import UPDATE_OPS
 from pock_mlir.sparse import SparseConfigError, resolve_sparse
 from pock_mlir.torch_builder import TorchBuilder, decode_operand
 from pock_mlir.torch_types import TensorType, tensor_type_of
-from pock_mlir.abi import Policy
 
 from .base import ModulePass, PassError, functions, option
 from .pock_dce import erase_dead_ops
@@ -250,9 +252,6 @@ def push_channel_slices(block: ir.Block) -> None:
 # -- config: re-annotating a training-stage module --------------------------------------------
 
 # Update ops take (param, grad, *state, [step]) and return (new param, *new state).
-STATE_SLOTS = {"pock.sgd": 0, "pock.sgd_momentum": 1, "pock.adamw": 2}
-
-
 def _param_name(value: ir.Value) -> str | None:
     owner = value.owner
     if isinstance(owner, ir.Block) or owner.name != "pock.param":
@@ -260,32 +259,35 @@ def _param_name(value: ir.Value) -> str | None:
     return ir.StringAttr(owner.attributes["param_name"]).value
 
 
-def _channel_op(name: str, ip, loc, result_type, operands, channels: int | None = None):
-    attributes = {} if channels is None else {"channels": ir.IntegerAttr.get(ir.IntegerType.get_signless(64), channels)}
-    return ir.Operation.create(name, results=[result_type], operands=operands, attributes=attributes,
-                               loc=loc, ip=ip).results[0]
+def _channel_slice(ip, loc, result_type, value, channels: int) -> ir.Value:
+    return ChannelSliceOp(value, ir.IntegerAttr.get(ir.IntegerType.get_signless(64), channels), result_type,
+                          loc=loc, ip=ip).result
+
+
+def _channel_update(ip, loc, param, update) -> ir.Value:
+    return ChannelUpdateOp(param, update, param.type, loc=loc, ip=ip).result
 
 
 def _narrow_update(update, grad, k: int) -> None:
     """Run `update` on the first k channels of its parameter and state, writing them back."""
     ip, loc = ir.InsertionPoint(update), update.location
-    slots = STATE_SLOTS[update.name]
+    slots = UPDATE_OPS[update.name].state_slots
     operands = list(update.operands)
     full = operands[:2 + slots]
     slice_type = grad.type
-    narrowed = [_channel_op("pock.channel_slice", ip, loc, slice_type, [v], k) for v in (full[0], *full[2:])]
+    narrowed = [_channel_slice(ip, loc, slice_type, v, k) for v in (full[0], *full[2:])]
     attributes = {name: update.attributes[name] for name in update.attributes}
     new = ir.Operation.create(update.name, results=[slice_type] * (1 + slots),
                               operands=[narrowed[0], grad, *narrowed[1:], *operands[2 + slots:]],
                               attributes=attributes, loc=loc, ip=ip)
     for old_result, base, new_result in zip(update.results, (full[0], *full[2:]), new.results):
-        old_result.replace_all_uses_with(_channel_op("pock.channel_update", ip, loc, base.type, [base, new_result]))
+        old_result.replace_all_uses_with(_channel_update(ip, loc, base, new_result))
     update.erase()
 
 
 def _freeze_update(update) -> None:
     """The parameter and state come out unchanged."""
-    slots = STATE_SLOTS[update.name]
+    slots = UPDATE_OPS[update.name].state_slots
     operands = list(update.operands)
     for old_result, unchanged in zip(update.results, [operands[0], *operands[2:2 + slots]]):
         old_result.replace_all_uses_with(unchanged)
@@ -309,11 +311,10 @@ def _reannotate_grad(grad_op, policy: Policy, name: str) -> None:
     grad = None
     if k:
         grad_type = ir.Type.parse(TensorType((k,) + param_shape[1:], tensor_type_of(param).dtype).asm())
-        grad = ir.Operation.create("pock.grad", results=[grad_type], operands=list(grad_op.operands),
-                                   loc=grad_op.location, ip=b.ip).results[0]
+        grad = GradOp(*grad_op.operands, grad_type, loc=grad_op.location, ip=b.ip).grad
     for use in list(result.uses):
         update = use.owner
-        if update.name not in STATE_SLOTS or use.operand_number != 1:
+        if update.name not in UPDATE_OPS or use.operand_number != 1:
             continue
         if k:
             _narrow_update(update, grad, k)
@@ -322,7 +323,7 @@ def _reannotate_grad(grad_op, policy: Policy, name: str) -> None:
     if list(result.uses):  # returned gradients keep their type: zero-padded, or zeros when frozen
         zeros = b.zeros_like(result if not k else param)
         result.replace_all_uses_with(
-            _channel_op("pock.channel_update", b.ip, grad_op.location, param.type, [zeros, grad]) if k else zeros)
+            _channel_update(b.ip, grad_op.location, zeros, grad) if k else zeros)
     grad_op.erase()
 
 

@@ -9,15 +9,9 @@ from dataclasses import dataclass
 from torch_mlir import ir
 
 from .base import ModulePass, PassError, functions
+from .pock_lower_optimizers import LOWERINGS, LowerOptimizersPass
 
-_LOWERED_BY = {
-    "pock.grad": "pock-autodiff",
-    "pock.sgd": "pock-lower-optimizers",
-    "pock.sgd_momentum": "pock-lower-optimizers",
-    "pock.adamw": "pock-lower-optimizers",
-    "pock.channel_slice": "pock-lower-optimizers",
-    "pock.channel_update": "pock-lower-optimizers",
-}
+_LOWERED_BY = {"pock.grad": "pock-autodiff", **{name: LowerOptimizersPass.name for name in LOWERINGS}}
 
 
 @dataclass(frozen=True)

@@ -20,6 +20,7 @@ from torch_mlir.dialects import func
 
 from pock_mlir.context import make_context
 from pock_mlir.cost import BackwardCost, ancestors, backward_cost
+from pock_mlir.dialects.pock import GradOp
 from pock_mlir.passes import run_pipeline
 from pock_mlir.stages import STAGE_PIPELINES
 from pock_mlir.torch_types import tensor_type_of
@@ -95,7 +96,7 @@ def _gradient_function(module: ir.Module, name: str, full: bool) -> None:
         if op not in keep:
             op.erase()
     ip = ir.InsertionPoint(block)
-    gradients = [ir.Operation.create("pock.grad", results=[t], operands=[loss, p], ip=ip).results[0] for p, t in wanted]
+    gradients = [GradOp(loss, p, t, ip=ip).grad for p, t in wanted]
     func.ReturnOp([loss, *gradients], ip=ip)
     target.attributes["function_type"] = ir.TypeAttr.get(ir.FunctionType.get(
         [a.type for a in block.arguments], [loss.type, *(g.type for g in gradients)]))

@@ -12,6 +12,7 @@ from torch_mlir import ir
 from torch_mlir.dialects import func
 
 from pock_mlir.abi import Policy, Slot, StepSignature, TensorSpec, layout
+from pock_mlir.dialects.pock import ChannelSliceOp, ChannelUpdateOp, GradOp, ParamOp
 from pock_mlir.frontend import ImportedModel
 from pock_mlir.torch_builder import TorchBuilder
 from pock_mlir.torch_types import TensorType
@@ -30,10 +31,8 @@ def _mark_params(signature: StepSignature, args, ip, loc):
     marked = []
     for spec, value in zip(signature.params, args):
         policy = signature.policies.get(spec.name, Policy())
-        op = ir.Operation.create("pock.param", results=[value.type], operands=[value], attributes={
-            "param_name": ir.StringAttr.get(spec.name), "policy": ir.StringAttr.get(policy.kind),
-            "ratio": ir.FloatAttr.get(ir.F64Type.get(), policy.ratio)}, loc=loc, ip=ip)
-        marked.append(op.results[0])
+        marked.append(ParamOp(value, ir.StringAttr.get(spec.name), ir.StringAttr.get(policy.kind),
+                              ir.FloatAttr.get(ir.F64Type.get(), policy.ratio), value.type, loc=loc, ip=ip).result)
     return marked
 
 
@@ -42,8 +41,7 @@ def _grads(signature: StepSignature, loss, marked, ip, loc):
     for spec, value in zip(signature.params, marked):
         if spec.name in signature.trainable:
             grad_type = _tensor_type(spec, signature.trainable_shape(spec.name))
-            op = ir.Operation.create("pock.grad", results=[grad_type], operands=[loss, value], loc=loc, ip=ip)
-            grads[spec.name] = op.results[0]
+            grads[spec.name] = GradOp(loss, value, grad_type, loc=loc, ip=ip).grad
     return grads
 
 
@@ -88,11 +86,10 @@ def build_training_functions(imported: ImportedModel, optimizer, policies: dict[
             if policy.kind == "channels":
                 slice_type = _tensor_type(next(p for p in signature.params if p.name == name), signature.trainable_shape(name))
                 k = signature.trainable_shape(name)[0]
-                sliced = ir.Operation.create("pock.channel_slice", results=[slice_type], operands=[param], attributes={
-                    "channels": ir.IntegerAttr.get(ir.IntegerType.get_signless(64), k)}, loc=loc, ip=ip).results[0]
+                sliced = ChannelSliceOp(param, ir.IntegerAttr.get(ir.IntegerType.get_signless(64), k), slice_type,
+                                        loc=loc, ip=ip).result
                 updated, slot_values = optimizer.emit(ip, loc, sliced, grads[name], slots, step)
-                updated = ir.Operation.create("pock.channel_update", results=[param.type], operands=[param, updated],
-                                              loc=loc, ip=ip).results[0]
+                updated = ChannelUpdateOp(param, updated, param.type, loc=loc, ip=ip).result
             else:
                 updated, slot_values = optimizer.emit(ip, loc, param, grads[name], slots, step)
             new_params.append(updated)

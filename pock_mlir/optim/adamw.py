@@ -1,0 +1,54 @@
+"""AdamW, as torch.optim.AdamW (decoupled weight decay, bias-corrected moments)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from pock_mlir.dialects.pock import AdamWOp
+
+from .registry import attribute, f64, optimizer, update_op
+
+
+@optimizer("adamw")
+@dataclass(frozen=True)
+class AdamW:
+    lr: float = 1e-3
+    betas: tuple[float, float] = (0.9, 0.999)
+    eps: float = 1e-8
+    weight_decay: float = 1e-2
+
+    def __post_init__(self):
+        if self.lr <= 0 or self.eps <= 0:
+            raise ValueError("AdamW lr and eps must be > 0")
+        if not all(0 <= b < 1 for b in self.betas):
+            raise ValueError(f"AdamW betas must be in [0, 1), got {self.betas}")
+
+    state_slots = ("exp_avg", "exp_avg_sq")
+
+    def emit(self, ip, loc, param, grad, state, step):
+        """Create the update op; returns (new_param, [new_state...])."""
+        op = AdamWOp(param, grad, state[0], state[1], step, f64(self.lr), f64(self.betas[0]), f64(self.betas[1]),
+                     f64(self.eps), f64(self.weight_decay), param.type, param.type, param.type, loc=loc, ip=ip)
+        return op.new_param, [op.new_exp_avg, op.new_exp_avg_sq]
+
+    def torch_optimizer(self, params):
+        """The torch.optim equivalent, for checking and benchmarking against PyTorch."""
+        import torch
+        return torch.optim.AdamW(params, lr=self.lr, betas=self.betas, eps=self.eps, weight_decay=self.weight_decay)
+
+
+@update_op(AdamWOp, state_slots=2)
+def lower_adamw(b, op):
+    param, grad, m, v, step = op.operands
+    lr, beta1, beta2 = attribute(op, "lr"), attribute(op, "beta1"), attribute(op, "beta2")
+    eps, wd = attribute(op, "eps"), attribute(op, "weight_decay")
+    t = b.add(step, 1.0)
+    decayed = b.mul(param, 1.0 - lr * wd) if wd else param
+    new_m = b.add(b.mul(m, beta1), b.mul(grad, 1.0 - beta1))
+    new_v = b.add(b.mul(v, beta2), b.mul(b.mul(grad, grad), 1.0 - beta2))
+    bias_correction1 = b.aten.rsub.Scalar(b.aten.pow.Scalar(beta1, t), 1.0, 1)
+    bias_correction2 = b.aten.rsub.Scalar(b.aten.pow.Scalar(beta2, t), 1.0, 1)
+    denom = b.add(b.div(b.aten.sqrt(new_v), b.aten.sqrt(bias_correction2)), eps)
+    step_size = b.div(b.full((), lr), bias_correction1)
+    new_param = b.sub(decayed, b.mul(step_size, b.div(new_m, denom)))
+    return [new_param, new_m, new_v]
