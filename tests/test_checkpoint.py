@@ -89,6 +89,13 @@ def test_checkpoint_layout(bundle, data, tmp_path):
     assert trainer.steps_taken == 4
 
 
+def start_train(*arguments) -> subprocess.Popen:
+    """pock-train in a process that Ctrl-C reaches: a shell that ran the tests in the background
+    (`make test &`) makes its children ignore SIGINT, which Python then leaves ignored."""
+    return subprocess.Popen([VENV_BIN / "pock-train", *arguments], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+
+
 def start_checkpoint_writer(bundle, data, checkpoint):
     """A resumed pock-train caught writing its next checkpoint.
 
@@ -98,9 +105,7 @@ def start_checkpoint_writer(bundle, data, checkpoint):
     staged = temporary_path(checkpoint)
     os.mkfifo(staged)
     reader = os.open(staged, os.O_RDONLY | os.O_NONBLOCK)
-    process = subprocess.Popen([VENV_BIN / "pock-train", bundle, "--data", data, "--epochs", "2",
-                                "--checkpoint", checkpoint, "--resume"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                               text=True)
+    process = start_train(bundle, "--data", data, "--epochs", "2", "--checkpoint", checkpoint, "--resume")
     readable, _, _ = select.select([reader], [], [], 120)
     assert readable and os.read(reader, 1), "pock-train did not start writing the checkpoint"
     return process, reader
@@ -184,9 +189,7 @@ def test_ctrl_c_exports_the_weights_of_the_last_step(bundle, data, tmp_path):
     """Ctrl-C during training stops after the step under way, exports that step's weights and says
     where they and the checkpoint are; the export equals a run stopped there by --max-steps."""
     export, checkpoint = tmp_path / "interrupted.safetensors", tmp_path / "run.ckpt"
-    process = subprocess.Popen([VENV_BIN / "pock-train", bundle, "--data", data, "--epochs", "100000",
-                                "--checkpoint", checkpoint, "--export", export], stdout=subprocess.PIPE,
-                               stderr=subprocess.PIPE, text=True)
+    process = start_train(bundle, "--data", data, "--epochs", "100000", "--checkpoint", checkpoint, "--export", export)
     shown = ""
     while "epoch 2/" not in shown:  # the progress bar: training is under way, a checkpoint written
         ready, _, _ = select.select([process.stderr], [], [], 120)
