@@ -9,11 +9,10 @@ from dataclasses import dataclass
 
 from torch_mlir import ir
 
+from pock_mlir.op_facts import facts_of
+
 from .base import ModulePass, functions
 
-# torch ops with effects beyond their results: never erased even when unused.
-_EFFECTFUL = ("torch.runtime.assert", "torch.prim.Print", "torch.overwrite.tensor.contents",
-              "torch.copy.to_tensor", "torch.prim.RaiseException")
 # In-place ATen ops (aten.add_.Tensor, aten.copy_) write into their operand; dunder names
 # such as aten.__and__ are not in-place.
 _IN_PLACE = re.compile(r"^torch\.aten\.\w*[^_]_(\.|$)")
@@ -21,7 +20,7 @@ _IN_PLACE = re.compile(r"^torch\.aten\.\w*[^_]_(\.|$)")
 
 def is_pure(op: ir.Operation) -> bool:
     name = op.name
-    if name.startswith(_EFFECTFUL) or _IN_PLACE.match(name):
+    if facts_of(op).effectful or _IN_PLACE.match(name):
         return False
     if len(op.regions):  # torch.prim.If / Loop: their bodies may raise or print
         return False

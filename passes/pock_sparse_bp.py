@@ -33,13 +33,13 @@ can be kept or frozen but not re-sliced. Then run the backward as usual:
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 from torch_mlir import ir
 
 from pock_mlir.abi import Policy
 from pock_mlir.dialects.pock import ChannelSliceOp, ChannelUpdateOp, GradOp
+from pock_mlir.op_facts import Slice, facts_of, op_key, param_name, shape_of
 from pock_mlir.optim import UPDATE_OPS
 from pock_mlir.sparse import SparseConfigError, resolve_sparse
 from pock_mlir.torch_builder import TorchBuilder, decode_operand
@@ -49,132 +49,17 @@ from .base import ModulePass, PassError, functions, option
 from .pock_dce import erase_dead_ops
 
 
-@dataclass(frozen=True)
-class Slice:
-    """The leading `size` entries of dimension `dim`."""
-
-    dim: int
-    size: int
-
-
-# -- how a slice of an op's result maps to slices of its operands ----------------------------
-# A rule gets the op and the slice of its (single) result that every user wants, and returns
-# one Slice or None (the whole operand, or a non-tensor operand) per operand, or None when
-# the op cannot compute only that slice.
-
-def _shape(value: ir.Value) -> tuple[int, ...]:
-    return tensor_type_of(value).shape
-
-
-def _elementwise(op, s: Slice):
-    out = _shape(op.results[0])
-    slices = []
-    for x in op.operands:
-        t = tensor_type_of(x)
-        if t is None:
-            slices.append(None)
-            continue
-        dim = s.dim - (len(out) - t.rank)  # broadcasting aligns dimensions from the right
-        slices.append(Slice(dim, s.size) if dim >= 0 and t.shape[dim] == out[s.dim] else None)
-    return slices
-
-
-def _mm(op, s: Slice):
-    return [Slice(0, s.size), None] if s.dim == 0 else [None, Slice(1, s.size)]
-
-
-def _bmm(op, s: Slice):
-    return [[Slice(0, s.size), Slice(0, s.size)], [Slice(1, s.size), None], [None, Slice(2, s.size)]][s.dim]
-
-
-def _permute(op, s: Slice):
-    dims = decode_operand(op.operands[1])
-    return [Slice(dims[s.dim] % len(dims), s.size), None]
-
-
-def _transpose(op, s: Slice):
-    rank = len(_shape(op.results[0]))
-    d0, d1 = (decode_operand(o) % rank for o in op.operands[1:])
-    dim = d1 if s.dim == d0 else d0 if s.dim == d1 else s.dim
-    return [Slice(dim, s.size), None, None]
-
-
-def _t(op, s: Slice):
-    return [Slice(len(_shape(op.results[0])) - 1 - s.dim, s.size)]
-
-
-def _sum_dims(op, s: Slice):
-    rank = len(_shape(op.operands[0]))
-    dims = decode_operand(op.operands[1])
-    reduced = set(range(rank)) if not dims else {d % rank for d in dims}
-    kept = list(range(rank)) if decode_operand(op.operands[2]) else [d for d in range(rank) if d not in reduced]
-    return [Slice(kept[s.dim], s.size)] + [None] * (len(op.operands) - 1)
-
-
-def _reshape(op, s: Slice):
-    """A leading slice of a reshape's dim d is a leading slice of the input dim that starts at
-    the same flat offset and whose trailing block divides d's, if there is one."""
-    src, out = _shape(op.operands[0]), _shape(op.results[0])
-    lead, trail = math.prod(out[:s.dim]), math.prod(out[s.dim + 1:])
-    for dim in range(len(src)):
-        src_trail = math.prod(src[dim + 1:])
-        if math.prod(src[:dim]) == lead and src[dim] > 1 and trail % src_trail == 0:
-            return [Slice(dim, s.size * trail // src_trail)] + [None] * (len(op.operands) - 1)
-    return None
-
-
-def _expand(op, s: Slice):
-    out, src = _shape(op.results[0]), _shape(op.operands[0])
-    dim = s.dim - (len(out) - len(src))
-    return [Slice(dim, s.size) if dim >= 0 and src[dim] == out[s.dim] else None, None, None]
-
-
-def _convolution(op, s: Slice):
-    """convolution(input, weight, bias, stride, padding, dilation, transposed, output_padding,
-    groups): the output's batch rows come from the input's, its channels from the weight's
-    (ungrouped, not transposed)."""
-    if s.dim == 0:
-        return [Slice(0, s.size)] + [None] * (len(op.operands) - 1)
-    if s.dim == 1 and not decode_operand(op.operands[6]) and decode_operand(op.operands[8]) == 1:
-        bias = None if tensor_type_of(op.operands[2]) is None else Slice(0, s.size)
-        return [None, Slice(0, s.size), bias] + [None] * (len(op.operands) - 3)
-    return None
-
-
-_ELEMENTWISE = (
-    "aten.add.Tensor", "aten.sub.Tensor", "aten.mul.Tensor", "aten.div.Tensor", "aten.add.Scalar",
-    "aten.sub.Scalar", "aten.rsub.Scalar", "aten.mul.Scalar", "aten.div.Scalar", "aten.neg", "aten.relu",
-    "aten.exp", "aten.log", "aten.sqrt", "aten.rsqrt", "aten.tanh", "aten.sigmoid", "aten.pow.Tensor_Scalar",
-    "aten.threshold_backward", "aten.where.self", "aten.clone", "prims.convert_element_type",
-)
-_RESHAPES = (
-    "aten.view", "aten.reshape", "aten._unsafe_view", "aten.unsqueeze", "aten.squeeze", "aten.squeeze.dim",
-    "aten.squeeze.dims", "prims.squeeze", "aten.flatten.using_ints",
-)
-SLICE_RULES = {
-    **{name: _elementwise for name in _ELEMENTWISE},
-    **{name: _reshape for name in _RESHAPES},
-    "aten.mm": _mm, "aten.bmm": _bmm, "aten.permute": _permute, "aten.transpose.int": _transpose, "aten.t": _t,
-    "aten.sum.dim_IntList": _sum_dims, "aten.expand": _expand, "aten.convolution": _convolution,
-}
-
-
-def _op_key(op) -> str:
-    return op.name.removeprefix("torch.")
-
-
 def _sliced_shape(value: ir.Value, s: Slice) -> tuple[int, ...]:
-    shape = list(_shape(value))
+    shape = list(shape_of(value))
     shape[s.dim] = s.size
     return tuple(shape)
 
 
 def _rebuild(b: TorchBuilder, op, operands: list[ir.Value], s: Slice) -> ir.Value:
     """The op on sliced operands, its result sliced like the original's."""
-    key = _op_key(op)
-    if key in _RESHAPES:
+    if facts_of(op).view:
         return b.aten.view(operands[0], list(_sliced_shape(op.results[0], s)))
-    if key == "aten.expand":
+    if op_key(op) == "aten.expand":
         return b.aten.expand(operands[0], list(_sliced_shape(op.results[0], s)), decode_operand(op.operands[2]))
     result_type = TensorType(_sliced_shape(op.results[0], s), tensor_type_of(op.results[0]).dtype)
     return ir.Operation.create(op.name, results=[ir.Type.parse(result_type.asm())], operands=operands,
@@ -213,7 +98,7 @@ def push_channel_slices(block: ir.Block) -> None:
         if len(op.results) == 1 and tensor_type_of(op.results[0]) is not None:
             result = op.results[0]
             uses = wanted.get(result, [])
-            rule = SLICE_RULES.get(_op_key(op))
+            rule = facts_of(op).slices
             if (rule and uses and uses[0] is not None and all(u == uses[0] for u in uses)
                     and len(uses) == len(list(result.uses)) and _constant_operands(op)):
                 slices = rule(op, uses[0])
@@ -256,7 +141,7 @@ def _param_name(value: ir.Value) -> str | None:
     owner = value.owner
     if isinstance(owner, ir.Block) or owner.name != "pock.param":
         return None
-    return ir.StringAttr(owner.attributes["param_name"]).value
+    return param_name(owner)
 
 
 def _channel_slice(ip, loc, result_type, value, channels: int) -> ir.Value:
@@ -300,7 +185,7 @@ def _rows(shape: tuple[int, ...]) -> int:
 
 def _reannotate_grad(grad_op, policy: Policy, name: str) -> None:
     param, result = grad_op.operands[1], grad_op.results[0]
-    param_shape, grad_shape = _shape(param), _shape(result)
+    param_shape, grad_shape = shape_of(param), shape_of(result)
     k = 0 if policy.kind == "frozen" else policy.channels(param_shape) if param_shape else 1
     if k == _rows(grad_shape):
         return
@@ -333,7 +218,7 @@ def reannotate(module: ir.Operation, config: str) -> None:
     for func in functions(module):
         for op in func.regions[0].blocks[0].operations:
             if op.operation.name == "pock.param":
-                params[_param_name(op.results[0])] = _shape(op.results[0])
+                params[_param_name(op.results[0])] = shape_of(op.results[0])
     try:
         scheme = resolve_sparse(config, None, params)
     except SparseConfigError as e:

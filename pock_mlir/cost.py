@@ -15,23 +15,14 @@
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 from torch_mlir import ir
 
-from pock_mlir.torch_builder import constant_value
+from pock_mlir.op_facts import facts_of, numel
 from pock_mlir.torch_types import tensor_type_of
 
-_LAYOUT_AND_FILL = {
-    "aten.view", "aten.reshape", "aten._unsafe_view", "aten.permute", "aten.transpose.int", "aten.t",
-    "aten.expand", "aten.unsqueeze", "aten.squeeze", "aten.squeeze.dim", "aten.squeeze.dims", "prims.squeeze",
-    "aten.flatten.using_ints", "aten.slice.Tensor", "aten.select.int", "aten.alias", "aten.full",
-    "aten.zeros", "aten.ones", "aten.empty.memory_format", "aten.full_like", "aten.zeros_like",
-    "aten.ones_like", "aten.scalar_tensor", "prims.convert_element_type",
-}
 _NOT_OPS = ("torch.constant.", "torch.prim.ListConstruct")
-
 
 
 @dataclass(frozen=True)
@@ -42,37 +33,19 @@ class BackwardCost:
     gradient_bytes: int
 
 
-def _numel(value: ir.Value) -> int:
-    t = tensor_type_of(value)
-    return t.numel if t is not None else 0
-
-
 def _bytes(value: ir.Value) -> int:
     t = tensor_type_of(value)
     return t.numel * t.dtype.itemsize
 
 
 def op_flops(op: ir.Operation) -> int:
-    """Floating-point operations of one op (see the module docstring)."""
-    key = op.name.removeprefix("torch.")
-    shapes = [tensor_type_of(v).shape if tensor_type_of(v) is not None else None for v in op.operands]
-    if key == "aten.mm":
-        (m, k), (_, n) = shapes[0], shapes[1]
-        return 2 * m * k * n
-    if key == "aten.bmm":
-        (b, m, k), (_, _, n) = shapes[0], shapes[1]
-        return 2 * b * m * k * n
-    if key == "aten.matmul":  # every output element is a length-k dot product
-        return 2 * _numel(op.results[0]) * shapes[0][-1]
-    if key == "aten.convolution":
-        weight = shapes[1]
-        transposed, kernel = constant_value(op.operands[6]), math.prod(weight[2:])
-        if transposed:  # every input element meets out_channels/groups * kernel weights
-            return 2 * _numel(op.operands[0]) * weight[1] * kernel
-        return 2 * _numel(op.results[0]) * weight[1] * kernel
-    if key in _LAYOUT_AND_FILL:
+    """Floating-point operations of one op (see the module docstring; its facts in pock_mlir.op_facts)."""
+    facts = facts_of(op)
+    if facts.flops is not None:
+        return facts.flops(op)
+    if facts.view or facts.free:
         return 0
-    return max(_numel(v) for v in [*op.operands, *op.results])
+    return max(numel(v) for v in [*op.operands, *op.results])
 
 
 def ancestors(values) -> set[ir.Operation]:

@@ -21,6 +21,7 @@ from torch_mlir.dialects import func
 from pock_mlir.context import make_context
 from pock_mlir.cost import BackwardCost, ancestors, backward_cost
 from pock_mlir.dialects.pock import GradOp
+from pock_mlir.op_facts import param_name
 from pock_mlir.passes import run_pipeline
 from pock_mlir.stages import STAGE_PIPELINES
 from pock_mlir.torch_types import tensor_type_of
@@ -73,10 +74,6 @@ class Report:
 
 # -- the analysis functions ------------------------------------------------------------------
 
-def _param_name(op) -> str:
-    return ir.StringAttr(op.attributes["param_name"]).value
-
-
 def _gradient_function(module: ir.Module, name: str, full: bool) -> None:
     """Cut `name` down to its forward, returning the loss and its gradients (see the module
     docstring); every other public function is dropped."""
@@ -128,11 +125,11 @@ def training_functions(text: str) -> dict[str, list[ParameterPolicy]]:
             for p in (op for op in ops if op.name == "pock.param"):
                 shape, grad_shape = tensor_type_of(p.results[0]).shape, grad_shapes.get(p.results[0])
                 if grad_shape is None:
-                    policies.append(ParameterPolicy(_param_name(p), shape, "frozen", 0))
+                    policies.append(ParameterPolicy(param_name(p), shape, "frozen", 0))
                 elif grad_shape != shape:
-                    policies.append(ParameterPolicy(_param_name(p), shape, "channels", grad_shape[0]))
+                    policies.append(ParameterPolicy(param_name(p), shape, "channels", grad_shape[0]))
                 else:
-                    policies.append(ParameterPolicy(_param_name(p), shape, "full", shape[0] if shape else 1))
+                    policies.append(ParameterPolicy(param_name(p), shape, "full", shape[0] if shape else 1))
             found[ir.StringAttr(fn.attributes["sym_name"]).value] = policies
     return found
 

@@ -14,7 +14,7 @@ import torch.nn.functional as F
 
 import pock_mlir as pock
 from oracle import assert_gradients_close, torch_gradients
-from pock_mlir.autodiff import RULES
+from pock_mlir.op_facts import derivative_rules
 from pock_mlir.sparse import SparseConfigError, SparseUpdate, resolve_sparse
 
 STEPS = 10
@@ -74,7 +74,7 @@ CASES = {
     "preset_last_2": Case(make_mlp, SparseUpdate.preset("last", k=2), pock.SGD(lr=0.05, momentum=0.9, nesterov=True),
                           {"2.weight": 16, "2.bias": 16, "4.weight": 5, "4.bias": 5}),
 }
-if "aten.convolution" in RULES:  # the CNN rules (pock_mlir/autodiff/rules/conv.py)
+if "aten.convolution" in derivative_rules():  # the CNN rules (pock_mlir/autodiff/rules/conv.py)
     CASES["cnn_channel_sparse_conv"] = Case(make_cnn, {"2": 0.5, "5": "full"}, pock.AdamW(lr=1e-2),
                                             {"2.weight": 4, "2.bias": 4, "5.weight": 4, "5.bias": 4}, ((4, 3, 6, 6), 4))
     CASES["preset_mobilenet_with_channel_sparse_pointwise"] = Case(

@@ -1,6 +1,6 @@
 """Compile-time reverse-mode autodiff over torch-dialect IR."""
 
 from .reverse import MissingRuleError, differentiate
-from .rules import RULES, defrule
+from .rules import defrule
 
-__all__ = ["MissingRuleError", "differentiate", "RULES", "defrule"]
+__all__ = ["MissingRuleError", "differentiate", "defrule"]

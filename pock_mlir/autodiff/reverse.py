@@ -9,10 +9,9 @@ import re
 
 from torch_mlir import ir
 
+from pock_mlir.op_facts import facts_of, op_key, param_name
 from pock_mlir.torch_builder import TorchBuilder, decode_operand
 from pock_mlir.torch_types import tensor_type_of
-
-from .rules import RULES
 
 
 class MissingRuleError(Exception):
@@ -21,14 +20,10 @@ class MissingRuleError(Exception):
         self.location = location
 
 
-def op_key(op: ir.Operation) -> str:
-    return op.name.removeprefix("torch.")
-
-
 def parameter_name(value: ir.Value, index: int) -> str:
     owner = value.owner
     if not isinstance(owner, ir.Block) and owner.name == "pock.param":
-        return ir.StringAttr(owner.attributes["param_name"]).value
+        return param_name(owner)
     return f"parameter #{index}"
 
 
@@ -98,7 +93,7 @@ def differentiate(loss: ir.Value, params: list[ir.Value], insert_before: ir.Oper
         grads = [cotangents.get(r) for r in results]
         if all(g is None for g in grads):
             continue
-        rule = RULES.get(op_key(op))
+        rule = facts_of(op).rule
         if rule is None and op.name == "func.call":
             raise MissingRuleError(
                 f"cannot differentiate through the call to {op.attributes['callee']} (at "

@@ -13,7 +13,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from pock_mlir.autodiff import RULES
+from pock_mlir.op_facts import derivative_rules
 
 BEGIN, END = "<!-- ops-table:begin -->", "<!-- ops-table:end -->"
 
@@ -24,7 +24,7 @@ def _note(rule) -> str:
 
 
 def ops_table() -> str:
-    rows = sorted((rule.__module__.rpartition(".")[2], op, _note(rule)) for op, rule in RULES.items())
+    rows = sorted((rule.__module__.rpartition(".")[2], op, _note(rule)) for op, rule in derivative_rules().items())
     lines = ["| op | family | backward |", "| --- | --- | --- |"]
     lines += [f"| `{op}` | {family} | {note} |" for family, op, note in rows]
     return "\n".join(lines) + "\n"

@@ -3,6 +3,8 @@ gates), hardtanh (ReLU6) and clamp (Hardswish and Hardsigmoid decompose into x +
 [0, 6]). Each cotangent is g times the local slope; at a clamp's edges the slope follows torch.
 """
 
+from pock_mlir.op_facts import elementwise
+
 from .base import defrule
 
 
@@ -11,7 +13,7 @@ def indicator(b, condition, like):
     return b.cast(condition, b.type_of(like).dtype)
 
 
-@defrule("aten.sigmoid")
+@defrule("aten.sigmoid", slices=elementwise)
 def sigmoid(b, g, out, x):
     """g y (1 - y)."""
     return (b.mul(g, b.mul(out, b.aten.rsub.Scalar(out, 1.0, 1))),)

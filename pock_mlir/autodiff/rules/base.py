@@ -1,6 +1,7 @@
 """The rule table and the helpers rules share.
 
-A rule is registered under the op's name without the `torch.` prefix and is called as
+A rule is registered under the op's name without the `torch.` prefix (in
+pock_mlir.op_facts.FACTS, with what else the compiler knows of the op) and is called as
 `rule(b, g, out, *args)`: `b` is a TorchBuilder placed at the backward pass, `g` the
 cotangent of the op's result (a tuple for several results, zeros where a result has none),
 `out` its forward result(s), and `args` the forward operands, tensors as values and constants
@@ -13,18 +14,17 @@ transposed convolution); pock-autodiff reports that at the op's source line.
 
 from typing import Callable
 
+from pock_mlir.op_facts import declare
 from pock_mlir.torch_builder import TorchBuilder
 
 Rule = Callable[..., tuple]
-RULES: dict[str, Rule] = {}
 
 
-def defrule(*names: str):
+def defrule(*names: str, **facts):
+    """Register the decorated function as the derivative rule of `names`, with the ops' other
+    facts as keywords (pock_mlir.op_facts.OpFacts: slices=, view=, free=, flops=)."""
     def register(fn: Rule) -> Rule:
-        for name in names:
-            if name in RULES:
-                raise ValueError(f"a derivative rule for {name} is already registered")
-            RULES[name] = fn
+        declare(*names, rule=fn, **facts)
         return fn
 
     return register

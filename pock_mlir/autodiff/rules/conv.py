@@ -24,6 +24,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from pock_mlir.op_facts import convolution_flops, convolution_slices
+
 from .base import defrule
 
 
@@ -147,7 +149,7 @@ def conv_input_grad(b, g, w, window: Window, groups: int):
     return fold(b, cols, window)
 
 
-@defrule("aten.convolution")
+@defrule("aten.convolution", slices=convolution_slices, flops=convolution_flops)
 def convolution(b, g, out, x, w, bias, stride, padding, dilation, transposed, output_padding, groups):
     """Conv1d runs as a Conv2d of height 1; see the module docstring for the forms."""
     if transposed:

@@ -3,82 +3,88 @@
 import numpy as np
 import torch
 
+from pock_mlir.op_facts import (declare, elementwise, expand_slices, matmul_flops, mm_flops, mm_slices, permute_slices,
+                                reshape_slices, sum_dims_slices, t_slices, transpose_slices)
+
 from .base import defrule, unreduce
 
 
 # -- elementwise arithmetic -------------------------------------------------------------
 
-@defrule("aten.add.Tensor")
+@defrule("aten.add.Tensor", slices=elementwise)
 def add_tensor(b, g, out, x, y, alpha):
     return b.sum_to(g, b.shape(x)), b.sum_to(b.mul(g, alpha) if alpha != 1 else g, b.shape(y)), None
 
 
-@defrule("aten.sub.Tensor")
+@defrule("aten.sub.Tensor", slices=elementwise)
 def sub_tensor(b, g, out, x, y, alpha):
     return b.sum_to(g, b.shape(x)), b.sum_to(b.mul(g, -alpha), b.shape(y)), None
 
 
-@defrule("aten.add.Scalar", "aten.sub.Scalar")
+@defrule("aten.add.Scalar", "aten.sub.Scalar", slices=elementwise)
 def add_scalar(b, g, out, x, y, alpha):
     return g, None, None
 
 
-@defrule("aten.rsub.Scalar")
+@defrule("aten.rsub.Scalar", slices=elementwise)
 def rsub_scalar(b, g, out, x, y, alpha):
     return b.mul(g, -alpha), None, None
 
 
-@defrule("aten.mul.Tensor")
+@defrule("aten.mul.Tensor", slices=elementwise)
 def mul_tensor(b, g, out, x, y):
     return b.sum_to(b.mul(g, y), b.shape(x)), b.sum_to(b.mul(g, x), b.shape(y))
 
 
-@defrule("aten.mul.Scalar")
+@defrule("aten.mul.Scalar", slices=elementwise)
 def mul_scalar(b, g, out, x, s):
     return b.mul(g, s), None
 
 
-@defrule("aten.div.Tensor")
+@defrule("aten.div.Tensor", slices=elementwise)
 def div_tensor(b, g, out, x, y):
     gx = b.div(g, y)
     return b.sum_to(gx, b.shape(x)), b.sum_to(b.neg(b.mul(gx, out)), b.shape(y))
 
 
-@defrule("aten.div.Scalar")
+@defrule("aten.div.Scalar", slices=elementwise)
 def div_scalar(b, g, out, x, s):
     return b.div(g, s), None
 
 
-@defrule("aten.neg")
+@defrule("aten.neg", slices=elementwise)
 def neg(b, g, out, x):
     return (b.neg(g),)
 
 
-@defrule("aten.pow.Tensor_Scalar")
+@defrule("aten.pow.Tensor_Scalar", slices=elementwise)
 def pow_tensor_scalar(b, g, out, x, p):
     return b.mul(b.mul(g, b.aten.pow.Tensor_Scalar(x, p - 1)), p), None
 
 
 # -- unary maths --------------------------------------------------------------------------
 
-@defrule("aten.exp")
+@defrule("aten.exp", slices=elementwise)
 def exp(b, g, out, x):
     return (b.mul(g, out),)
 
 
-@defrule("aten.log")
+@defrule("aten.log", slices=elementwise)
 def log(b, g, out, x):
     return (b.div(g, x),)
 
 
-@defrule("aten.relu")
+@defrule("aten.relu", slices=elementwise)
 def relu(b, g, out, x):
     return (b.aten.threshold_backward(g, out, 0),)
 
 
+declare("aten.threshold_backward", slices=elementwise)  # relu's backward, channel-sliced in turn
+
+
 # -- reductions ---------------------------------------------------------------------------
 
-@defrule("aten.sum.dim_IntList")
+@defrule("aten.sum.dim_IntList", slices=sum_dims_slices)
 def sum_dim(b, g, out, x, dims, keepdim, dtype):
     return unreduce(b, g, dims, keepdim, b.shape(x)), None, None, None
 
@@ -117,7 +123,7 @@ def amax(b, g, out, x, dims, keepdim):
 
 # -- linear algebra -----------------------------------------------------------------------
 
-@defrule("aten.mm")
+@defrule("aten.mm", slices=mm_slices, flops=mm_flops)
 def mm(b, g, out, x, w):
     return b.aten.mm(g, b.transpose(w)), b.aten.mm(b.transpose(x), g)
 
@@ -133,7 +139,7 @@ def addmm(b, g, out, bias, x, w, beta, alpha):
 
 # -- shapes -------------------------------------------------------------------------------
 
-@defrule("aten.permute")
+@defrule("aten.permute", slices=permute_slices, free=True)
 def permute(b, g, out, x, dims):
     if dims == [1, 0]:
         return b.matrix_transpose(g), None
@@ -144,25 +150,26 @@ def permute(b, g, out, x, dims):
     return b.aten.permute(g, inverse), None
 
 
-@defrule("aten.transpose.int")
+@defrule("aten.transpose.int", slices=transpose_slices, free=True)
 def transpose(b, g, out, x, dim0, dim1):
     if len(b.shape(x)) == 2 and dim0 % 2 != dim1 % 2:
         return b.matrix_transpose(g), None, None
     return b.transpose(g, dim0, dim1), None, None
 
 
-@defrule("aten.t")
+@defrule("aten.t", slices=t_slices, free=True)
 def t(b, g, out, x):
     return (b.matrix_transpose(g) if len(b.shape(x)) == 2 else g,)  # aten.t leaves rank 0 and 1 as they are
 
 
 @defrule("aten.view", "aten.reshape", "aten._unsafe_view", "prims.squeeze", "aten.squeeze.dim",
-         "aten.squeeze.dims", "aten.squeeze", "aten.unsqueeze", "aten.flatten.using_ints")
+         "aten.squeeze.dims", "aten.squeeze", "aten.unsqueeze", "aten.flatten.using_ints",
+         view=True, slices=reshape_slices)
 def reshape_like(b, g, out, x, *shape_args):
     return (b.reshape(g, b.shape(x)),) + (None,) * len(shape_args)
 
 
-@defrule("aten.expand")
+@defrule("aten.expand", slices=expand_slices, free=True)
 def expand(b, g, out, x, size, implicit):
     return b.sum_to(g, b.shape(x)), None, None
 
@@ -170,6 +177,10 @@ def expand(b, g, out, x, size, implicit):
 @defrule("aten.clone", "aten.alias", "aten.contiguous")
 def identity(b, g, out, x, *rest):
     return (g,) + (None,) * len(rest)
+
+
+declare("aten.clone", slices=elementwise)
+declare("aten.alias", free=True)
 
 
 @defrule("aten.detach")
@@ -183,9 +194,12 @@ def convert(b, g, out, x, *rest):
     return (b.cast(g, b.type_of(x).dtype),) + (None,) * len(rest)
 
 
+declare("prims.convert_element_type", slices=elementwise, free=True)
+
+
 # -- selection ----------------------------------------------------------------------------
 
-@defrule("aten.where.self")
+@defrule("aten.where.self", slices=elementwise)
 def where(b, g, out, cond, x, y):
     zero = b.full((), 0.0, b.type_of(g).dtype)
     gx = b.aten.where.self(cond, g, zero)
@@ -206,3 +220,8 @@ def gather(b, g, out, x, dim, index, sparse_grad):
         hit = b.aten.eq.Tensor(b.cast(index, torch.int32), b.literal(positions))
         return b.aten.where.self(hit, g, b.full((), 0.0, b.type_of(g).dtype)), None, None, None
     return b.aten.scatter_add(b.zeros_like(x), dim, index, g), None, None, None
+
+
+# Fills the backward emits (no derivative rule needed): no FLOPs in the cost model.
+declare("aten.full", "aten.zeros", "aten.ones", "aten.empty.memory_format", "aten.scalar_tensor", free=True)
+declare("aten.matmul", flops=matmul_flops)  # decomposed before autodiff; counted when FLOPs are asked of it

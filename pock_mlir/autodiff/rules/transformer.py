@@ -9,6 +9,8 @@ import math
 
 import torch
 
+from pock_mlir.op_facts import bmm_flops, bmm_slices, elementwise
+
 from .base import defrule, reduced_size, unreduce
 
 
@@ -93,13 +95,13 @@ def var(b, g, out, x, dims, correction, keepdim):
     return _var_input_grad(b, g, x, mean, dims, correction, keepdim), None, None, None
 
 
-@defrule("aten.rsqrt")
+@defrule("aten.rsqrt", slices=elementwise)
 def rsqrt(b, g, out, x):
     """-g y^3 / 2."""
     return (b.mul(b.mul(g, b.mul(b.mul(out, out), out)), -0.5),)
 
 
-@defrule("aten.sqrt")
+@defrule("aten.sqrt", slices=elementwise)
 def sqrt(b, g, out, x):
     """g / (2 y)."""
     return (b.div(b.mul(g, 0.5), out),)
@@ -122,7 +124,7 @@ def rms_norm(b, g, out, x, normalized_shape, weight, eps):
 
 # -- activations and softmax --------------------------------------------------------------
 
-@defrule("aten.tanh")
+@defrule("aten.tanh", slices=elementwise)
 def tanh(b, g, out, x):
     """g (1 - y^2)."""
     return (b.mul(g, b.aten.rsub.Scalar(b.mul(out, out), 1.0, 1)),)
@@ -162,7 +164,7 @@ def log_softmax(b, g, out, x, dim, half_to_float):
 
 # -- batched matmul -----------------------------------------------------------------------
 
-@defrule("aten.bmm")
+@defrule("aten.bmm", slices=bmm_slices, flops=bmm_flops)
 def bmm(b, g, out, x, y):
     """bmm(g, y^T), bmm(x^T, g)."""
     return b.aten.bmm(g, b.transpose(y)), b.aten.bmm(b.transpose(x), g)
@@ -170,13 +172,13 @@ def bmm(b, g, out, x, y):
 
 # -- slicing, concatenation, repetition ---------------------------------------------------
 
-@defrule("aten.slice.Tensor")
+@defrule("aten.slice.Tensor", free=True)
 def slice_tensor(b, g, out, x, dim, start, end, step):
     """slice_scatter of g into zeros."""
     return b.aten.slice_scatter(b.zeros_like(x), g, dim, start, end, step), None, None, None, None
 
 
-@defrule("aten.select.int")
+@defrule("aten.select.int", free=True)
 def select(b, g, out, x, dim, index):
     """select_scatter of g into zeros."""
     return b.aten.select_scatter(b.zeros_like(x), g, dim, index), None, None
@@ -205,7 +207,7 @@ def repeat(b, g, out, x, repeats):
 
 # -- ops whose result does not change with their tensor operand ----------------------------
 
-@defrule("aten.full_like", "aten.zeros_like", "aten.ones_like", "aten.empty_like")
+@defrule("aten.full_like", "aten.zeros_like", "aten.ones_like", "aten.empty_like", free=True)
 def constant_valued(b, g, out, *args):
     """No gradient: the result's values do not depend on the operand's."""
     return (None,) * len(args)

@@ -1,0 +1,202 @@
+"""What the compiler knows of each torch op besides its IR, in one table (FACTS) filled where
+the op's derivative rule is defined (pock_mlir/autodiff/rules/, through `defrule`'s keywords):
+its derivative rule (pock-autodiff), how a channel slice of its result maps to slices of its
+operands (pock-sparse-bp), whether it only views or fills data, and its FLOPs (the cost model,
+pock_mlir/cost.py), and whether it has effects beyond its results (pock-dce). An op that has
+facts but no derivative rule (a backward-only op such as threshold_backward, a fill) is
+declared with `declare`.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Callable
+
+from torch_mlir import ir
+
+from pock_mlir.torch_builder import constant_value, decode_operand
+from pock_mlir.torch_types import tensor_type_of
+
+
+@dataclass
+class OpFacts:
+    rule: Callable | None = None  # the derivative rule (pock_mlir/autodiff/rules/base.py says how it is called)
+    slices: Callable | None = None  # (op, Slice of its result) -> a Slice or None per operand, or None: see below
+    view: bool = False  # the same elements in another shape: sparse BP rebuilds it as aten.view; no FLOPs
+    free: bool = False  # moves, views or fills data: no FLOPs
+    flops: Callable | None = None  # (op) -> FLOPs; None: the element count of its largest operand or result
+    effectful: bool = False  # effects beyond its results: pock-dce never erases it
+
+
+FACTS: dict[str, OpFacts] = {}
+NO_FACTS = OpFacts()
+
+
+def declare(*names: str, **facts) -> None:
+    """Record facts of ops by name (without the `torch.` prefix); each fact is stated once."""
+    for name in names:
+        entry = FACTS.setdefault(name, OpFacts())
+        for fact, value in facts.items():
+            if getattr(entry, fact) not in (None, False):
+                raise ValueError(f"{name}: {fact} is already declared")
+            setattr(entry, fact, value)
+
+
+def op_key(op: ir.Operation) -> str:
+    """An op's name as FACTS and the rules know it: `aten.mm` for `torch.aten.mm`."""
+    return op.name.removeprefix("torch.")
+
+
+def _registered() -> dict[str, OpFacts]:
+    """FACTS, once the rule files (which fill it) are imported; imported here, not at the top,
+    because they import this module."""
+    import pock_mlir.autodiff.rules  # noqa: F401
+
+    return FACTS
+
+
+def facts_of(op: ir.Operation) -> OpFacts:
+    return _registered().get(op_key(op), NO_FACTS)
+
+
+def derivative_rules() -> dict[str, Callable]:
+    return {name: facts.rule for name, facts in _registered().items() if facts.rule is not None}
+
+
+def param_name(op: ir.Operation) -> str:
+    """The state_dict name a pock.param op marks."""
+    return ir.StringAttr(op.attributes["param_name"]).value
+
+
+# -- how a slice of an op's result maps to slices of its operands ----------------------------
+# A slice rule gets the op and the slice of its (single) result that every user wants, and
+# returns one Slice or None (the whole operand, or a non-tensor operand) per operand, or None
+# when the op cannot compute only that slice.
+
+@dataclass(frozen=True)
+class Slice:
+    """The leading `size` entries of dimension `dim`."""
+
+    dim: int
+    size: int
+
+
+# -- how a slice of an op's result maps to slices of its operands ----------------------------
+# A rule gets the op and the slice of its (single) result that every user wants, and returns
+# one Slice or None (the whole operand, or a non-tensor operand) per operand, or None when
+# the op cannot compute only that slice.
+
+def shape_of(value: ir.Value) -> tuple[int, ...]:
+    return tensor_type_of(value).shape
+
+
+def elementwise(op, s: Slice):
+    out = shape_of(op.results[0])
+    slices = []
+    for x in op.operands:
+        t = tensor_type_of(x)
+        if t is None:
+            slices.append(None)
+            continue
+        dim = s.dim - (len(out) - t.rank)  # broadcasting aligns dimensions from the right
+        slices.append(Slice(dim, s.size) if dim >= 0 and t.shape[dim] == out[s.dim] else None)
+    return slices
+
+
+def mm_slices(op, s: Slice):
+    return [Slice(0, s.size), None] if s.dim == 0 else [None, Slice(1, s.size)]
+
+
+def bmm_slices(op, s: Slice):
+    return [[Slice(0, s.size), Slice(0, s.size)], [Slice(1, s.size), None], [None, Slice(2, s.size)]][s.dim]
+
+
+def permute_slices(op, s: Slice):
+    dims = decode_operand(op.operands[1])
+    return [Slice(dims[s.dim] % len(dims), s.size), None]
+
+
+def transpose_slices(op, s: Slice):
+    rank = len(shape_of(op.results[0]))
+    d0, d1 = (decode_operand(o) % rank for o in op.operands[1:])
+    dim = d1 if s.dim == d0 else d0 if s.dim == d1 else s.dim
+    return [Slice(dim, s.size), None, None]
+
+
+def t_slices(op, s: Slice):
+    return [Slice(len(shape_of(op.results[0])) - 1 - s.dim, s.size)]
+
+
+def sum_dims_slices(op, s: Slice):
+    rank = len(shape_of(op.operands[0]))
+    dims = decode_operand(op.operands[1])
+    reduced = set(range(rank)) if not dims else {d % rank for d in dims}
+    kept = list(range(rank)) if decode_operand(op.operands[2]) else [d for d in range(rank) if d not in reduced]
+    return [Slice(kept[s.dim], s.size)] + [None] * (len(op.operands) - 1)
+
+
+def reshape_slices(op, s: Slice):
+    """A leading slice of a reshape's dim d is a leading slice of the input dim that starts at
+    the same flat offset and whose trailing block divides d's, if there is one."""
+    src, out = shape_of(op.operands[0]), shape_of(op.results[0])
+    lead, trail = math.prod(out[:s.dim]), math.prod(out[s.dim + 1:])
+    for dim in range(len(src)):
+        src_trail = math.prod(src[dim + 1:])
+        if math.prod(src[:dim]) == lead and src[dim] > 1 and trail % src_trail == 0:
+            return [Slice(dim, s.size * trail // src_trail)] + [None] * (len(op.operands) - 1)
+    return None
+
+
+def expand_slices(op, s: Slice):
+    out, src = shape_of(op.results[0]), shape_of(op.operands[0])
+    dim = s.dim - (len(out) - len(src))
+    return [Slice(dim, s.size) if dim >= 0 and src[dim] == out[s.dim] else None, None, None]
+
+
+def convolution_slices(op, s: Slice):
+    """convolution(input, weight, bias, stride, padding, dilation, transposed, output_padding,
+    groups): the output's batch rows come from the input's, its channels from the weight's
+    (ungrouped, not transposed)."""
+    if s.dim == 0:
+        return [Slice(0, s.size)] + [None] * (len(op.operands) - 1)
+    if s.dim == 1 and not decode_operand(op.operands[6]) and decode_operand(op.operands[8]) == 1:
+        bias = None if tensor_type_of(op.operands[2]) is None else Slice(0, s.size)
+        return [None, Slice(0, s.size), bias] + [None] * (len(op.operands) - 3)
+    return None
+
+
+# -- FLOPs of the ops that are not one operation per element (pock_mlir/cost.py) --------------
+
+def numel(value: ir.Value) -> int:
+    t = tensor_type_of(value)
+    return t.numel if t is not None else 0
+
+
+def mm_flops(op) -> int:
+    (m, k), (_, n) = shape_of(op.operands[0]), shape_of(op.operands[1])
+    return 2 * m * k * n
+
+
+def bmm_flops(op) -> int:
+    (b, m, k), (_, _, n) = shape_of(op.operands[0]), shape_of(op.operands[1])
+    return 2 * b * m * k * n
+
+
+def matmul_flops(op) -> int:
+    """Every output element is a length-k dot product."""
+    return 2 * numel(op.results[0]) * shape_of(op.operands[0])[-1]
+
+
+
+def convolution_flops(op) -> int:
+    weight = shape_of(op.operands[1])
+    transposed, kernel = constant_value(op.operands[6]), math.prod(weight[2:])
+    if transposed:  # every input element meets out_channels/groups * kernel weights
+        return 2 * numel(op.operands[0]) * weight[1] * kernel
+    return 2 * numel(op.results[0]) * weight[1] * kernel
+
+
+# Torch ops pock never differentiates or emits, which pock-dce must keep: effects beyond results.
+declare("runtime.assert", "prim.Print", "overwrite.tensor.contents", "copy.to_tensor", "prim.RaiseException",
+        effectful=True)
