@@ -8,8 +8,8 @@ that stays in place. Values only move earlier, so no lifetime grows.
 
 Under IREE the effect on memory is nil so far: IREE fuses an elementwise update into the
 dispatch that produces its gradient wherever the update sits, so the gradient is never a
-buffer (BERT-like, AdamW: the same 126 MB transient slab per step with and without this pass,
-measured with IREE's HAL profiling). The order matters to runtimes that execute and free in
+buffer (the same transient slab per step with and without this pass, measured with IREE's
+HAL profiling; the bench's "no reorder-updates" rows, bench/results.md). The order matters to runtimes that execute and free in
 program order, and it makes the IR read as the schedule PockEngine describes.
 
 Roots are the optimizer ops before pock-lower-optimizers (`roots=optimizer`); after

@@ -62,7 +62,8 @@ def _normalize_arch(machine: str) -> str:
     return {"amd64": "x86_64", "arm64": "aarch64"}.get(machine.lower(), machine.lower())
 
 
-# Flags every CPU target shares: im2col for convolutions measured 2.2x faster forward here.
+# Flags every CPU target shares: im2col for convolutions measured faster forward here
+# (python -m bench.iree_study convs; pock_mlir/tuning/host.json).
 _CPU_COMMON = ("--iree-global-opt-use-im2col-for-convs",)
 # Per program, where pock-backend-switch chooses it (TrainingProgram.iree_flags): IREE's data
 # tiling through the global-optimization phase. Its default path (--iree-opt-data-tiling) fails

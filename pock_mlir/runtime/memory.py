@@ -10,7 +10,7 @@ not shrink between steps. Other C libraries are left alone.
 
 Set-up is different: the host zeros the Trainer uploads as optimizer state and spare buffers are
 freed once uploaded and no step reuses them, so the Trainer gives them back after set-up
-(release_freed_memory; 17 MB on the ResNet bench model's sparse step).
+(release_freed_memory; the bench's peak-memory column shows it, bench/results.md).
 """
 
 from __future__ import annotations

@@ -43,7 +43,8 @@ class Trainer:
         """program: a TrainingProgram or a pock_mlir.bundle.Bundle; device: an IREE driver
         (local-task, local-sync, vulkan, cuda), by default the target's. retain_memory keeps
         the memory each step frees mapped for the next one (process-wide, glibc only; see
-        pock_mlir/runtime/memory.py): measured on the LLaMA bench model, steps take ~25% less time."""
+        pock_mlir/runtime/memory.py; the bench's "freed memory not retained" rows measure it,
+        bench/results.md)."""
         if retain_memory:
             retain_freed_memory()
         self.signature = program.signature

@@ -3,8 +3,8 @@
 Modules are compiled with `--iree-torch-externalize-transients` (pock_mlir.targets): each
 function takes, after its tensors, a `!hal.buffer` for the intermediate values of its dispatches,
 and records the bytes it needs in its reflection. Without it, IREE's local-task driver allocated
-that slab on every call and kept the previous call's slab mapped as well: on the BERT bench
-model's sparse step, two 52 MB slabs of a 54.5 MB transient pack. The Trainer allocates one
+that slab on every call and kept the previous call's slab mapped as well (two slabs per step:
+see the bench's peak memory, bench/results.md). The Trainer allocates one
 buffer of the largest size its functions need and passes it to each call (calls run one at a
 time). iree-run-module passes one as `--input="&<bytes>xi8"` (bundle run_step.sh).
 """

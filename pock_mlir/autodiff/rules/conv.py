@@ -70,7 +70,7 @@ def fold(b, cols, window: Window, tap_weights=None):
     """col2im, the transpose of `unfold`: cols [N, C, kh*kw, Ho, Wo] summed into the input
     positions each offset was read from. With tap_weights [C, kh*kw], cols is one [N, C, Ho, Wo]
     map that every offset reads, times that offset's per-channel weight (the depthwise input
-    gradient, without a k*k times larger cols tensor: 1.3-3.4x faster under IREE).
+    gradient, without a k*k times larger cols tensor: faster under IREE, pock_mlir/tuning/host.json).
 
     Padded row i*d + s*t is row (i*d)//s + t of phase (i*d)%s once the rows are split into s
     interleaved phases, so each phase is a sum of shifted slices of cols, padded once (no

@@ -212,7 +212,7 @@ def gather(b, g, out, x, dim, index, sparse_grad):
     """scatter_add of g into zeros; with one index per row (cross-entropy), where(position == index, g, 0).
 
     The select is elementwise and IREE fuses it into its consumer, where a scatter materialises a
-    zero-filled tensor the size of x (31 MB for the LLaMA bench model's logits)."""
+    zero-filled tensor the size of x (a language model's logits)."""
     shape, dim = b.shape(x), dim % len(b.shape(x))
     if b.shape(index) == shape[:dim] + (1,) + shape[dim + 1:]:
         # int32: GPUs without 64-bit integers (the portable Vulkan profile) cannot compare int64

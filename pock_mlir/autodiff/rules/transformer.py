@@ -25,8 +25,8 @@ def zero_where(b, cond, x):
 def embedding(b, g, out, weight, indices, padding_idx, scale_grad_by_freq, sparse):
     """index_put(zeros, [ids], g, accumulate=True); padding_idx rows get no gradient.
 
-    IREE lowers the accumulating index_put to one scatter: 25 ms where a one-hot matmul takes
-    288 ms (scatter_add 27 ms) for vocab 32000, 512 tokens, width 256 on two EPYC cores.
+    IREE lowers the accumulating index_put to one scatter, many times faster than a one-hot
+    matmul over a large vocabulary and as fast as scatter_add.
     """
     vocab, dim = b.shape(weight)
     ids = b.reshape(indices, [-1])
