@@ -1,5 +1,6 @@
 """Every pock pass, registered by its command-line name in this one place."""
 
+from .pock_apply_sparse_config import ApplySparseConfigPass
 from .pock_autodiff import AutodiffPass
 from .pock_backend_switch import BackendSwitchPass
 from .pock_dce import DeadCodeEliminationPass
@@ -12,6 +13,7 @@ from .pock_strip_params import StripParamsPass
 PASSES = {
     p.name: p
     for p in (
+        ApplySparseConfigPass,
         AutodiffPass,
         BackendSwitchPass,
         DeadCodeEliminationPass,

@@ -306,7 +306,7 @@ def test_compile_training_reports_scheme_errors():
         pock.compile_training(make_mlp(), x, y, sparse={"9": "full"})
 
 
-# -- pock-sparse-bp{config=FILE} on a training-stage module ------------------------------------
+# -- pock-apply-sparse-config{config=FILE} on a training-stage module --------------------------
 
 STEP_IR = """
 func.func @step(%w0: !torch.vtensor<[4,3],f32>, %w1: !torch.vtensor<[8,4],f32>, %x: !torch.vtensor<[5,3],f32>) -> (!torch.vtensor<[],f32>, !torch.vtensor<[4,4],f32>) {
@@ -335,5 +335,5 @@ def test_config_option_errors(tmp_path, capsys, config, message):
 
     (tmp_path / "step.mlir").write_text(STEP_IR)
     (tmp_path / "s.json").write_text(json.dumps(config))
-    assert pock_opt([str(tmp_path / "step.mlir"), "-p", f"pock-sparse-bp{{config={tmp_path / 's.json'}}}"]) == 1
+    assert pock_opt([str(tmp_path / "step.mlir"), "-p", f"pock-apply-sparse-config{{config={tmp_path / 's.json'}}}"]) == 1
     assert message in capsys.readouterr().err

@@ -9,7 +9,7 @@
 
 // CHECK-NOT: Traceback
 // CHECK: pock-opt: error: unknown pass or bad options in 'pock-autodif' ({{.*}}'pock-autodif' does not refer to a registered pass or pass pipeline).
-// CHECK-NEXT: Did you mean 'pock-autodiff'? pock passes: pock-autodiff, {{.*}}pock-strip-params; any upstream MLIR pass is accepted too
+// CHECK-NEXT: Did you mean 'pock-autodiff'? pock passes: pock-apply-sparse-config, pock-autodiff, {{.*}}pock-strip-params; any upstream MLIR pass is accepted too
 // CHECK-NOT: Traceback
 
 // NESTED: pock-opt: error: pock passes run on the whole module, so 'pock-dce' cannot be nested in 'func.func(pock-dce)'; list it at the top level of the pipeline
