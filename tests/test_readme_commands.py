@@ -18,6 +18,7 @@ import torch
 import torch.nn as nn
 
 import pock_mlir as pock
+from pock_mlir.runtime import Trainer
 
 REPO = Path(__file__).resolve().parents[1]
 VENV_BIN = Path(sys.executable).parent
@@ -52,13 +53,58 @@ def test_pock_opt_block(tmp_path):
     model = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 4))
     program = pock.compile_training(model, torch.randn(4, 8), torch.tensor([0, 1, 2, 3]), optimizer=pock.SGD(lr=0.1))
     (cwd / "step.mlir").write_text(program.ir("training"))
+    checked = set()
     for command in commands:
         done = run(command, cwd)
         assert done.returncode == 0, f"{command}\n{done.stderr[-2000:]}"
         assert "Traceback" not in done.stderr, command
+        (key,) = [k for k in POCK_OPT_OUTPUTS if k in command] or [None]
+        assert key is not None, f"no expected output for the README's `{command}`: add one to POCK_OPT_OUTPUTS"
+        POCK_OPT_OUTPUTS[key](done, cwd)
+        checked.add(key)
+    assert checked == set(POCK_OPT_OUTPUTS), f"the README no longer shows {set(POCK_OPT_OUTPUTS) - checked}"
+
+
+def _lowered(done, cwd):
     lowered = (cwd / "out.mlir").read_text()
     assert "pock.grad" not in lowered and "pock.sgd" not in lowered and "torch.aten.mm" in lowered
+
+
+def _every_chunk_failed_as_annotated(done, cwd):
+    assert "expected-error" in (cwd / "lit_tests/dialect/invalid.mlir").read_text()
+    assert done.stdout == "" and done.stderr == ""
+
+
+def _report(done, cwd):
+    assert "sparse backpropagation report: @train_step" in done.stdout and "4 of 4 parameters trained" in done.stdout
+
+
+def _passes(done, cwd):
+    assert "pock-autodiff:" in done.stdout and "pock-sparse-bp:" in done.stdout
+
+
+def _dumps(done, cwd):
+    assert "IR Dump After InlinerPass" in done.stderr and "IR Dump After pock-autodiff" in done.stderr
+
+
+def _irdl(done, cwd):
     assert "irdl.dialect @pock" in (cwd / "pock.irdl.mlir").read_text()
+
+
+def _iree_opt_reads_pock_ir(done, cwd):
+    assert '"pock.grad"' in done.stdout
+
+
+# What each command of the pock-opt block must produce, by a part of the command unique to it.
+POCK_OPT_OUTPUTS = {
+    "-o out.mlir": _lowered,
+    "--pock-report": _report,
+    "--list-passes": _passes,
+    "--verify-diagnostics": _every_chunk_failed_as_annotated,
+    "--mlir-print-ir-after-all": _dumps,
+    "--emit-irdl": _irdl,
+    "iree-opt --irdl-file": _iree_opt_reads_pock_ir,
+}
 
 
 def test_deploying_block(tmp_path):
@@ -84,8 +130,14 @@ def test_deploying_block(tmp_path):
     for command in needs_qemu:
         done = run(command, cwd)
         assert done.returncode == 0, f"{command}\n{done.stderr[-2000:]}"
-    loss = np.load(cwd / "arm-out" / "loss.npy")
-    assert loss.shape == () and np.isfinite(loss) and 0 < loss < 10
+    # The oracle: the host bundle's first step on the same batch (args/batch) through the Python runtime.
+    host = Trainer.from_bundle(cwd / "bundle")
+    batch = cwd / "bundle" / "args" / "batch"
+    want = host.step(np.load(batch / "input0.npy"), np.load(batch / "target.npy"))
+    assert float(np.load(cwd / "arm-out" / "loss.npy")) == pytest.approx(want, rel=1e-5)
+    np.testing.assert_allclose(np.load(cwd / "arm-out" / "params" / "4.weight.npy"), host.state_dict()["4.weight"],
+                               rtol=1e-5, atol=1e-6)
+    assert not (cwd / "arm-out" / "params" / "0.weight.npy").exists()  # frozen under last-2
 
 
 def test_run_step_names_a_missing_runtime(tmp_path):
