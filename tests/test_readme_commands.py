@@ -107,9 +107,12 @@ POCK_OPT_OUTPUTS = {
 }
 
 
-def test_deploying_block(tmp_path):
+@pytest.fixture(scope="module")
+def deployed(tmp_path_factory):
+    """A scratch repository root in which the Deploying block's commands but the qemu one have run
+    (each of its models compiled once); returns (directory, the qemu commands)."""
     commands = readme_block("## Deploying to a device")
-    cwd = user_directory(tmp_path)
+    cwd = user_directory(tmp_path_factory.mktemp("deploying"))
     needs_qemu = [c for c in commands if "qemu-aarch64" in c]
     for command in commands:
         if command in needs_qemu:
@@ -118,6 +121,11 @@ def test_deploying_block(tmp_path):
         assert done.returncode == 0, f"{command}\n{done.stderr[-2000:]}"
         if command.startswith("pock-train"):
             assert "epoch 5/5" in done.stderr + done.stdout, done.stderr[-2000:]
+    return cwd, needs_qemu
+
+
+def test_deploying_block(deployed):
+    cwd, needs_qemu = deployed
     assert (cwd / "run.ckpt").is_file() and (cwd / "bundle" / "tuned.safetensors").is_file()
     assert (cwd / "bundle-arm" / "manifest.json").is_file()
     missing = [what for what, found in (
@@ -140,16 +148,15 @@ def test_deploying_block(tmp_path):
     assert not (cwd / "arm-out" / "params" / "0.weight.npy").exists()  # frozen under last-2
 
 
-def test_run_step_names_a_missing_runtime(tmp_path):
-    """From another directory, a relative runtime path is reported instead of failing silently."""
-    commands = readme_block("## Deploying to a device")
-    cwd = user_directory(tmp_path)
-    compile_host = next(c for c in commands if c.startswith("pock-compile") and "--target" not in c)
-    assert run(compile_host, cwd).returncode == 0
-    elsewhere = tmp_path / "elsewhere"
-    elsewhere.mkdir()
-    for runtime, said in ((".cache/iree-aarch64/3.13.0/iree-run-module", "does not exist"),
-                          ("no-such-iree-run-module", "not found")):
-        done = subprocess.run(["sh", str(cwd / "bundle" / "run_step.sh"), "out"], cwd=elsewhere, capture_output=True,
-                              text=True, env=dict(os.environ, IREE_RUN_MODULE=runtime))
-        assert done.returncode == 127 and said in done.stderr and runtime in done.stderr, done.stderr
+def test_run_step_names_a_missing_runtime(deployed, tmp_path):
+    """From another directory, a relative runtime path is reported instead of failing silently; so
+    are a command that does not exist and one that fails."""
+    cwd, _ = deployed
+    env = dict(os.environ, PATH=f"{VENV_BIN}{os.pathsep}{os.environ['PATH']}")
+    for runtime, code, said in ((".cache/iree-aarch64/3.13.0/iree-run-module", 127, "does not exist"),
+                                ("no-such-iree-run-module", 127, "not found"),
+                                ("iree-run-module --no-such-flag", 1, "failed with exit code 1")):
+        done = subprocess.run(["sh", str(cwd / "bundle" / "run_step.sh"), "out"], cwd=tmp_path, capture_output=True,
+                              text=True, env=dict(env, IREE_RUN_MODULE=runtime))
+        assert done.returncode == code and said in done.stderr and runtime in done.stderr, done.stderr
+        assert not (tmp_path / "out" / "loss.npy").exists()
