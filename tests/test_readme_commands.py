@@ -18,6 +18,7 @@ import torch
 import torch.nn as nn
 
 import pock_mlir as pock
+from pock_mlir.runtime import Trainer
 
 REPO = Path(__file__).resolve().parents[1]
 VENV_BIN = Path(sys.executable).parent
@@ -52,18 +53,66 @@ def test_pock_opt_block(tmp_path):
     model = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 4))
     program = pock.compile_training(model, torch.randn(4, 8), torch.tensor([0, 1, 2, 3]), optimizer=pock.SGD(lr=0.1))
     (cwd / "step.mlir").write_text(program.ir("training"))
+    checked = set()
     for command in commands:
         done = run(command, cwd)
         assert done.returncode == 0, f"{command}\n{done.stderr[-2000:]}"
         assert "Traceback" not in done.stderr, command
+        (key,) = [k for k in POCK_OPT_OUTPUTS if k in command] or [None]
+        assert key is not None, f"no expected output for the README's `{command}`: add one to POCK_OPT_OUTPUTS"
+        POCK_OPT_OUTPUTS[key](done, cwd)
+        checked.add(key)
+    assert checked == set(POCK_OPT_OUTPUTS), f"the README no longer shows {set(POCK_OPT_OUTPUTS) - checked}"
+
+
+def _lowered(done, cwd):
     lowered = (cwd / "out.mlir").read_text()
     assert "pock.grad" not in lowered and "pock.sgd" not in lowered and "torch.aten.mm" in lowered
+
+
+def _every_chunk_failed_as_annotated(done, cwd):
+    assert "expected-error" in (cwd / "lit_tests/dialect/invalid.mlir").read_text()
+    assert done.stdout == "" and done.stderr == ""
+
+
+def _report(done, cwd):
+    assert "sparse backpropagation report: @train_step" in done.stdout and "4 of 4 parameters trained" in done.stdout
+
+
+def _passes(done, cwd):
+    assert "pock-autodiff:" in done.stdout and "pock-sparse-bp:" in done.stdout
+
+
+def _dumps(done, cwd):
+    assert "IR Dump After InlinerPass" in done.stderr and "IR Dump After pock-autodiff" in done.stderr
+
+
+def _irdl(done, cwd):
     assert "irdl.dialect @pock" in (cwd / "pock.irdl.mlir").read_text()
 
 
-def test_deploying_block(tmp_path):
+def _iree_opt_reads_pock_ir(done, cwd):
+    assert '"pock.grad"' in done.stdout
+
+
+# What each command of the pock-opt block must produce, by a part of the command unique to it.
+POCK_OPT_OUTPUTS = {
+    "-o out.mlir": _lowered,
+    "--pock-report": _report,
+    "--list-passes": _passes,
+    "--verify-diagnostics": _every_chunk_failed_as_annotated,
+    "--mlir-print-ir-after-all": _dumps,
+    "--emit-irdl": _irdl,
+    "iree-opt --irdl-file": _iree_opt_reads_pock_ir,
+}
+
+
+@pytest.fixture(scope="module")
+def deployed(tmp_path_factory):
+    """A scratch repository root in which the Deploying block's commands but the qemu one have run
+    (each of its models compiled once); returns (directory, the qemu commands)."""
     commands = readme_block("## Deploying to a device")
-    cwd = user_directory(tmp_path)
+    cwd = user_directory(tmp_path_factory.mktemp("deploying"))
     needs_qemu = [c for c in commands if "qemu-aarch64" in c]
     for command in commands:
         if command in needs_qemu:
@@ -72,6 +121,13 @@ def test_deploying_block(tmp_path):
         assert done.returncode == 0, f"{command}\n{done.stderr[-2000:]}"
         if command.startswith("pock-train"):
             assert "epoch 5/5" in done.stderr + done.stdout, done.stderr[-2000:]
+        if command.startswith("pock-compile"):  # stages on a terminal only (tests/test_tools.py)
+            assert "exporting the model" not in done.stderr and "[pock]" not in done.stderr, done.stderr
+    return cwd, needs_qemu
+
+
+def test_deploying_block(deployed):
+    cwd, needs_qemu = deployed
     assert (cwd / "run.ckpt").is_file() and (cwd / "bundle" / "tuned.safetensors").is_file()
     assert (cwd / "bundle-arm" / "manifest.json").is_file()
     missing = [what for what, found in (
@@ -84,20 +140,25 @@ def test_deploying_block(tmp_path):
     for command in needs_qemu:
         done = run(command, cwd)
         assert done.returncode == 0, f"{command}\n{done.stderr[-2000:]}"
-    loss = np.load(cwd / "arm-out" / "loss.npy")
-    assert loss.shape == () and np.isfinite(loss) and 0 < loss < 10
+    # The oracle: the host bundle's first step on the same batch (args/batch) through the Python runtime.
+    host = Trainer.from_bundle(cwd / "bundle")
+    batch = cwd / "bundle" / "args" / "batch"
+    want = host.step(np.load(batch / "input0.npy"), np.load(batch / "target.npy"))
+    assert float(np.load(cwd / "arm-out" / "loss.npy")) == pytest.approx(want, rel=1e-5)
+    np.testing.assert_allclose(np.load(cwd / "arm-out" / "params" / "4.weight.npy"), host.state_dict()["4.weight"],
+                               rtol=1e-5, atol=1e-6)
+    assert not (cwd / "arm-out" / "params" / "0.weight.npy").exists()  # frozen under last-2
 
 
-def test_run_step_names_a_missing_runtime(tmp_path):
-    """From another directory, a relative runtime path is reported instead of failing silently."""
-    commands = readme_block("## Deploying to a device")
-    cwd = user_directory(tmp_path)
-    compile_host = next(c for c in commands if c.startswith("pock-compile") and "--target" not in c)
-    assert run(compile_host, cwd).returncode == 0
-    elsewhere = tmp_path / "elsewhere"
-    elsewhere.mkdir()
-    for runtime, said in ((".cache/iree-aarch64/3.13.0/iree-run-module", "does not exist"),
-                          ("no-such-iree-run-module", "not found")):
-        done = subprocess.run(["sh", str(cwd / "bundle" / "run_step.sh"), "out"], cwd=elsewhere, capture_output=True,
-                              text=True, env=dict(os.environ, IREE_RUN_MODULE=runtime))
-        assert done.returncode == 127 and said in done.stderr and runtime in done.stderr, done.stderr
+def test_run_step_names_a_missing_runtime(deployed, tmp_path):
+    """From another directory, a relative runtime path is reported instead of failing silently; so
+    are a command that does not exist and one that fails."""
+    cwd, _ = deployed
+    env = dict(os.environ, PATH=f"{VENV_BIN}{os.pathsep}{os.environ['PATH']}")
+    for runtime, code, said in ((".cache/iree-aarch64/3.13.0/iree-run-module", 127, "does not exist"),
+                                ("no-such-iree-run-module", 127, "not found"),
+                                ("iree-run-module --no-such-flag", 1, "failed with exit code 1")):
+        done = subprocess.run(["sh", str(cwd / "bundle" / "run_step.sh"), "out"], cwd=tmp_path, capture_output=True,
+                              text=True, env=dict(env, IREE_RUN_MODULE=runtime))
+        assert done.returncode == code and said in done.stderr and runtime in done.stderr, done.stderr
+        assert not (tmp_path / "out" / "loss.npy").exists()

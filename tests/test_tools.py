@@ -3,6 +3,7 @@
 import importlib.util
 import json
 import os
+import pty
 import subprocess
 import sys
 from pathlib import Path
@@ -34,15 +35,30 @@ def example():
 
 
 @pytest.fixture(scope="module")
-def bundle(tmp_path_factory):
-    """The digits MLP with its first layer frozen, through the pock-compile console script."""
+def compiled(tmp_path_factory):
+    """The digits MLP with its first layer frozen, through the pock-compile console script with its
+    stderr on a terminal, as in an interactive shell; returns (bundle, what the terminal showed)."""
     root = tmp_path_factory.mktemp("tools")
     (root / "sparse.yaml").write_text('default: full\n"0": frozen\n')
-    result = subprocess.run([VENV_BIN / "pock-compile", EXAMPLE, "--optimizer", "sgd:lr=0.1,momentum=0.9",
-                             "--sparse", root / "sparse.yaml", "-o", root / "bundle"], capture_output=True, text=True)
-    assert result.returncode == 0, result.stderr
+    leader, follower = pty.openpty()
+    try:
+        result = subprocess.run([VENV_BIN / "pock-compile", EXAMPLE, "--optimizer", "sgd:lr=0.1,momentum=0.9",
+                                 "--sparse", root / "sparse.yaml", "-o", root / "bundle"], stdout=subprocess.PIPE,
+                                stderr=follower, text=True)
+        os.close(follower)
+        shown = b""
+        while chunk := _read_pty(leader):
+            shown += chunk
+    finally:
+        os.close(leader)
+    assert result.returncode == 0, shown.decode()
     assert "wrote" in result.stdout
-    return root / "bundle"
+    return root / "bundle", shown.decode()
+
+
+@pytest.fixture(scope="module")
+def bundle(compiled):
+    return compiled[0]
 
 
 @pytest.fixture(scope="module")
@@ -211,25 +227,11 @@ def test_example_model_files_follow_the_contract(name):
         assert data[f"y_{split}"].shape[1:] == tuple(target.shape[1:]) and data[f"y_{split}"].dtype == target.numpy().dtype
 
 
-def test_compile_shows_its_stages_on_a_terminal(tmp_path):
-    """On a terminal pock-compile says what it is doing before each long stage; in a pipe it is quiet."""
-    import pty
-
-    leader, follower = pty.openpty()
-    try:
-        result = subprocess.run([VENV_BIN / "pock-compile", EXAMPLE, "-o", tmp_path / "tty"], stdout=subprocess.PIPE,
-                                stderr=follower, text=True)
-        os.close(follower)
-        shown = b""
-        while chunk := _read_pty(leader):
-            shown += chunk
-    finally:
-        os.close(leader)
-    assert result.returncode == 0
-    shown = shown.decode()
+def test_compile_shows_its_stages_on_a_terminal(compiled):
+    """On a terminal pock-compile says what it is doing before each long stage (in a pipe it is
+    quiet: tests/test_readme_commands.py checks that)."""
+    shown = compiled[1]
     assert shown.index("exporting the model") < shown.index("autodiff stage done") < shown.index("compiling with IREE")
-    piped = subprocess.run([VENV_BIN / "pock-compile", EXAMPLE, "-o", tmp_path / "pipe"], capture_output=True, text=True)
-    assert piped.returncode == 0 and "[pock]" not in piped.stderr
 
 
 def _read_pty(fd) -> bytes:

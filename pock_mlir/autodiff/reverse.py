@@ -34,7 +34,7 @@ _LIBRARY_PARTS = (f"{os.sep}torch{os.sep}", f"{os.sep}pock_mlir{os.sep}", "site-
 def describe_location(loc: ir.Location) -> str:
     """The model's own source line for an op: the innermost frame outside torch and pock_mlir
     (callsite locations list the innermost frame first), with the library frame it came through."""
-    # "-" is the name MLIR gives text parsed from a string (pock-opt's stdin or split chunks)
+    # "-" is the name MLIR gives text parsed from a string without one (pock-opt names its input)
     frames = [f"line {line}" if path == "-" else f"{path}:{line}" for path, line in _FRAME.findall(str(loc))]
     if not frames:
         return str(loc)

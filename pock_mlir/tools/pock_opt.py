@@ -62,16 +62,32 @@ def _collect(diags) -> list[Diagnostic]:
     return found
 
 
-def process(chunk: str, pipeline: str, print_ir_after_all: bool,
-            path: str | None = None) -> tuple[str | None, list[Diagnostic]]:
-    """Parse and transform one chunk (read from `path` when given, so that locations inside
-    messages name the file); returns (output IR or None, diagnostics)."""
+def _mlir_string(text: str) -> str:
+    return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def parse(chunk: str, source_name: str) -> ir.Module:
+    """The chunk as a module whose locations name `source_name` (the input file, or <stdin>), so
+    that messages quoting a location (pock-autodiff's "at FILE:LINE") name it for stdin and split
+    chunks too. ir.Module.parse takes no source name and calls every input "-", and
+    ir.Operation.parse, which takes one, refuses several top-level ops: so the module is printed
+    with its locations, renamed, and parsed again."""
+    located = ir.Module.parse(chunk).operation.get_asm(enable_debug_info=True)
+    return ir.Module.parse(located.replace('loc("-":', f"loc({_mlir_string(source_name)}:"))
+
+
+def process(chunk: str, pipeline: str, print_ir_after_all: bool, source_name: str,
+            pock_report: bool = False) -> tuple[str | None, list[Diagnostic]]:
+    """Parse and transform one chunk; returns (output IR, or the report, or None; diagnostics)."""
     context = make_context()
     with context:
         try:
-            module = ir.Module.parseFile(path) if path else ir.Module.parse(chunk)
+            module = parse(chunk, source_name)
             if pipeline:
                 run_pipeline(module, pipeline, print_ir_after_all=print_ir_after_all)
+            if pock_report:  # the report differentiates the module again: with its locations, its errors
+                reports = module_reports(module.operation.get_asm(enable_debug_info=True))  # name the input's lines
+                return "\n\n".join(map(str, reports)) + "\n", []
         except ir.MLIRError as e:
             return None, _collect(e.error_diagnostics)
         return str(module), []
@@ -176,8 +192,7 @@ def _run(args) -> int:
     text = sys.stdin.read() if args.input == "-" else open(args.input).read()
     outputs, failed = [], False
     for chunk in split_chunks(text, args.split_input_file):
-        whole_file = None if args.input == "-" or args.split_input_file else args.input
-        result, diags = process(chunk, args.pass_pipeline, args.mlir_print_ir_after_all, whole_file)
+        result, diags = process(chunk, args.pass_pipeline, args.mlir_print_ir_after_all, filename, args.pock_report)
         if args.verify_diagnostics:
             problems = verify(chunk, diags, filename)
             for p in problems:
@@ -188,7 +203,7 @@ def _run(args) -> int:
                 print(f"{filename}:{d.line}:{d.col}: {d.severity}: {d.message}", file=sys.stderr)
             failed |= result is None
         if result is not None:
-            outputs.append("\n\n".join(map(str, module_reports(result))) + "\n" if args.pock_report else result)
+            outputs.append(result)
     _write(f"\n{SPLIT_MARKER}\n".join(outputs), args.output)
     return 1 if failed else 0
 
