@@ -216,7 +216,7 @@ def test_cuda_module_compiles_with_its_manifest(bundles):
     assert manifest["target"]["name"] == "cuda:sm_87"
     assert manifest["target"]["drivers"] == ["cuda"] and manifest["target"]["arch"] is None
     assert {"--iree-hal-target-device=cuda", "--iree-cuda-target=sm_87"} <= set(manifest["target"]["iree_compile_flags"])
-    assert set(manifest["functions"]) == {"train_step", "gradients", "evaluate"}
+    assert set(manifest["functions"]) == {"train_step", "gradients", "loss", "evaluate"}
     assert "IREE_DEVICE:-cuda" in (bundle / "run_step.sh").read_text()
     dump = subprocess.run([VENV_BIN / "iree-dump-module", bundle / "module.vmfb"], capture_output=True, text=True).stdout
     assert "cuda-nvptx-fb" in dump and 'arch = "sm_87"' in dump
