@@ -4,10 +4,10 @@
     python -m bench.iree_study flags        # IREE flag sets on whole training steps
 
 convs: each conv shape class of the bench CNNs (batch 8) in each form pock-backend-switch can
-emit, as a standalone function compiled and timed alone: the forward as linalg convolution
-(with and without IREE's global im2col flag) or as explicit im2col + matmul; the weight and
-input gradients as torch's convolution_backward (which IREE decomposes into convolutions) or
-as explicit im2col + matmul. The measured table is what the pass reads.
+emit (pock_mlir/conv_forms.py), forward, weight and input gradient: the IR the pass emits,
+built by the same function, as a standalone function compiled, checked against torch and timed
+alone; the direct forms also without IREE's global im2col flag. The measured table is what the
+pass reads.
 
 flags: whole compiled training steps under candidate flag sets; the winners go into
 pock_mlir/targets.py's CPU flags (see the results in the tuning file).
@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import functools
 import json
 import os
 import statistics
@@ -33,7 +34,8 @@ import torch.nn.functional as F
 
 from pock_mlir.runtime.workspace import ModuleFunctions
 from pock_mlir.targets import DATA_TILING
-from pock_mlir.tuning import DATA_TILING_SET, ConvShape, conv_forms_torch
+from pock_mlir.conv_forms import CONV_OPS, FORMS, ConvShape, Window
+from pock_mlir.tuning import DATA_TILING_SET
 
 TUNING = Path(__file__).resolve().parent.parent / "pock_mlir" / "tuning"
 IM2COL_FLAG = "--iree-global-opt-use-im2col-for-convs"
@@ -46,47 +48,65 @@ def target_flags(target: str = "host") -> list[str]:
 
     return resolve_target(target).compile_flags()
 
+def square(n, c, h, o, k, stride, pad, groups) -> ConvShape:
+    return ConvShape(n, c, o, groups, Window.of((k, k), (stride, stride), (pad, pad), (1, 1), (h, h)))
+
+
 # The conv shape classes of the bench CNNs at batch 8 (MobileNetV2 x0.5 at 96 px, ResNet-18-like at 64 px).
 CONV_CASES = [
-    ConvShape(8, 3, 96, 96, 16, 3, 2, 1, 1),     # stem
-    ConvShape(8, 16, 48, 48, 48, 1, 1, 0, 1),    # pointwise expand, early
-    ConvShape(8, 48, 48, 48, 48, 3, 2, 1, 48),   # depthwise, stride 2
-    ConvShape(8, 96, 12, 12, 96, 3, 1, 1, 96),   # depthwise, late
-    ConvShape(8, 96, 12, 12, 32, 1, 1, 0, 1),    # pointwise project, late
-    ConvShape(8, 3, 64, 64, 64, 7, 2, 3, 1),     # ResNet stem
-    ConvShape(8, 64, 16, 16, 64, 3, 1, 1, 1),    # ResNet stage 1
-    ConvShape(8, 64, 16, 16, 128, 3, 2, 1, 1),   # ResNet stage 2 entry
-    ConvShape(8, 128, 8, 8, 128, 3, 1, 1, 1),    # ResNet stage 2
-    ConvShape(8, 128, 8, 8, 256, 3, 2, 1, 1),    # ResNet stage 3 entry
-    ConvShape(8, 256, 4, 4, 256, 3, 1, 1, 1),    # ResNet stage 3
-    ConvShape(8, 256, 4, 4, 512, 3, 2, 1, 1),    # ResNet stage 4 entry
-    ConvShape(8, 512, 2, 2, 512, 3, 1, 1, 1),    # ResNet stage 4
-    ConvShape(8, 256, 4, 4, 512, 1, 2, 0, 1),    # ResNet strided 1x1 shortcut
+    square(8, 3, 96, 16, 3, 2, 1, 1),     # stem
+    square(8, 16, 48, 48, 1, 1, 0, 1),    # pointwise expand, early
+    square(8, 48, 48, 48, 3, 2, 1, 48),   # depthwise, stride 2
+    square(8, 96, 12, 96, 3, 1, 1, 96),   # depthwise, late
+    square(8, 96, 12, 32, 1, 1, 0, 1),    # pointwise project, late
+    square(8, 3, 64, 64, 7, 2, 3, 1),     # ResNet stem
+    square(8, 64, 16, 64, 3, 1, 1, 1),    # ResNet stage 1
+    square(8, 64, 16, 128, 3, 2, 1, 1),   # ResNet stage 2 entry
+    square(8, 128, 8, 128, 3, 1, 1, 1),   # ResNet stage 2
+    square(8, 128, 8, 256, 3, 2, 1, 1),   # ResNet stage 3 entry
+    square(8, 256, 4, 256, 3, 1, 1, 1),   # ResNet stage 3
+    square(8, 256, 4, 512, 3, 2, 1, 1),   # ResNet stage 4 entry
+    square(8, 512, 2, 512, 3, 1, 1, 1),   # ResNet stage 4
+    square(8, 256, 4, 512, 1, 2, 0, 1),   # ResNet strided 1x1 shortcut
 ]
 
 
-def import_function(fn, args) -> str:
-    """A torch function -> torch-dialect MLIR text (torch.export, core ATen decompositions, FX importer)."""
-    from torch_mlir.extras.fx_decomp_util import get_decomposition_table
-    from torch_mlir.extras.fx_importer import FxImporter
+def form_function(shape: ConvShape, op: str, form: str) -> str:
+    """One form of `op` as a torch-dialect function @main(g, x, w) (forward: (x, w)), emitted by
+    the function pock-backend-switch emits it with."""
+    from torch_mlir import ir
+    from torch_mlir.dialects import func
 
     from pock_mlir.context import make_context
+    from pock_mlir.torch_builder import TorchBuilder
+    from pock_mlir.torch_types import TensorType
 
-    class Wrapped(torch.nn.Module):
-        def forward(self, *a):
-            return fn(*a)
+    def vtensor(dims):
+        return ir.Type.parse(TensorType(tuple(dims), torch.float32).asm())
 
-    program = torch.export.export(Wrapped(), tuple(args), strict=False).run_decompositions(get_decomposition_table())
-    importer = FxImporter(context=make_context())
-    importer.import_frozen_program(program, func_name="main")
-    return str(importer.module)
+    arguments = [shape.input_shape(), shape.weight_shape()]
+    if op != "forward":
+        arguments.insert(0, shape.output_shape())
+    result = {"forward": shape.output_shape(), "weight_grad": shape.weight_shape(), "input_grad": shape.input_shape()}[op]
+    with make_context(), ir.Location.unknown() as loc:
+        module = ir.Module.create()
+        with ir.InsertionPoint(module.body):
+            function = func.FuncOp("main", ([vtensor(a) for a in arguments], [vtensor(result)]))
+        entry = function.add_entry_block()
+        args = list(entry.arguments)
+        g, (x, w) = (None, args) if op == "forward" else (args[0], args[1:])
+        value = FORMS[op, form](TorchBuilder(ir.InsertionPoint(entry), loc), shape, g, x, w)
+        with ir.InsertionPoint(entry):
+            func.ReturnOp([value])
+        return str(module)
 
 
-def load_function(text: str, flags: list[str], function="main"):
+@functools.lru_cache(maxsize=None)  # the study checks a form's values, then times it
+def load_function(text: str, flags: tuple[str, ...], function="main"):
     import iree.compiler as ic
     import iree.runtime as rt
 
-    vmfb = ic.compile_str(text, extra_args=BASE_FLAGS + flags)
+    vmfb = ic.compile_str(text, extra_args=BASE_FLAGS + list(flags))
     config = rt.Config("local-task")
     context = rt.SystemContext(config=config)
     context.add_vm_module(rt.VmModule.copy_buffer(config.vm_instance, vmfb))
@@ -102,7 +122,7 @@ def time_interleaved(variants: dict, repeats=30) -> dict[str, float]:
 
     loaded = {}
     for name, (text, flags, args) in variants.items():
-        config, fn = load_function(text, flags)
+        config, fn = load_function(text, tuple(flags))
         loaded[name] = (fn, [rt.asdevicearray(config.device, np.require(a.numpy(), requirements="C")) for a in args])
     best = {name: float("inf") for name in loaded}
     for i in range(repeats + 3):
@@ -115,23 +135,25 @@ def time_interleaved(variants: dict, repeats=30) -> dict[str, float]:
 
 
 def study_convs(flags: list[str], cases=CONV_CASES) -> list[dict]:
-    """Every form of every case, compiled with the target's flags."""
+    """Every form of every case, compiled with the target's flags and checked against torch."""
+    import iree.runtime as rt
+
     rows = []
     for shape in cases:
-        x = torch.randn(shape.n, shape.c, shape.h, shape.w)
-        w = torch.randn(shape.o, shape.c // shape.groups, shape.k, shape.k)
-        g = torch.randn(shape.output_shape())
-        inputs = {"forward": (x, w), "weight_grad": (g, x, w), "input_grad": (g, x, w)}
-        row, variants = {"shape": dataclasses.asdict(shape), "class": shape.kind()}, {}
-        for (op, form), fn in conv_forms_torch(shape).items():
-            args = inputs[op]
-            want = _reference(shape, op, args)
-            got = fn(*args)
-            assert torch.allclose(got, want, rtol=1e-3, atol=1e-3), f"{shape} {op} {form} disagrees with torch"
-            text = import_function(fn, args)
-            variants[f"{op}/{form}"] = (text, flags, args)
-            if form == "direct" and IM2COL_FLAG in flags:  # what IREE's global im2col flag is worth here
-                variants[f"{op}/direct-without-im2col-flag"] = (text, [f for f in flags if f != IM2COL_FLAG], args)
+        x, w, g = (torch.randn(dims) for dims in (shape.input_shape(), shape.weight_shape(), shape.output_shape()))
+        row, variants = {"shape": shape.to_json(), "class": shape.kind()}, {}
+        for op in CONV_OPS:
+            args = (x, w) if op == "forward" else (g, x, w)
+            want = _reference(shape, op, g, x, w)
+            for form in shape.forms(op):
+                text = form_function(shape, op, form)
+                config, fn = load_function(text, tuple(flags))
+                got = np.asarray(fn(*(rt.asdevicearray(config.device, a.numpy()) for a in args)).to_host())
+                scale = float(want.abs().max())
+                assert np.abs(got - want.numpy()).max() <= 1e-4 * scale, f"{shape.kind()} {op} {form} disagrees with torch"
+                variants[f"{op}/{form}"] = (text, flags, args)
+                if form == "direct" and IM2COL_FLAG in flags:  # what IREE's global im2col flag is worth here
+                    variants[f"{op}/direct-without-im2col-flag"] = (text, [f for f in flags if f != IM2COL_FLAG], args)
         row["ms"] = time_interleaved(variants)
         for key, ms in row["ms"].items():
             print(f"{shape.kind():34s} {key:40s} {ms:8.3f} ms", flush=True)
@@ -139,13 +161,14 @@ def study_convs(flags: list[str], cases=CONV_CASES) -> list[dict]:
     return rows
 
 
-def _reference(shape: ConvShape, op: str, args):
+def _reference(shape: ConvShape, op: str, g, x, w):
+    window = shape.window
     if op == "forward":
-        return F.conv2d(*args, stride=shape.stride, padding=shape.pad, groups=shape.groups)
-    g, x, w = args
+        return F.conv2d(x, w, stride=window.stride, padding=window.padding, dilation=window.dilation,
+                        groups=shape.groups)
     mask = [op == "input_grad", op == "weight_grad", False]
-    grads = torch.ops.aten.convolution_backward(g, x, w, None, [shape.stride] * 2, [shape.pad] * 2, [1, 1], False,
-                                                [0, 0], shape.groups, mask)
+    grads = torch.ops.aten.convolution_backward(g, x, w, None, list(window.stride), list(window.padding),
+                                                list(window.dilation), False, [0, 0], shape.groups, mask)
     return grads[0] if op == "input_grad" else grads[1]
 
 

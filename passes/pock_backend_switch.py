@@ -1,16 +1,18 @@
-"""pock-backend-switch: give each convolution the implementation measured fastest on the target,
-and choose whether IREE data-tiles the program's matmuls.
+"""pock-backend-switch: give each convolution and each convolution gradient the form measured
+fastest on the target, and choose whether IREE data-tiles the program's matmuls.
 
-A convolution can run as IREE's linalg convolution ("direct": whatever the target's IREE flags
-make of it, e.g. IREE's own im2col), as explicit im2col + one matmul ("im2col": also for
-torch.aten.convolution_backward's weight and input gradients, the latter folded back with
-col2im), or, depthwise, as per-tap multiply-adds of shifted input windows ("patches"). The choice comes
-from pock_mlir/tuning/<target>.json (the nearest measured shape class), written by
-`python -m bench.iree_study convs`; without measurements every op stays direct.
+pock-autodiff leaves each convolution's gradients as abstract aten.convolution_backward ops, one
+per gradient. This pass gives every aten.convolution and every gradient of an
+aten.convolution_backward one of the forms of pock_mlir/conv_forms.py: "direct" (the op itself),
+"im2col" (windows unfolded, one matmul per group, col2im for the input gradient) or, depthwise,
+"patches" (per-tap multiply-adds). The choice comes from pock_mlir/tuning/<target>.json (the
+nearest measured shape class), written by `python -m bench.iree_study convs`, which times the
+same forms; without measurements each op gets its baseline form (forward: direct; gradients:
+im2col, depthwise patches).
 
 The choice is visible in the IR: the op doing the work carries `pock.backend = "<form>"` and
-`pock.backend_reason = "<the measurements behind it>"` (TrainingProgram.backend_report()
-lists them). Convolutions the forms do not cover (dilated, transposed, non-square) stay direct.
+`pock.backend_reason = "<the measurements behind it>"` (TrainingProgram.backend_report() lists
+them). Transposed convolutions stay direct.
 
 Data tiling (IREE packs matmul operands into the CPU's register-tile layout) is a flag of the
 whole IREE compilation, so its choice marks the module: `pock.data_tiling = "data-tiled"` or
@@ -24,37 +26,29 @@ from dataclasses import dataclass
 
 from torch_mlir import ir
 
+from pock_mlir.conv_forms import FORM_NAMES, FORMS, GRADIENT_INDEX, ConvShape, Window
 from pock_mlir.cost import op_flops
 from pock_mlir.torch_builder import TorchBuilder, decode_operand
 from pock_mlir.torch_types import tensor_type_of
-from pock_mlir.tuning import (Choice, ConvShape, choose_conv_form, choose_data_tiling, conv_forward_im2col,
-                              conv_forward_patches, conv_input_grad_im2col, conv_weight_grad_im2col,
-                              conv_weight_grad_patches)
+from pock_mlir.tuning import Choice, choose_conv_form, choose_data_tiling
 
 from .base import ModulePass, PassError, functions, option
 
-FORMS = ("direct", "im2col", "patches")
-EMITTERS = {
-    ("forward", "im2col"): lambda b, x, w, g, s: conv_forward_im2col(b, x, w, s),
-    ("forward", "patches"): lambda b, x, w, g, s: conv_forward_patches(b, x, w, s),
-    ("weight_grad", "im2col"): lambda b, x, w, g, s: conv_weight_grad_im2col(b, g, x, s),
-    ("weight_grad", "patches"): lambda b, x, w, g, s: conv_weight_grad_patches(b, g, x, s),
-    ("input_grad", "im2col"): lambda b, x, w, g, s: conv_input_grad_im2col(b, g, w, s),
-}
-WORK_OPS = ("torch.aten.mm", "torch.aten.sum.dim_IntList")  # the op of a form that carries the marks
+# The ops of a form that carry its marks: the matmuls and sums doing the work, or the op itself.
+WORK_OPS = ("torch.aten.mm", "torch.aten.bmm", "torch.aten.sum.dim_IntList", "torch.aten.convolution",
+            "torch.aten.convolution_backward")
 CONVOLUTIONS = ("torch.aten.convolution", "torch.aten.convolution_backward")
 MATMULS = ("torch.aten.mm", "torch.aten.bmm", "torch.aten.matmul")
+TRANSPOSED = Choice("direct", "transposed convolutions have only the direct form")
 
 
-def conv_shape(x, w, stride, padding, dilation, transposed, output_padding, groups) -> ConvShape | None:
-    """The ConvShape of a plain 2-D convolution, or None for one the forms do not cover."""
+def conv_shape(x, w, stride, padding, dilation, transposed, groups) -> ConvShape | None:
+    """The ConvShape of a 2-D convolution, or None for a transposed one."""
     xt, wt = tensor_type_of(x), tensor_type_of(w)
-    if xt is None or wt is None or xt.rank != 4 or transposed or any(output_padding or [0]):
+    if xt is None or wt is None or xt.rank != 4 or transposed:
         return None
-    if len(set(stride)) != 1 or len(set(padding)) != 1 or set(dilation) != {1} or wt.shape[2] != wt.shape[3]:
-        return None
-    n, c, h, w_ = xt.shape
-    return ConvShape(n, c, h, w_, wt.shape[0], wt.shape[2], stride[0], padding[0], groups)
+    return ConvShape(xt.shape[0], xt.shape[1], wt.shape[0], groups,
+                     Window.of(wt.shape[2:], stride, padding, dilation, xt.shape[2:]))
 
 
 def _mark(op, choice: Choice, what: str) -> None:
@@ -62,29 +56,31 @@ def _mark(op, choice: Choice, what: str) -> None:
     op.attributes["pock.backend_reason"] = ir.StringAttr.get(f"{what}: {choice.reason}")
 
 
-def _emit(op, emitter):
-    """Emit a form before `op`; returns its result and the ops to mark: the matmuls and sums doing
-    the work, or for a form made of elementwise ops, the one producing the result."""
+def _emit(op, choice: Choice, what: str, emitter):
+    """Emit a form before `op`, marking the ops doing its work (for a form made of elementwise
+    ops, the one producing the result); returns the result."""
     before = {o.operation for o in op.block.operations}
     result = emitter(TorchBuilder(ir.InsertionPoint(op), op.location))
     work = [o.operation for o in op.block.operations if o.operation not in before and o.name in WORK_OPS]
-    return result, work or [result.owner]
+    for work_op in work or [result.owner]:
+        _mark(work_op, choice, what)
+    return result
 
 
 @dataclass(frozen=True)
 class BackendSwitchPass(ModulePass):
     name = "pock-backend-switch"
-    description = ("Give each convolution (and convolution_backward) the form measured fastest on the target: "
+    description = ("Give each convolution and each convolution gradient the form measured fastest on the target: "
                    "direct, im2col + matmul or depthwise patches; marks the choice as pock.backend. Marks the "
                    "module with whether IREE should data-tile its matmuls (pock.data_tiling)")
     target: str = option("host", "tuning table to choose by: pock_mlir/tuning/<target>.json")
     force: str = option("", "use this form wherever it is implemented instead of choosing: direct, im2col or patches")
-    min_speedup: float = option(1.25, "choose a form other than direct only if measured at least this much faster "
+    min_speedup: float = option(1.25, "choose a form other than the baseline only if measured at least this much faster "
                                       "(timings on a shared machine vary by 10-20%)")
 
     def apply(self, module: ir.Operation) -> None:
-        if self.force and self.force not in FORMS:
-            raise PassError(f"force must be one of {', '.join(FORMS)}, got '{self.force}'")
+        if self.force and self.force not in FORM_NAMES:
+            raise PassError(f"force must be one of {', '.join(FORM_NAMES)}, got '{self.force}'")
         ops = [op.operation for func in functions(module) for op in func.regions[0].blocks[0].operations]
         tiling = choose_data_tiling(self.target, any(op.name in CONVOLUTIONS for op in ops),
                                     max((op_flops(op) for op in ops if op.name in MATMULS), default=0))
@@ -99,67 +95,42 @@ class BackendSwitchPass(ModulePass):
                     self._backward(op)
 
     def _choose(self, shape: ConvShape, op: str) -> Choice:
+        forms = shape.forms(op)
         if self.force:
-            form = self.force if self.force in shape.forms(op) else "direct"
-            return Choice(form, f"forced by force={self.force}")
+            return Choice(self.force if self.force in forms else forms[0], f"forced by force={self.force}")
         return choose_conv_form(self.target, shape, op, self.min_speedup)
 
     def _forward(self, op) -> None:
         x, w, bias, stride, padding, dilation, transposed, output_padding, groups = map(decode_operand, op.operands)
-        shape = conv_shape(x, w, stride, padding, dilation, transposed, output_padding, groups)
+        shape = conv_shape(x, w, stride, padding, dilation, transposed, groups)
         if shape is None:
-            _mark(op, Choice("direct", "only the direct form covers dilated, transposed or non-square convolutions"),
-                  "convolution")
+            _mark(op, TRANSPOSED, "convolution")
             return
-        choice = self._choose(shape, "forward")
-        what = f"convolution {shape.kind()}"
+        choice, what = self._choose(shape, "forward"), f"convolution {shape.kind()}"
         if choice.form == "direct":
             _mark(op, choice, what)
             return
-        y, work = _emit(op, lambda b: EMITTERS["forward", choice.form](b, x, w, None, shape))
+        y = _emit(op, choice, what, lambda b: FORMS["forward", choice.form](b, shape, None, x, w))
         if bias is not None:
             b = TorchBuilder(ir.InsertionPoint(op), op.location)
             y = b.add(y, b.reshape(bias, [1, shape.o, 1, 1]))
-        for work_op in work:
-            _mark(work_op, choice, what)
         op.results[0].replace_all_uses_with(y)
         op.erase()
 
     def _backward(self, op) -> None:
+        """Each gradient the op computes and something uses gets its own form."""
         g, x, w, bias_sizes, stride, padding, dilation, transposed, output_padding, groups, mask = map(
             decode_operand, op.operands)
-        shape = conv_shape(x, w, stride, padding, dilation, transposed, output_padding, groups)
-        wanted = [bool(m) and bool(list(r.uses)) for m, r in zip(mask, op.results)]
+        shape = conv_shape(x, w, stride, padding, dilation, transposed, groups)
         if shape is None:
-            _mark(op, Choice("direct", "only the direct form covers dilated, transposed or non-square convolutions"),
-                  "convolution_backward")
+            _mark(op, TRANSPOSED, "convolution_backward")
             return
-        choices = {name: self._choose(shape, name) for name, want in zip(("input_grad", "weight_grad"), wanted) if want}
-        replaced = {name: c for name, c in choices.items() if c.form != "direct"}
-        if not replaced:
-            _mark(op, next(iter(choices.values()), Choice("direct", "no gradient used")), f"backward {shape.kind()}")
-            return
-        results = {}
-        for index, name in enumerate(("input_grad", "weight_grad")):
-            if name in replaced:
-                value, work = _emit(op, lambda b: EMITTERS[name, replaced[name].form](b, x, w, g, shape))
-                for work_op in work:
-                    _mark(work_op, replaced[name], f"{name} {shape.kind()}")
-                results[index] = value
-        b = TorchBuilder(ir.InsertionPoint(op), op.location)
-        if wanted[2]:
-            results[2] = b.sum(g, [0, 2, 3])
-        direct = [name for name in choices if name not in replaced]
-        if direct:  # what stays direct: a convolution_backward computing only that gradient
-            keep = [name in direct for name in ("input_grad", "weight_grad")] + [False]
-            operands = list(op.operands[:-1]) + [b.operand(keep)]
-            types = [r.type if k else ir.Type.parse("!torch.none") for r, k in zip(op.results, keep)]
-            rest = ir.Operation.create(op.name, results=types, operands=operands, loc=op.location,
-                                       ip=ir.InsertionPoint(op))
-            _mark(rest, choices[direct[0]], f"{direct[0]} {shape.kind()}")
-            for index, k in enumerate(keep):
-                if k:
-                    results[index] = rest.results[index]
-        for index, value in results.items():
-            op.results[index].replace_all_uses_with(value)
+        for name, index in GRADIENT_INDEX.items():
+            if mask[index] and list(op.results[index].uses):
+                choice = self._choose(shape, name)
+                value = _emit(op, choice, f"{name} {shape.kind()}",
+                              lambda b: FORMS[name, choice.form](b, shape, g, x, w))
+                op.results[index].replace_all_uses_with(value)
+        if mask[2] and list(op.results[2].uses):
+            op.results[2].replace_all_uses_with(TorchBuilder(ir.InsertionPoint(op), op.location).sum(g, [0, 2, 3]))
         op.erase()

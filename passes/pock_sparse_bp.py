@@ -1,18 +1,19 @@
 """pock-sparse-bp: sparse backpropagation, the backward computes only what kept gradients need.
 
-After pock-autodiff, a channel-sparse parameter's gradient is `pock.channel_slice` of its
-full gradient. This pass moves each such slice up through the ops that compute the gradient,
-as long as every use of a value wants the same leading slice of it, so that those ops run on
-the kept channels only: `slice(permute(mm(A^T, G)), 0)` becomes `permute(mm(A^T, slice(G, 1)))`,
-a matmul with k instead of C output columns. The slice crosses transpose, permute, view-like
-reshapes, sum (sum_to), expand, elementwise ops with broadcasting (add, mul by a broadcast
-bias, threshold_backward, ...), mm and bmm, and convolution (its output channels are its
-weight's). Where a value is needed whole elsewhere (the cotangent that also feeds the input
-gradient), the slice stops there and becomes an `aten.slice.Tensor` right after the value's
-definition, shared by every op that wants the same slice. Finally the ops no kept gradient
-needs any more are erased (as pock-dce does); together with pock-autodiff differentiating
-only what depends on a trainable parameter, no backward op is left below the lowest updated
-layer, none for frozen parameters and no full gradient for a channel-sparse one.
+After pock-autodiff, a channel-sparse parameter's gradient is `pock.channel_slice` of its full
+gradient. This pass moves each such slice up through the ops that compute the gradient, as long
+as every use of a value wants the same leading slice of it, so that those ops run on the kept
+channels only: `slice(permute(mm(A^T, G)), 0)` becomes `permute(mm(A^T, slice(G, 1)))`, a matmul
+with k instead of C output columns. The slice crosses transpose, permute, view-like reshapes,
+sum (sum_to), expand, elementwise ops with broadcasting (add, mul by a broadcast bias,
+threshold_backward, ...), mm and bmm, convolution (its output channels are its weight's) and
+convolution_backward (a weight gradient's output channels are g's). Where a value is needed
+whole elsewhere (the cotangent that also feeds the input gradient), the slice stops there and
+becomes an `aten.slice.Tensor` right after the value's definition, shared by every op that wants
+the same slice. Finally the ops no kept gradient needs any more are erased (as pock-dce does);
+together with pock-autodiff differentiating only what depends on a trainable parameter, no
+backward op is left below the lowest updated layer, none for frozen parameters and no full
+gradient for a channel-sparse one.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from dataclasses import dataclass
 
 from torch_mlir import ir
 
-from pock_mlir.op_facts import Slice, facts_of, op_key, shape_of
+from pock_mlir.op_facts import Slice, facts_of, op_key, shape_of, tensor_results
 from pock_mlir.torch_builder import TorchBuilder, decode_operand
 from pock_mlir.torch_types import TensorType, tensor_type_of
 
@@ -35,15 +36,23 @@ def _sliced_shape(value: ir.Value, s: Slice) -> tuple[int, ...]:
     return tuple(shape)
 
 
-def _rebuild(b: TorchBuilder, op, operands: list[ir.Value], s: Slice) -> ir.Value:
-    """The op on sliced operands, its result sliced like the original's."""
+def _rebuild(b: TorchBuilder, op, result: ir.Value, operands: list[ir.Value], s: Slice) -> ir.Value:
+    """The op on sliced operands, its tensor `result` sliced like the original's."""
     if facts_of(op).view:
-        return b.aten.view(operands[0], list(_sliced_shape(op.results[0], s)))
+        return b.aten.view(operands[0], list(_sliced_shape(result, s)))
     if op_key(op) == "aten.expand":
-        return b.aten.expand(operands[0], list(_sliced_shape(op.results[0], s)), decode_operand(op.operands[2]))
-    result_type = TensorType(_sliced_shape(op.results[0], s), tensor_type_of(op.results[0]).dtype)
-    return ir.Operation.create(op.name, results=[ir.Type.parse(result_type.asm())], operands=operands,
-                               loc=op.location, ip=b.ip).results[0]
+        return b.aten.expand(operands[0], list(_sliced_shape(result, s)), decode_operand(op.operands[2]))
+    sliced_type = ir.Type.parse(TensorType(_sliced_shape(result, s), tensor_type_of(result).dtype).asm())
+    types = [sliced_type if r == result else r.type for r in op.results]
+    rebuilt = ir.Operation.create(op.name, results=types, operands=operands, loc=op.location, ip=b.ip)
+    return rebuilt.results[list(op.results).index(result)]
+
+
+def _tensor_result(op) -> ir.Value | None:
+    """The op's one tensor result, or None (a convolution_backward computing one gradient has
+    none-typed results for the others)."""
+    indices = tensor_results(op)
+    return op.results[indices[0]] if len(indices) == 1 else None
 
 
 def _constant_operands(op) -> bool:
@@ -75,8 +84,8 @@ def push_channel_slices(block: ir.Block) -> None:
             want(op.operands[0], Slice(0, ir.IntegerAttr(op.attributes["channels"]).value))
             continue
         slices = None
-        if len(op.results) == 1 and tensor_type_of(op.results[0]) is not None:
-            result = op.results[0]
+        result = _tensor_result(op)
+        if result is not None:
             uses = wanted.get(result, [])
             rule = facts_of(op).slices
             if (rule and uses and uses[0] is not None and all(u == uses[0] for u in uses)
@@ -110,8 +119,8 @@ def push_channel_slices(block: ir.Block) -> None:
         if op not in operand_slices:
             continue
         operands = [v if s is None else slice_of(v, s) for v, s in zip(op.operands, operand_slices[op])]
-        sliced[op.results[0]] = _rebuild(TorchBuilder(ir.InsertionPoint(op), op.location), op, operands,
-                                         demand[op.results[0]])
+        result = _tensor_result(op)
+        sliced[result] = _rebuild(TorchBuilder(ir.InsertionPoint(op), op.location), op, result, operands, demand[result])
 
 
 @dataclass(frozen=True)

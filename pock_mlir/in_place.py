@@ -4,24 +4,23 @@ train_step_into (passes/pock_step_into.py) reads the old state from its argument
 new state into caller-given buffers. Passing the same buffer for both halves the state's memory,
 but IREE cannot know the two arguments alias: it imports them as separate resources and orders
 their commands independently. So the Trainer does it only where IREE's own schedule shows it is
-safe, read from the step's stream-phase IR (`iree-compile --compile-to=stream`): for each state
-tensor, one command writes the new value, and every command that reads the old value is that
-command or runs entirely before it; every read of the new value runs after it. For the momentum
-and AdamW updates the writer is the fused update dispatch, which reads the old element where it
-writes the new one. Parameters fail the check (the input gradient of a layer reads its weight
-after the fused weight-gradient-and-update dispatch wrote the new one), so they stay in two sets.
+safe, read from the step's stream-phase IR (`iree-compile --compile-to=stream`, walked with IREE's
+Python bindings): for each state tensor, one command writes the new value, and every command that
+reads the old value is that command or runs entirely before it; every read of the new value runs
+after it. For the momentum and AdamW updates the writer is the fused update dispatch, which reads
+the old element where it writes the new one. Parameters fail the check (the input gradient of a
+layer reads its weight after the fused weight-gradient-and-update dispatch wrote the new one), so
+they stay in two sets.
 """
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
 
-_IMPORT = re.compile(r"(%[\w-]+) = stream\.tensor\.import on\([^)]*\) (consume )?%arg(\d+) ")
-_CAPTURE = re.compile(r"(%[\w-]+) as (%[\w-]+):")
-_BINDING = re.compile(r"\s*(ro|wo|rw) (%[\w-]+)\[")
-_RESOURCE = re.compile(r"(%[\w-]+)\[")
-_LOCATION = re.compile(r" loc\(.*\)$")  # the compiler API prints debug locations
+from iree.compiler import ir
+
+READ, WRITE = 1, 2  # the bits of stream.cmd.dispatch's resource_accesses
+DISPATCH_RESOURCES = 2  # stream.cmd.dispatch's operand segments: workload, uniform operands, resources, ...
 
 
 @dataclass
@@ -29,65 +28,89 @@ class Command:
     """One command of the step's schedule; commands with the same `stage` may run concurrently."""
 
     stage: int
-    text: str
+    name: str  # the op and, for a dispatch, its entry point
     reads: set = field(default_factory=set)  # (argument index, imported to be written)
     writes: set = field(default_factory=set)
 
-    @property
-    def name(self) -> str:
-        """The op and, for a dispatch, its entry point (without its workload operands)."""
-        op, _, rest = self.text.partition(" ")
-        return f"{op} {rest.split('(')[0].split()[0]}" if op == "stream.cmd.dispatch" else op
+
+def _async_function(module: ir.Module, function: str) -> ir.Operation:
+    for op in module.body.operations:
+        op = op.operation
+        if op.name == "util.func" and ir.StringAttr(op.attributes["sym_name"]).value == f"{function}$async":
+            return op
+    raise ValueError(f"no @{function}$async in the stream IR")
+
+
+def _is_resource(value: ir.Value) -> bool:
+    return str(value.type).startswith("!stream.resource")
+
+
+def _command(op: ir.Operation, stage: int, captured: dict) -> Command:
+    """What a command reads and writes of the imported arguments (`captured`: the execute
+    region's block arguments that name them)."""
+    if op.name == "stream.cmd.dispatch":
+        entry_point = str(ir.ArrayAttr(op.attributes["entry_points"])[0])
+        command = Command(stage, f"{op.name} {entry_point}")
+        sizes = list(ir.DenseI32ArrayAttr(op.attributes["operandSegmentSizes"]))
+        first = sum(sizes[:DISPATCH_RESOURCES])
+        resources = list(op.operands)[first:first + sizes[DISPATCH_RESOURCES]]
+        for resource, access in zip(resources, ir.ArrayAttr(op.attributes["resource_accesses"])):
+            if resource in captured:
+                access = ir.IntegerAttr(access).value
+                if access & READ:
+                    command.reads.add(captured[resource])
+                if access & WRITE:
+                    command.writes.add(captured[resource])
+        return command
+    command = Command(stage, op.name)
+    resources = [captured[v] for v in op.operands if _is_resource(v) and v in captured]
+    if op.name == "stream.cmd.copy" and resources:  # source, then target
+        command.reads.add(resources[0])
+        command.writes.update(resources[1:])
+    elif op.name == "stream.cmd.fill":
+        command.writes.update(resources)
+    else:  # unknown effects: assume both
+        command.reads.update(resources)
+        command.writes.update(resources)
+    return command
 
 
 def step_commands(stream_ir: str, function: str) -> list[Command]:
     """The commands of `function`'s asynchronous body that touch its imported arguments, in order."""
-    start = stream_ir.find(f"util.func public @{function}$async(")
-    if start < 0:
-        raise ValueError(f"no @{function}$async in the stream IR")
-    body = [_LOCATION.sub("", line) for line in stream_ir[start:].splitlines()]
-    body = body[:body.index("  }")]
-    imports = {m.group(1): (int(m.group(3)), bool(m.group(2))) for m in map(_IMPORT.search, body) if m}
-    commands: list[Command] = []
-    captured: dict[str, tuple[int, bool]] = {}
-    stage, concurrent = 0, False
-    lines = iter(body)
-    for line in lines:
-        line = line.strip()
-        if "stream.cmd.execute" in line:  # a new region: its block arguments name the imports afresh
-            captured = {inner: imports[outer] for outer, inner in _CAPTURE.findall(line) if outer in imports}
-            stage += 1
-        elif line.startswith("stream.cmd.concurrent"):
-            stage, concurrent = stage + 1, True
-        elif line == "}" and concurrent:
-            stage, concurrent = stage + 1, False
-        elif line.startswith("stream.cmd.") and not line.startswith(("stream.cmd.serial", "stream.cmd.execute")):
-            if not concurrent:
+    with ir.Context():
+        module = ir.Module.parse(stream_ir)
+        entry = _async_function(module, function).regions[0].blocks[0]
+        imports = {}  # imported resource -> (argument index, imported to be written)
+        commands: list[Command] = []
+        stage = 0
+
+        def walk(block: ir.Block, captured: dict, concurrent: bool) -> None:
+            nonlocal stage
+            for op in block.operations:
+                op = op.operation
+                if op.name == "stream.cmd.concurrent":
+                    stage += 1
+                    walk(op.regions[0].blocks[0], captured, True)
+                    stage += 1
+                elif op.name == "stream.cmd.serial":
+                    walk(op.regions[0].blocks[0], captured, concurrent)
+                elif op.name.startswith("stream.cmd."):
+                    if not concurrent:
+                        stage += 1
+                    command = _command(op, stage, captured)
+                    if command.reads or command.writes:
+                        commands.append(command)
+
+        for op in entry.operations:
+            op = op.operation
+            if op.name == "stream.tensor.import" and isinstance(op.operands[0].owner, ir.Block):
+                imports[op.results[0]] = (ir.BlockArgument(op.operands[0]).arg_number, "consume" in op.attributes)
+            elif op.name == "stream.cmd.execute":  # its region's block arguments name the imports afresh
+                body = op.regions[0].blocks[0]
+                captured = {inner: imports[outer] for outer, inner in zip(op.operands, body.arguments) if outer in imports}
                 stage += 1
-            command = Command(stage, line)
-            if line.startswith("stream.cmd.dispatch"):
-                for binding in lines:
-                    if binding.strip().startswith("}"):
-                        break
-                    m = _BINDING.match(binding)
-                    if m and m.group(2) in captured:
-                        if m.group(1) != "wo":
-                            command.reads.add(captured[m.group(2)])
-                        if m.group(1) != "ro":
-                            command.writes.add(captured[m.group(2)])
-            else:
-                resources = [captured[r] for r in _RESOURCE.findall(line) if r in captured]
-                if line.startswith("stream.cmd.copy") and resources:  # source, then target
-                    command.reads.add(resources[0])
-                    command.writes.update(resources[1:])
-                elif line.startswith("stream.cmd.fill"):
-                    command.writes.update(resources)
-                else:  # unknown effects: assume both
-                    command.reads.update(resources)
-                    command.writes.update(resources)
-            if command.reads or command.writes:
-                commands.append(command)
-    return commands
+                walk(body, captured, False)
+        return commands
 
 
 def unsafe_in_place(stream_ir: str, function: str, pairs: list[tuple[int, int]]) -> list[str]:

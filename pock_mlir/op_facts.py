@@ -70,7 +70,7 @@ def param_name(op: ir.Operation) -> str:
 
 
 # -- how a slice of an op's result maps to slices of its operands ----------------------------
-# A slice rule gets the op and the slice of its (single) result that every user wants, and
+# A slice rule gets the op and the slice of its single tensor result that every user wants, and
 # returns one Slice or None (the whole operand, or a non-tensor operand) per operand, or None
 # when the op cannot compute only that slice.
 
@@ -81,11 +81,6 @@ class Slice:
     dim: int
     size: int
 
-
-# -- how a slice of an op's result maps to slices of its operands ----------------------------
-# A rule gets the op and the slice of its (single) result that every user wants, and returns
-# one Slice or None (the whole operand, or a non-tensor operand) per operand, or None when
-# the op cannot compute only that slice.
 
 def shape_of(value: ir.Value) -> tuple[int, ...]:
     return tensor_type_of(value).shape
@@ -166,6 +161,26 @@ def convolution_slices(op, s: Slice):
     return None
 
 
+def tensor_results(op) -> list[int]:
+    """The indices of an op's tensor results (convolution_backward's unrequested ones are none)."""
+    return [i for i, r in enumerate(op.results) if tensor_type_of(r) is not None]
+
+
+def convolution_backward_slices(op, s: Slice):
+    """convolution_backward(g, input, weight, bias_sizes, stride, padding, dilation, transposed,
+    output_padding, groups, mask) computing one gradient, ungrouped: the weight gradient's output
+    channels are g's and the weight's, the input gradient's channels the input's and the
+    weight's input channels, its batch rows g's and the input's."""
+    rest = [None] * (len(op.operands) - 3)
+    if decode_operand(op.operands[9]) != 1 or decode_operand(op.operands[7]) or tensor_results(op) not in ([0], [1]):
+        return None
+    if tensor_results(op) == [1]:
+        return [Slice(1, s.size), None, Slice(0, s.size), *rest] if s.dim == 0 else None
+    if s.dim == 0:
+        return [Slice(0, s.size), Slice(0, s.size), None, *rest]
+    return [None, Slice(1, s.size), Slice(1, s.size), *rest] if s.dim == 1 else None
+
+
 # -- FLOPs of the ops that are not one operation per element (pock_mlir/cost.py) --------------
 
 def numel(value: ir.Value) -> int:
@@ -195,6 +210,13 @@ def convolution_flops(op) -> int:
     if transposed:  # every input element meets out_channels/groups * kernel weights
         return 2 * numel(op.operands[0]) * weight[1] * kernel
     return 2 * numel(op.results[0]) * weight[1] * kernel
+
+
+def convolution_backward_flops(op) -> int:
+    """Each gradient asked for costs what the forward convolution does."""
+    g, weight = op.operands[0], shape_of(op.operands[2])
+    mask = constant_value(op.operands[10])
+    return sum(mask) * 2 * numel(g) * weight[1] * math.prod(weight[2:])
 
 
 # Torch ops pock never differentiates or emits, which pock-dce must keep: effects beyond results.

@@ -120,7 +120,9 @@ class TorchBuilder:
         except Exception as e:  # shape errors surface here, naming the op being built
             raise ValueError(f"cannot build {mlir_name} on {[self._describe(a) for a in args]}: {e}") from e
         outs = meta_out if isinstance(meta_out, (tuple, list)) else (meta_out,)
-        result_types = [ir.Type.parse(TensorType(tuple(o.shape), o.dtype).asm()) for o in outs]
+        # An output the op was asked not to compute (convolution_backward's mask) is none.
+        result_types = [ir.Type.parse("!torch.none" if o is None else TensorType(tuple(o.shape), o.dtype).asm())
+                        for o in outs]
         operands = [self.operand(a) for a in args]
         op = self._create(mlir_name, result_types, operands)
         return op.results[0] if len(op.results) == 1 else tuple(op.results)

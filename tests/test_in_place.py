@@ -19,6 +19,8 @@ def schedule(*commands: str) -> str:
     body = "\n".join(f"      {line}" for command in commands for line in command.splitlines())
     return f"""module {{
   util.func public @step$async(%arg0: !hal.buffer_view, %arg1: !hal.buffer_view) {{
+    %c0 = arith.constant 0 : index
+    %c16 = arith.constant 16 : index
     %0 = stream.tensor.import on(#hal.device.affinity<@dev>) %arg0 : !hal.buffer_view -> tensor<4xf32> in {RESOURCE}
     %1 = stream.tensor.import on(#hal.device.affinity<@dev>) consume %arg1 : !hal.buffer_view -> tensor<4xf32> in {RESOURCE}
     %2 = stream.cmd.execute on(#hal.device.affinity<@dev>) with(%0 as %old: {RESOURCE}, %1 as %new: {RESOURCE}) {{

@@ -1,17 +1,27 @@
 // RUN: pock-opt %s --split-input-file -p pock-autodiff,pock-dce | filecheck %s
+// RUN: pock-opt %s --split-input-file -p 'pock-autodiff,pock-dce,pock-backend-switch{target=no-such-target}' | filecheck %s --check-prefix=FORMS
 
-// Convolution rules (pock_mlir/autodiff/rules/conv.py): the weight gradient is im2col (two
-// unfolds) and one batched matmul over every image and position, not a batch-grouped
-// convolution; the input gradient is a matmul to columns and col2im (shifted slices summed).
-// Then depthwise and strided convs, max and average pooling, and train-mode BatchNorm.
+// Convolution rules (pock_mlir/autodiff/rules/conv.py): a convolution's backward is one abstract
+// aten.convolution_backward per gradient, its mask asking for that gradient only. Prefix FORMS,
+// the baseline forms pock-backend-switch gives them without measurements (conv_forms.py):
+// the weight gradient is im2col (two unfolds) and one batched matmul over every image and
+// position, not a batch-grouped convolution; the input gradient is a matmul to columns and
+// col2im (shifted slices summed). Then depthwise and strided convs, max and average pooling,
+// and train-mode BatchNorm.
 
+// The input is an argument, so only the weight gradient is asked for.
 // CHECK-LABEL: func.func @conv2d_weight_and_input_gradients
-// CHECK: %[[ROWS:.*]] = torch.aten.unfold %{{.*}} : !torch.vtensor<[2,3,10,10],f32>, !torch.int, !torch.int, !torch.int -> !torch.vtensor<[2,3,8,10,3],f32>
-// CHECK: %[[PATCHES:.*]] = torch.aten.unfold %[[ROWS]], {{.*}} -> !torch.vtensor<[2,3,8,8,3,3],f32>
-// CHECK: %[[WGRAD:.*]] = torch.aten.bmm %{{.*}}, %{{.*}} : !torch.vtensor<[1,4,128],f32>, !torch.vtensor<[1,128,27],f32> -> !torch.vtensor<[1,4,27],f32>
-// CHECK: torch.aten.view %[[WGRAD]], {{.*}} -> !torch.vtensor<[4,3,3,3],f32>
-// CHECK-NOT: torch.aten.convolution
+// CHECK: %[[MASK:.*]] = torch.prim.ListConstruct %false{{.*}}, %true{{.*}}, %false{{.*}} : (!torch.bool, !torch.bool, !torch.bool) -> !torch.list<bool>
+// CHECK: %{{.*}}, %[[WGRAD:.*]], %{{.*}} = torch.aten.convolution_backward {{.*}}, %[[MASK]] : {{.*}} -> !torch.none, !torch.vtensor<[4,3,3,3],f32>, !torch.none
+// CHECK: torch.aten.view %[[WGRAD]]
 // CHECK: return
+// FORMS-LABEL: func.func @conv2d_weight_and_input_gradients
+// FORMS: %[[ROWS:.*]] = torch.aten.unfold %{{.*}} : !torch.vtensor<[2,3,10,10],f32>, !torch.int, !torch.int, !torch.int -> !torch.vtensor<[2,3,8,10,3],f32>
+// FORMS: %[[PATCHES:.*]] = torch.aten.unfold %[[ROWS]], {{.*}} -> !torch.vtensor<[2,3,8,8,3,3],f32>
+// FORMS: %[[WGRAD:.*]] = torch.aten.bmm %{{.*}}, %{{.*}} {pock.backend = "im2col", pock.backend_reason = "weight_grad dense 3x3/s1 3->4 8x8 n2: no measurements for target 'no-such-target' {{.*}}"} : !torch.vtensor<[1,4,128],f32>, !torch.vtensor<[1,128,27],f32> -> !torch.vtensor<[1,4,27],f32>
+// FORMS: torch.aten.view %[[WGRAD]], {{.*}} -> !torch.vtensor<[4,3,3,3],f32>
+// FORMS-NOT: torch.aten.convolution_backward
+// FORMS: return
 
 func.func @conv2d_weight_and_input_gradients(%x: !torch.vtensor<[2,3,8,8],f32>, %w: !torch.vtensor<[4,3,3,3],f32>) -> !torch.vtensor<[4,3,3,3],f32> {
   %p = "pock.param"(%w) {param_name = "conv.weight", policy = "full", ratio = 1.0 : f64} : (!torch.vtensor<[4,3,3,3],f32>) -> !torch.vtensor<[4,3,3,3],f32>
@@ -34,13 +44,18 @@ func.func @conv2d_weight_and_input_gradients(%x: !torch.vtensor<[2,3,8,8],f32>, 
 
 // The weight is frozen, so only the input gradient is built: columns by matmul, then col2im.
 // CHECK-LABEL: func.func @conv2d_input_gradient_when_the_input_needs_one
-// CHECK: %[[COLS:.*]] = torch.aten.bmm %{{.*}}, %{{.*}} : !torch.vtensor<[1,128,4],f32>, !torch.vtensor<[1,4,27],f32> -> !torch.vtensor<[1,128,27],f32>
-// CHECK: torch.aten.view %[[COLS]], {{.*}} -> !torch.vtensor<[1,2,8,8,3,9],f32>
-// CHECK: %[[TAP:.*]] = torch.aten.select.int {{.*}} : !torch.vtensor<[2,3,9,12,12],f32>, !torch.int, !torch.int -> !torch.vtensor<[2,3,12,12],f32>
-// CHECK: torch.aten.slice.Tensor %[[TAP]]
-// CHECK: torch.aten.add.Tensor {{.*}} -> !torch.vtensor<[2,3,10,10],f32>
-// CHECK-NOT: torch.aten.unfold
+// CHECK: %[[MASK:.*]] = torch.prim.ListConstruct %true{{.*}}, %false{{.*}}, %false{{.*}} : (!torch.bool, !torch.bool, !torch.bool) -> !torch.list<bool>
+// CHECK: %[[XGRAD:.*]], %{{.*}}, %{{.*}} = torch.aten.convolution_backward {{.*}}, %[[MASK]] : {{.*}} -> !torch.vtensor<[2,3,8,8],f32>, !torch.none, !torch.none
+// CHECK-NOT: torch.aten.convolution_backward
 // CHECK: return
+// FORMS-LABEL: func.func @conv2d_input_gradient_when_the_input_needs_one
+// FORMS: %[[COLS:.*]] = torch.aten.bmm %{{.*}}, %{{.*}} {pock.backend = "im2col", {{.*}}} : !torch.vtensor<[1,128,4],f32>, !torch.vtensor<[1,4,27],f32> -> !torch.vtensor<[1,128,27],f32>
+// FORMS: torch.aten.view %[[COLS]], {{.*}} -> !torch.vtensor<[1,2,8,8,3,9],f32>
+// FORMS: %[[TAP:.*]] = torch.aten.select.int {{.*}} : !torch.vtensor<[2,3,9,12,12],f32>, !torch.int, !torch.int -> !torch.vtensor<[2,3,12,12],f32>
+// FORMS: torch.aten.slice.Tensor %[[TAP]]
+// FORMS: torch.aten.add.Tensor {{.*}} -> !torch.vtensor<[2,3,10,10],f32>
+// FORMS-NOT: torch.aten.unfold
+// FORMS: return
 
 func.func @conv2d_input_gradient_when_the_input_needs_one(%x0: !torch.vtensor<[2,3,8,8],f32>, %w: !torch.vtensor<[4,3,3,3],f32>, %s: !torch.vtensor<[2,3,8,8],f32>) -> !torch.vtensor<[2,3,8,8],f32> {
   %p = "pock.param"(%w) {param_name = "conv.weight", policy = "frozen", ratio = 1.0 : f64} : (!torch.vtensor<[4,3,3,3],f32>) -> !torch.vtensor<[4,3,3,3],f32>
@@ -67,14 +82,16 @@ func.func @conv2d_input_gradient_when_the_input_needs_one(%x0: !torch.vtensor<[2
 // A depthwise conv's weight gradient is a multiply-and-sum over images and positions of the
 // unfolded input and g (no matmul: one channel per group).
 // CHECK-LABEL: func.func @depthwise_weight_gradient_is_a_multiply_sum
-// CHECK: %[[ROWS:.*]] = torch.aten.unfold {{.*}} -> !torch.vtensor<[2,4,4,10,3],f32>
-// CHECK: %[[PATCHES:.*]] = torch.aten.unfold %[[ROWS]], {{.*}} -> !torch.vtensor<[2,4,4,4,3,3],f32>
-// CHECK: %[[PER_CHANNEL:.*]] = torch.aten.permute %[[PATCHES]], {{.*}} -> !torch.vtensor<[4,3,3,2,4,4],f32>
-// CHECK: %[[PRODUCT:.*]] = torch.aten.mul.Tensor %[[PER_CHANNEL]], %{{.*}} : !torch.vtensor<[4,3,3,2,4,4],f32>, !torch.vtensor<[4,1,1,2,4,4],f32>
-// CHECK: torch.aten.sum.dim_IntList %[[PRODUCT]], {{.*}} -> !torch.vtensor<[4,3,3],f32>
-// CHECK-NOT: torch.aten.bmm
-// CHECK-NOT: torch.aten.convolution
-// CHECK: return
+// CHECK: torch.aten.convolution_backward {{.*}} -> !torch.none, !torch.vtensor<[4,1,3,3],f32>, !torch.none
+// FORMS-LABEL: func.func @depthwise_weight_gradient_is_a_multiply_sum
+// FORMS: %[[ROWS:.*]] = torch.aten.unfold {{.*}} -> !torch.vtensor<[2,4,4,10,3],f32>
+// FORMS: %[[PATCHES:.*]] = torch.aten.unfold %[[ROWS]], {{.*}} -> !torch.vtensor<[2,4,4,4,3,3],f32>
+// FORMS: %[[PER_CHANNEL:.*]] = torch.aten.permute %[[PATCHES]], {{.*}} -> !torch.vtensor<[4,3,3,2,4,4],f32>
+// FORMS: %[[PRODUCT:.*]] = torch.aten.mul.Tensor %[[PER_CHANNEL]], %{{.*}} : !torch.vtensor<[4,3,3,2,4,4],f32>, !torch.vtensor<[4,1,1,2,4,4],f32>
+// FORMS: torch.aten.sum.dim_IntList %[[PRODUCT]], {{.*}} -> !torch.vtensor<[4,3,3],f32>
+// FORMS-NOT: torch.aten.bmm
+// FORMS-NOT: torch.aten.convolution_backward
+// FORMS: return
 
 func.func @depthwise_weight_gradient_is_a_multiply_sum(%x: !torch.vtensor<[2,4,8,8],f32>, %w: !torch.vtensor<[4,1,3,3],f32>) -> !torch.vtensor<[4,1,3,3],f32> {
   %p = "pock.param"(%w) {param_name = "dw.weight", policy = "full", ratio = 1.0 : f64} : (!torch.vtensor<[4,1,3,3],f32>) -> !torch.vtensor<[4,1,3,3],f32>
@@ -101,16 +118,18 @@ func.func @depthwise_weight_gradient_is_a_multiply_sum(%x: !torch.vtensor<[2,4,8
 // phase (row and column parity), the four phases interleaved by stack and view, then the
 // padding cropped. No scatter, no zero-inserted g.
 // CHECK-LABEL: func.func @strided_input_gradient_interleaves_stride_phases
-// CHECK: torch.aten.bmm %{{.*}}, %{{.*}} : !torch.vtensor<[1,32,4],f32>, !torch.vtensor<[1,4,27],f32> -> !torch.vtensor<[1,32,27],f32>
-// CHECK: torch.aten.constant_pad_nd {{.*}} -> !torch.vtensor<[2,3,9,6,6],f32>
-// CHECK-COUNT-9: torch.aten.select.int
-// CHECK: torch.aten.stack {{.*}} -> !torch.vtensor<[2,3,5,5,2],f32>
-// CHECK: torch.aten.stack {{.*}} -> !torch.vtensor<[2,3,5,5,2],f32>
-// CHECK: %[[PHASES:.*]] = torch.aten.stack {{.*}} -> !torch.vtensor<[2,3,5,2,5,2],f32>
-// CHECK: %[[PADDED:.*]] = torch.aten.view %[[PHASES]], {{.*}} -> !torch.vtensor<[2,3,10,10],f32>
-// CHECK: torch.aten.slice.Tensor %[[PADDED]], {{.*}} -> !torch.vtensor<[2,3,8,10],f32>
-// CHECK-NOT: scatter
-// CHECK: return
+// CHECK: torch.aten.convolution_backward {{.*}} -> !torch.vtensor<[2,3,8,8],f32>, !torch.none, !torch.none
+// FORMS-LABEL: func.func @strided_input_gradient_interleaves_stride_phases
+// FORMS: torch.aten.bmm %{{.*}}, %{{.*}} {pock.backend = "im2col", {{.*}}} : !torch.vtensor<[1,32,4],f32>, !torch.vtensor<[1,4,27],f32> -> !torch.vtensor<[1,32,27],f32>
+// FORMS: torch.aten.constant_pad_nd {{.*}} -> !torch.vtensor<[2,3,9,6,6],f32>
+// FORMS-COUNT-9: torch.aten.select.int
+// FORMS: torch.aten.stack {{.*}} -> !torch.vtensor<[2,3,5,5,2],f32>
+// FORMS: torch.aten.stack {{.*}} -> !torch.vtensor<[2,3,5,5,2],f32>
+// FORMS: %[[PHASES:.*]] = torch.aten.stack {{.*}} -> !torch.vtensor<[2,3,5,2,5,2],f32>
+// FORMS: %[[PADDED:.*]] = torch.aten.view %[[PHASES]], {{.*}} -> !torch.vtensor<[2,3,10,10],f32>
+// FORMS: torch.aten.slice.Tensor %[[PADDED]], {{.*}} -> !torch.vtensor<[2,3,8,10],f32>
+// FORMS-NOT: scatter
+// FORMS: return
 
 func.func @strided_input_gradient_interleaves_stride_phases(%x0: !torch.vtensor<[2,3,8,8],f32>, %w: !torch.vtensor<[4,3,3,3],f32>, %s: !torch.vtensor<[2,3,8,8],f32>) -> !torch.vtensor<[2,3,8,8],f32> {
   %p = "pock.param"(%w) {param_name = "conv.weight", policy = "frozen", ratio = 1.0 : f64} : (!torch.vtensor<[4,3,3,3],f32>) -> !torch.vtensor<[4,3,3,3],f32>

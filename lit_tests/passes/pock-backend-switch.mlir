@@ -7,39 +7,50 @@
 // RUN: pock-opt %s --split-input-file -p 'pock-backend-switch{target=no-such-target}' | filecheck %s --check-prefix=TILING-UNMEASURED
 
 // A dense 3x3 conv, a depthwise stride-2 conv and the dense conv's convolution_backward (input
-// and weight gradients), as torch.export gives them.
+// and weight gradients), as torch.export gives them (pock-autodiff emits one
+// convolution_backward per gradient; each gradient gets its own form either way).
 
-// Without measurements for the target every op stays as it is, marked with why.
+// Without measurements for the target every op gets its baseline form, marked with why: the
+// forward stays direct, the gradients become im2col matmuls.
 // UNMEASURED:      torch.aten.convolution {{.*}} {pock.backend = "direct", pock.backend_reason = "convolution dense 3x3/s1 3->4 6x6 n2: no measurements for target 'no-such-target'
 // UNMEASURED:      torch.aten.convolution {{.*}} {pock.backend = "direct", pock.backend_reason = "convolution depthwise 3x3/s2 4->4 6x6 n2: no measurements
-// UNMEASURED:      torch.aten.convolution_backward {{.*}} {pock.backend = "direct"
+// UNMEASURED:      torch.aten.bmm {{.*}} {pock.backend = "im2col", pock.backend_reason = "input_grad dense 3x3/s1 3->4 6x6 n2: no measurements
+// UNMEASURED:      torch.aten.bmm {{.*}} {pock.backend = "im2col", pock.backend_reason = "weight_grad dense 3x3/s1 3->4 6x6 n2: no measurements
+// UNMEASURED-NOT:  torch.aten.convolution_backward
 
-// im2col: the dense conv becomes one matmul of the reshaped weight with the stacked windows; the
-// depthwise conv has no im2col form and stays direct; both gradients become matmuls, the input
-// gradient folded back with col2im (pads of each tap's window, summed, cropped).
+// im2col: the dense conv becomes one matmul of the reshaped weight with the unfolded windows; the
+// depthwise conv has no im2col form and stays direct; the input gradient is g W as columns (a
+// batched matmul, one batch per group) folded back with col2im (each tap's shifted slice summed,
+// the padding cropped); the weight gradient is g times the unfolded windows.
 // IM2COL-LABEL: func.func @main
-// IM2COL:       torch.aten.constant_pad_nd %arg0
-// IM2COL:       torch.aten.stack
+// IM2COL:       %[[ROWS:.*]] = torch.aten.unfold %{{.*}} : !torch.vtensor<[2,3,8,8],f32>, !torch.int, !torch.int, !torch.int -> !torch.vtensor<[2,3,6,8,3],f32>
+// IM2COL:       torch.aten.unfold %[[ROWS]], {{.*}} -> !torch.vtensor<[2,3,6,6,3,3],f32>
 // IM2COL:       torch.aten.mm {{.*}} {pock.backend = "im2col", pock.backend_reason = "convolution dense 3x3/s1 3->4 6x6 n2: forced by force=im2col"} : !torch.vtensor<[4,27],f32>, !torch.vtensor<[27,72],f32> -> !torch.vtensor<[4,72],f32>
 // IM2COL:       torch.aten.convolution {{.*}} {pock.backend = "direct"
-// IM2COL:       torch.aten.mm {{.*}} {pock.backend = "im2col", pock.backend_reason = "input_grad dense 3x3/s1 3->4 6x6 n2: forced by force=im2col"} : !torch.vtensor<[27,4],f32>, !torch.vtensor<[4,72],f32> -> !torch.vtensor<[27,72],f32>
-// IM2COL-COUNT-9: torch.aten.constant_pad_nd
-// IM2COL:       torch.aten.mm {{.*}} {pock.backend = "im2col", pock.backend_reason = "weight_grad dense 3x3/s1 3->4 6x6 n2: forced by force=im2col"} : !torch.vtensor<[4,72],f32>, !torch.vtensor<[72,27],f32> -> !torch.vtensor<[4,27],f32>
+// IM2COL:       torch.aten.bmm {{.*}} {pock.backend = "im2col", pock.backend_reason = "input_grad dense 3x3/s1 3->4 6x6 n2: forced by force=im2col"} : !torch.vtensor<[1,72,4],f32>, !torch.vtensor<[1,4,27],f32> -> !torch.vtensor<[1,72,27],f32>
+// IM2COL-COUNT-9: torch.aten.select.int {{.*}} : !torch.vtensor<[2,3,9,10,10],f32>
+// IM2COL:       torch.aten.slice.Tensor {{.*}} -> !torch.vtensor<[2,3,6,6],f32>
+// IM2COL:       torch.aten.bmm {{.*}} {pock.backend = "im2col", pock.backend_reason = "weight_grad dense 3x3/s1 3->4 6x6 n2: forced by force=im2col"} : !torch.vtensor<[1,4,72],f32>, !torch.vtensor<[1,72,27],f32> -> !torch.vtensor<[1,4,27],f32>
 // IM2COL-NOT:   torch.aten.convolution_backward
 
 // patches: only the depthwise conv has that form. Its stride-2 padded input is split into row and
 // column phases, so every tap's window is a unit-stride slice; the windows times their taps'
-// weights are accumulated, and the last add carries the mark.
+// weights are accumulated, and the last add carries the mark. The dense conv's gradients have no
+// patches form and get their baseline, im2col.
 // PATCHES:      torch.aten.convolution {{.*}} {pock.backend = "direct"
 // PATCHES:      torch.aten.constant_pad_nd {{.*}} -> !torch.vtensor<[2,4,8,8],f32>
 // PATCHES:      torch.aten.permute {{.*}} : !torch.vtensor<[2,4,4,2,4,2],f32>, !torch.list<int> -> !torch.vtensor<[2,4,2,2,4,4],f32>
 // PATCHES-COUNT-9: torch.aten.mul.Tensor {{.*}} !torch.vtensor<[2,4,3,3],f32>, !torch.vtensor<[1,4,1,1],f32> -> !torch.vtensor<[2,4,3,3],f32>
 // PATCHES:      torch.aten.add.Tensor {{.*}} {pock.backend = "patches", pock.backend_reason = "convolution depthwise 3x3/s2 4->4 6x6 n2: forced by force=patches"}
 // PATCHES-NOT:  torch.aten.convolution {{.*}} -> !torch.vtensor<[2,4,3,3],f32>
-// PATCHES:      torch.aten.convolution_backward {{.*}} {pock.backend = "direct"
+// PATCHES:      torch.aten.bmm {{.*}} {pock.backend = "im2col", pock.backend_reason = "input_grad dense 3x3/s1 3->4 6x6 n2: forced by force=patches"}
 
+// direct: each gradient is a convolution_backward of its own, its mask asking for that one.
 // DIRECT-COUNT-2: torch.aten.convolution {{.*}} {pock.backend = "direct"
-// DIRECT:         torch.aten.convolution_backward {{.*}} {pock.backend = "direct", pock.backend_reason = "backward dense 3x3/s1 3->4 6x6 n2: forced by force=direct"}
+// DIRECT:         %[[INPUT_MASK:.*]] = torch.prim.ListConstruct %true{{.*}}, %false{{.*}}, %false{{.*}} :
+// DIRECT:         torch.aten.convolution_backward {{.*}}, %[[INPUT_MASK]] {pock.backend = "direct", pock.backend_reason = "input_grad dense 3x3/s1 3->4 6x6 n2: forced by force=direct"} : {{.*}} -> !torch.vtensor<[2,3,6,6],f32>, !torch.none, !torch.none
+// DIRECT:         %[[WEIGHT_MASK:.*]] = torch.prim.ListConstruct %false{{.*}}, %true{{.*}}, %false{{.*}} :
+// DIRECT:         torch.aten.convolution_backward {{.*}}, %[[WEIGHT_MASK]] {pock.backend = "direct", pock.backend_reason = "weight_grad dense 3x3/s1 3->4 6x6 n2: forced by force=direct"} : {{.*}} -> !torch.none, !torch.vtensor<[4,3,3,3],f32>, !torch.none
 // DIRECT-NOT:     torch.aten.mm
 
 // BAD: error: pock-backend-switch: force must be one of direct, im2col, patches, got 'winograd'

@@ -92,3 +92,34 @@ func.func @lowest_updated_layer(%w0: !torch.vtensor<[6,3],f32>, %w1: !torch.vten
   %g1 = "pock.grad"(%loss, %p1) : (!torch.vtensor<[],f32>, !torch.vtensor<[4,6],f32>) -> !torch.vtensor<[4,6],f32>
   return %loss, %g1 : !torch.vtensor<[],f32>, !torch.vtensor<[4,6],f32>
 }
+
+// A channel-sparse convolution weight: the slice crosses the abstract weight gradient
+// (convolution_backward asking for the weight gradient only), which then runs on g's kept output
+// channels and a slice of the weight, giving the [2,3,3,3] gradient directly; the ReLU backward
+// above it runs on the kept channels too.
+// AUTODIFF-LABEL: func.func @channel_sparse_conv_weight
+// AUTODIFF: %{{.*}}, %[[FULL:.*]], %{{.*}} = torch.aten.convolution_backward {{.*}} -> !torch.none, !torch.vtensor<[4,3,3,3],f32>, !torch.none
+// AUTODIFF: "pock.channel_slice"
+// CHECK-LABEL: func.func @channel_sparse_conv_weight
+// CHECK: %[[W:.*]] = torch.aten.slice.Tensor %{{.*}} -> !torch.vtensor<[2,3,3,3],f32>
+// CHECK: %[[G:.*]] = torch.aten.threshold_backward {{.*}} -> !torch.vtensor<[2,2,8,8],f32>
+// CHECK: %{{.*}}, %[[GW:.*]], %{{.*}} = torch.aten.convolution_backward %[[G]], %{{.*}}, %[[W]], {{.*}} -> !torch.none, !torch.vtensor<[2,3,3,3],f32>, !torch.none
+// CHECK-NOT: pock.channel_slice
+// CHECK-NOT: -> !torch.none, !torch.vtensor<[4,3,3,3],f32>, !torch.none
+// CHECK: return
+func.func @channel_sparse_conv_weight(%x: !torch.vtensor<[2,3,8,8],f32>, %w: !torch.vtensor<[4,3,3,3],f32>) -> (!torch.vtensor<[],f32>, !torch.vtensor<[2,3,3,3],f32>) {
+  %p = "pock.param"(%w) {param_name = "conv.weight", policy = "channels", ratio = 0.5 : f64} : (!torch.vtensor<[4,3,3,3],f32>) -> !torch.vtensor<[4,3,3,3],f32>
+  %int0 = torch.constant.int 0
+  %int1 = torch.constant.int 1
+  %false = torch.constant.bool false
+  %none = torch.constant.none
+  %stride = torch.prim.ListConstruct %int1, %int1 : (!torch.int, !torch.int) -> !torch.list<int>
+  %pad = torch.prim.ListConstruct %int1, %int1 : (!torch.int, !torch.int) -> !torch.list<int>
+  %dil = torch.prim.ListConstruct %int1, %int1 : (!torch.int, !torch.int) -> !torch.list<int>
+  %outpad = torch.prim.ListConstruct %int0, %int0 : (!torch.int, !torch.int) -> !torch.list<int>
+  %y = torch.aten.convolution %x, %p, %none, %stride, %pad, %dil, %false, %outpad, %int1 : !torch.vtensor<[2,3,8,8],f32>, !torch.vtensor<[4,3,3,3],f32>, !torch.none, !torch.list<int>, !torch.list<int>, !torch.list<int>, !torch.bool, !torch.list<int>, !torch.int -> !torch.vtensor<[2,4,8,8],f32>
+  %r = torch.aten.relu %y : !torch.vtensor<[2,4,8,8],f32> -> !torch.vtensor<[2,4,8,8],f32>
+  %loss = torch.aten.sum %r, %none : !torch.vtensor<[2,4,8,8],f32>, !torch.none -> !torch.vtensor<[],f32>
+  %g = "pock.grad"(%loss, %p) : (!torch.vtensor<[],f32>, !torch.vtensor<[4,3,3,3],f32>) -> !torch.vtensor<[2,3,3,3],f32>
+  return %loss, %g : !torch.vtensor<[],f32>, !torch.vtensor<[2,3,3,3],f32>
+}

@@ -1,157 +1,29 @@
-"""Rules for convolutions, pooling and padding, in backward forms IREE compiles well.
+"""Rules for convolutions, pooling and padding.
 
-Batch norm needs no rule of its own: the core ATen decomposition leaves var_mean, rsqrt and
-elementwise ops (train mode) or elementwise ops on the running statistics (eval mode).
-
-The forms were chosen by timing alternatives under IREE on the host CPU:
-- weight gradient: im2col (aten.unfold) and one matmul per group over all images and
-  positions. torch's form, a convolution of the input with g as a huge kernel, compiled on its
-  own to a direct convolution 15-50x slower on ResNet-18 layers (inside a whole model IREE
-  sometimes rewrites it to a matmul itself; this form does not depend on that); per-image
-  batched matmuls materialised N weight-sized products. Depthwise: a multiply-and-sum over
-  images and positions per kernel offset (torch's batch-grouped form was the slowest
-  MobileNetV2 dispatch).
-- input gradient: col2im of g W (the weight as stored: transposing or flipping it costs a
-  weight-sized copy per step), folded by stride phase with slices instead of scatters. A
-  transposed convolution ran 2-10x slower strided and does not compile grouped.
-- max pooling: aten.max_pool2d_with_indices_backward (IREE lowers it, faster than
-  scatter_add or a dense fold); average pooling: g over each window's divisor, folded back.
+A convolution's rule emits the abstract backward (aten.convolution_backward, one per gradient);
+pock-backend-switch gives each the form measured fastest on the target (pock_mlir/conv_forms.py
+has the forms and why they exist). Batch norm needs no rule of its own: the core ATen
+decomposition leaves var_mean, rsqrt and elementwise ops (train mode) or elementwise ops on the
+running statistics (eval mode). Max pooling's backward is aten.max_pool2d_with_indices_backward
+(IREE lowers it, faster than scatter_add or a dense fold); average pooling's is g over each
+window's divisor, folded back with col2im.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import numpy as np
 
-from pock_mlir.op_facts import convolution_flops, convolution_slices
+from pock_mlir.conv_forms import Window, convolution_gradient, fold
+from pock_mlir.op_facts import (convolution_backward_flops, convolution_backward_slices, convolution_flops,
+                                convolution_slices, declare)
 
 from .base import defrule
 
 
-@dataclass(frozen=True)
-class Window:
-    """A 2-D sliding window over [N, C, H, W]: per spatial dim its kernel size, stride, padding
-    and dilation, and the input and output sizes."""
-
-    kernel: tuple[int, int]
-    stride: tuple[int, int]
-    padding: tuple[int, int]
-    dilation: tuple[int, int]
-    in_size: tuple[int, int]
-    out_size: tuple[int, int]
-
-    @property
-    def offsets(self) -> list[tuple[int, int]]:
-        """The kernel positions (i, j), row-major: the order of weight[..., i, j]."""
-        return [(i, j) for i in range(self.kernel[0]) for j in range(self.kernel[1])]
-
-
-def pad_spatial(b, x, top, bottom, left, right):
-    if top == bottom == left == right == 0:
-        return x
-    return b.aten.constant_pad_nd(x, [left, right, top, bottom], 0.0)
-
-
-def unfold(b, x, window: Window):
-    """im2col: [N, C, Ho, Wo, kh, kw], the zero-padded input values each output position
-    multiplies with weight[..., i, j]. aten.unfold per spatial dim lowers to a single IREE
-    dispatch (one strided slice per offset took one dispatch each)."""
-    x = pad_spatial(b, x, window.padding[0], window.padding[0], window.padding[1], window.padding[1])
-    for dim, k, s, d in zip((2, 3), window.kernel, window.stride, window.dilation):
-        span = d * (k - 1) + 1
-        x = b.aten.unfold(x, dim, span, s)
-        if d > 1:
-            x = b.aten.slice.Tensor(x, -1, 0, span, d)
-    return x
-
-
-def fold(b, cols, window: Window, tap_weights=None):
-    """col2im, the transpose of `unfold`: cols [N, C, kh*kw, Ho, Wo] summed into the input
-    positions each offset was read from. With tap_weights [C, kh*kw], cols is one [N, C, Ho, Wo]
-    map that every offset reads, times that offset's per-channel weight (the depthwise input
-    gradient, without a k*k times larger cols tensor: faster under IREE, pock_mlir/tuning/host.json).
-
-    Padded row i*d + s*t is row (i*d)//s + t of phase (i*d)%s once the rows are split into s
-    interleaved phases, so each phase is a sum of shifted slices of cols, padded once (no
-    scatter, no zero-inserted tensors); one stack and reshape interleave the phases back."""
-    n, c = b.shape(cols)[:2]
-    (sh, sw), (ph, pw), (dh, dw) = window.stride, window.padding, window.dilation
-    (h, w), (ho, wo), (kh, kw) = window.in_size, window.out_size, window.kernel
-    # Blocks per phase: enough for the padded input and for every window (ceil_mode pooling
-    # windows may run past the padding; what lands there is cropped away).
-    hb = -(-max(h + 2 * ph, dh * (kh - 1) + sh * (ho - 1) + 1) // sh)
-    wb = -(-max(w + 2 * pw, dw * (kw - 1) + sw * (wo - 1) + 1) // sw)
-    top, left = dh * (kh - 1) // sh, dw * (kw - 1) // sw  # the largest block shifts
-    padded = pad_spatial(b, cols, top, hb - ho, left, wb - wo)
-    phases = {}
-    for o, (i, j) in enumerate(window.offsets):
-        (bi, a), (bj, e) = divmod(i * dh, sh), divmod(j * dw, sw)
-        tap = padded if tap_weights is not None else b.aten.select.int(padded, 2, o)
-        rows = b.aten.slice.Tensor(tap, 2, top - bi, top - bi + hb, 1)
-        placed = b.aten.slice.Tensor(rows, 3, left - bj, left - bj + wb, 1)
-        if tap_weights is not None:
-            placed = b.mul(placed, b.reshape(b.aten.select.int(tap_weights, 1, o), [1, c, 1, 1]))
-        phases[a, e] = b.add(phases[a, e], placed) if (a, e) in phases else placed
-    if (sh, sw) == (1, 1):
-        interleaved = phases[0, 0]
-    else:
-        zeros = b.full([n, c, hb, wb], 0.0, b.type_of(cols).dtype)
-        rows = [b.aten.stack([phases.get((a, e), zeros) for e in range(sw)], 4) for a in range(sh)]
-        interleaved = b.reshape(b.aten.stack(rows, 3), [n, c, hb * sh, wb * sw])
-    if b.shape(interleaved)[2:] != (h, w):
-        interleaved = b.aten.slice.Tensor(b.aten.slice.Tensor(interleaved, 2, ph, ph + h, 1), 3, pw, pw + w, 1)
-    return interleaved
-
-
-# -- convolution --------------------------------------------------------------------------
-
-def is_depthwise(w_shape, groups) -> bool:
-    """One input and one output channel per group (MobileNet's depthwise convs)."""
-    return groups > 1 and w_shape[0] == groups and w_shape[1] == 1
-
-
-def positions_by_group(b, value, groups: int):
-    """[N, G*k, Ho, Wo] as [G, N*Ho*Wo, k]: per group, one row per image position."""
-    n, channels, ho, wo = b.shape(value)
-    rows = b.reshape(b.aten.permute(value, [0, 2, 3, 1]), [n * ho * wo, groups, channels // groups])
-    return b.aten.permute(rows, [1, 0, 2])
-
-
-def conv_weight_grad(b, g, x, w_shape, window: Window, groups: int):
-    """dW[o, c, i, j] = sum over images and positions of g[n, o] x_padded[n, c, offset (i, j)]:
-    im2col, then one matmul per group contracting images and positions together (a matmul per
-    image would materialise N weight-sized partial products)."""
-    n, cout, ho, wo = b.shape(g)
-    patches = unfold(b, x, window)  # [N, Cin, Ho, Wo, kh, kw]
-    if is_depthwise(w_shape, groups):
-        per_channel = b.aten.permute(patches, [1, 4, 5, 0, 2, 3])  # [C, kh, kw, N, Ho, Wo]
-        g_per_channel = b.reshape(b.aten.permute(g, [1, 0, 2, 3]), [cout, 1, 1, n, ho, wo])
-        return b.reshape(b.sum(b.mul(per_channel, g_per_channel), [3, 4, 5]), w_shape)
-    taps = w_shape[1] * w_shape[2] * w_shape[3]
-    cols = b.reshape(b.aten.permute(patches, [0, 2, 3, 1, 4, 5]), [n * ho * wo, groups, taps])
-    g_t = b.aten.permute(b.reshape(g, [n, groups, cout // groups, ho * wo]), [1, 2, 0, 3])  # [G, Cout/G, N, Ho*Wo]
-    g_t = b.reshape(g_t, [groups, cout // groups, n * ho * wo])
-    return b.reshape(b.aten.bmm(g_t, b.aten.permute(cols, [1, 0, 2])), w_shape)
-
-
-def conv_input_grad(b, g, w, window: Window, groups: int):
-    """dX = col2im(g W), the weight used as stored (a transposed weight costs a weight-sized
-    transpose per step)."""
-    cout, cin_per_group, kh, kw = b.shape(w)
-    n, _, ho, wo = b.shape(g)
-    if is_depthwise(b.shape(w), groups):
-        return fold(b, g, window, tap_weights=b.reshape(w, [cout, kh * kw]))
-    w_rows = b.reshape(w, [groups, cout // groups, cin_per_group * kh * kw])
-    cols = b.aten.bmm(positions_by_group(b, g, groups), w_rows)  # [G, N*Ho*Wo, Cin/G*KK]
-    cols = b.reshape(cols, [groups, n, ho, wo, cin_per_group, kh * kw])
-    cols = b.reshape(b.aten.permute(cols, [1, 0, 4, 5, 2, 3]), [n, groups * cin_per_group, kh * kw, ho, wo])
-    return fold(b, cols, window)
-
-
 @defrule("aten.convolution", slices=convolution_slices, flops=convolution_flops)
 def convolution(b, g, out, x, w, bias, stride, padding, dilation, transposed, output_padding, groups):
-    """Conv1d runs as a Conv2d of height 1; see the module docstring for the forms."""
+    """One abstract aten.convolution_backward per gradient; pock-backend-switch gives each the
+    form measured fastest (pock_mlir/conv_forms.py). Conv1d runs as a Conv2d of height 1."""
     if transposed:
         raise NotImplementedError("transposed convolutions (nn.ConvTranspose*) have no derivative rule yet")
     spatial = len(b.shape(x)) - 2
@@ -161,12 +33,13 @@ def convolution(b, g, out, x, w, bias, stride, padding, dilation, transposed, ou
     if spatial == 1:
         x, w, g = (b.aten.unsqueeze(v, 2) for v in (x, w, g))
         stride, padding, dilation = [1, *stride], [0, *padding], [1, *dilation]
-    window = Window(tuple(b.shape(w)[2:]), tuple(stride), tuple(padding), tuple(dilation),
-                    tuple(b.shape(x)[2:]), tuple(b.shape(g)[2:]))
-    gx = b.reshape(conv_input_grad(b, g, w, window, groups), x_shape)
-    gw = b.reshape(conv_weight_grad(b, g, x, b.shape(w), window, groups), w_shape)
+    gx, gw = (b.reshape(convolution_gradient(b, op, g, x, w, stride, padding, dilation, groups), shape)
+              for op, shape in (("input_grad", x_shape), ("weight_grad", w_shape)))
     gb = b.sum(g, [0, 2, 3]) if bias is not None else None
     return gx, gw, gb, None, None, None, None, None, None
+
+
+declare("aten.convolution_backward", slices=convolution_backward_slices, flops=convolution_backward_flops)
 
 
 # -- pooling ------------------------------------------------------------------------------

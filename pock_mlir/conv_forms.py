@@ -1,0 +1,314 @@
+"""Every form a 2-D convolution can take, forward and backward, each written once against the
+TorchBuilder: pock-backend-switch emits them, and bench/iree_study.py compiles and times the very
+same IR (`FORMS`), so the form measured is the form emitted.
+
+The derivative rule of aten.convolution emits only the abstract backward, one
+aten.convolution_backward per gradient; pock-backend-switch replaces each by a form chosen from
+the measurements in pock_mlir/tuning/<target>.json. The forms:
+
+- "direct": the op itself, aten.convolution or aten.convolution_backward, which torch-mlir and
+  IREE lower as convolutions (the backward's input gradient as a transposed convolution).
+- "im2col": the input's windows unfolded (aten.unfold per spatial dim, one IREE dispatch) and one
+  matmul per group over every image and position. The forward multiplies the weight with the
+  windows; the weight gradient is g times the windows (a batch-grouped convolution of the input
+  with g as its kernel compiled to a direct convolution 15-50x slower on ResNet-18 layers, and a
+  matmul per image materialised N weight-sized products); the input gradient is g W to columns
+  (the weight as stored: transposing or flipping it costs a weight-sized copy per step) folded
+  back with col2im, by stride phase with slices instead of scatters (a transposed convolution
+  ran 2-10x slower strided and does not compile grouped).
+- "patches", depthwise only: per kernel tap, a shifted window times that tap's weight. The
+  forward accumulates the taps (one fused elementwise dispatch); the weight gradient multiplies
+  and sums over images and positions (torch's batch-grouped form was the slowest MobileNetV2
+  dispatch); the input gradient folds g times each tap's weight back (no k*k times larger
+  columns tensor).
+
+Each op's first form in `ConvShape.forms` is its baseline: what is emitted unless another form
+measured faster by the pass's margin, and without measurements.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass
+
+CONV_OPS = ("forward", "weight_grad", "input_grad")
+GRADIENT_INDEX = {"input_grad": 0, "weight_grad": 1}  # in convolution_backward's results
+
+
+@dataclass(frozen=True)
+class Window:
+    """A 2-D sliding window over [N, C, H, W]: per spatial dim its kernel size, stride, padding
+    and dilation, and the input and output sizes."""
+
+    kernel: tuple[int, int]
+    stride: tuple[int, int]
+    padding: tuple[int, int]
+    dilation: tuple[int, int]
+    in_size: tuple[int, int]
+    out_size: tuple[int, int]
+
+    @classmethod
+    def of(cls, kernel, stride, padding, dilation, in_size) -> Window:
+        """The window with the output size a convolution or pooling without ceil_mode gives."""
+        out = tuple((i + 2 * p - d * (k - 1) - 1) // s + 1
+                    for i, k, s, p, d in zip(in_size, kernel, stride, padding, dilation))
+        return cls(*(tuple(v) for v in (kernel, stride, padding, dilation, in_size)), out)
+
+    @property
+    def offsets(self) -> list[tuple[int, int]]:
+        """The kernel positions (i, j), row-major: the order of weight[..., i, j]."""
+        return [(i, j) for i in range(self.kernel[0]) for j in range(self.kernel[1])]
+
+
+@dataclass(frozen=True)
+class ConvShape:
+    """A 2-D convolution (not transposed): batch, input and output channels, groups, window."""
+
+    n: int
+    c: int
+    o: int
+    groups: int
+    window: Window
+
+    @classmethod
+    def from_json(cls, fields: dict) -> ConvShape:
+        window = Window(**{k: tuple(v) for k, v in fields["window"].items()})
+        return cls(fields["n"], fields["c"], fields["o"], fields["groups"], window)
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+    @property
+    def depthwise(self) -> bool:
+        """One input and one output channel per group (MobileNet's depthwise convs)."""
+        return self.groups > 1 and self.groups == self.c == self.o
+
+    @property
+    def pointwise(self) -> bool:
+        w = self.window
+        return w.kernel == (1, 1) and w.stride == (1, 1) and w.padding == (0, 0)
+
+    def output_shape(self) -> tuple[int, int, int, int]:
+        return (self.n, self.o, *self.window.out_size)
+
+    def weight_shape(self) -> tuple[int, int, int, int]:
+        return (self.o, self.c // self.groups, *self.window.kernel)
+
+    def input_shape(self) -> tuple[int, int, int, int]:
+        return (self.n, self.c, *self.window.in_size)
+
+    def kind(self) -> str:
+        family = "depthwise" if self.depthwise else "grouped" if self.groups > 1 else "dense"
+        w = self.window
+
+        def pair(p):
+            return str(p[0]) if p[0] == p[1] else f"{p[0]}x{p[1]}"
+
+        dilation = f" d{pair(w.dilation)}" if w.dilation != (1, 1) else ""
+        return (f"{family} {w.kernel[0]}x{w.kernel[1]}/s{pair(w.stride)}{dilation} {self.c}->{self.o} "
+                f"{w.in_size[0]}x{w.in_size[1]} n{self.n}")
+
+    def macs(self) -> int:
+        return math.prod(self.output_shape()) * (self.c // self.groups) * math.prod(self.window.kernel)
+
+    def forms(self, op: str) -> tuple[str, ...]:
+        """The forms implemented for this shape and op, its baseline first. Grouped convolutions
+        that are not depthwise have their im2col gradients only (direct ones are unmeasured)."""
+        if op == "forward":
+            return ("direct", "im2col") if self.groups == 1 else ("direct", "patches") if self.depthwise else ("direct",)
+        if self.depthwise:
+            return ("patches", "direct")
+        return ("im2col", "direct") if self.groups == 1 else ("im2col",)
+
+
+# -- im2col and col2im ------------------------------------------------------------------------
+
+def pad_spatial(b, x, top, bottom, left, right):
+    if top == bottom == left == right == 0:
+        return x
+    return b.aten.constant_pad_nd(x, [left, right, top, bottom], 0.0)
+
+
+def unfold(b, x, window: Window):
+    """im2col: [N, C, Ho, Wo, kh, kw], the zero-padded input values each output position
+    multiplies with weight[..., i, j]. aten.unfold per spatial dim lowers to a single IREE
+    dispatch (one strided slice per offset took one dispatch each)."""
+    if window.kernel == (1, 1) and window.padding == (0, 0) and window.stride == (1, 1):
+        return b.aten.unsqueeze(b.aten.unsqueeze(x, 4), 5)
+    x = pad_spatial(b, x, window.padding[0], window.padding[0], window.padding[1], window.padding[1])
+    for dim, k, s, d in zip((2, 3), window.kernel, window.stride, window.dilation):
+        span = d * (k - 1) + 1
+        if k == 1:  # a strided slice: IREE 3.13 computed unfold(size 1, step 2) wrongly in ResNet's evaluate
+            x = b.aten.unsqueeze(b.aten.slice.Tensor(x, dim, 0, b.shape(x)[dim], s), -1)
+            continue
+        x = b.aten.unfold(x, dim, span, s)
+        if d > 1:
+            x = b.aten.slice.Tensor(x, -1, 0, span, d)
+    return x
+
+
+def fold(b, cols, window: Window, tap_weights=None):
+    """col2im, the transpose of `unfold`: cols [N, C, kh*kw, Ho, Wo] summed into the input
+    positions each offset was read from. With tap_weights [C, kh*kw], cols is one [N, C, Ho, Wo]
+    map that every offset reads, times that offset's per-channel weight (the depthwise input
+    gradient).
+
+    Padded row i*d + s*t is row (i*d)//s + t of phase (i*d)%s once the rows are split into s
+    interleaved phases, so each phase is a sum of shifted slices of cols, padded once (no
+    scatter, no zero-inserted tensors); one stack and reshape interleave the phases back."""
+    n, c = b.shape(cols)[:2]
+    (sh, sw), (ph, pw), (dh, dw) = window.stride, window.padding, window.dilation
+    (h, w), (ho, wo), (kh, kw) = window.in_size, window.out_size, window.kernel
+    # Blocks per phase: enough for the padded input and for every window (ceil_mode pooling
+    # windows may run past the padding; what lands there is cropped away).
+    hb = -(-max(h + 2 * ph, dh * (kh - 1) + sh * (ho - 1) + 1) // sh)
+    wb = -(-max(w + 2 * pw, dw * (kw - 1) + sw * (wo - 1) + 1) // sw)
+    top, left = dh * (kh - 1) // sh, dw * (kw - 1) // sw  # the largest block shifts
+    padded = pad_spatial(b, cols, top, hb - ho, left, wb - wo)
+    phases = {}
+    for o, (i, j) in enumerate(window.offsets):
+        (bi, a), (bj, e) = divmod(i * dh, sh), divmod(j * dw, sw)
+        tap = padded if tap_weights is not None else b.aten.select.int(padded, 2, o)
+        rows = b.aten.slice.Tensor(tap, 2, top - bi, top - bi + hb, 1)
+        placed = b.aten.slice.Tensor(rows, 3, left - bj, left - bj + wb, 1)
+        if tap_weights is not None:
+            placed = b.mul(placed, b.reshape(b.aten.select.int(tap_weights, 1, o), [1, c, 1, 1]))
+        phases[a, e] = b.add(phases[a, e], placed) if (a, e) in phases else placed
+    if (sh, sw) == (1, 1):
+        interleaved = phases[0, 0]
+    else:
+        zeros = b.full([n, c, hb, wb], 0.0, b.type_of(cols).dtype)
+        rows = [b.aten.stack([phases.get((a, e), zeros) for e in range(sw)], 4) for a in range(sh)]
+        interleaved = b.reshape(b.aten.stack(rows, 3), [n, c, hb * sh, wb * sw])
+    if b.shape(interleaved)[2:] != (h, w):
+        interleaved = b.aten.slice.Tensor(b.aten.slice.Tensor(interleaved, 2, ph, ph + h, 1), 3, pw, pw + w, 1)
+    return interleaved
+
+
+def tap_windows(b, x, window: Window):
+    """[(i, j, window [N, C, Ho, Wo])] for every kernel tap: unit-stride slices of the padded
+    input. With stride s the padded rows and columns are first split into s phases, so a
+    strided window is a contiguous slice of one phase: IREE vectorizes those, while strided
+    slices of the innermost dim ran 2-3x slower."""
+    n, c = b.shape(x)[:2]
+    (sh, sw), (ph, pw), (dh, dw) = window.stride, window.padding, window.dilation
+    (h, w), (ho, wo), (kh, kw) = window.in_size, window.out_size, window.kernel
+    hb, wb = -(-(dh * (kh - 1) + sh * (ho - 1) + 1) // sh), -(-(dw * (kw - 1) + sw * (wo - 1) + 1) // sw)
+    pad = [pw, wb * sw - w - pw, ph, hb * sh - h - ph]  # negative where the last rows are never read
+    padded = b.aten.constant_pad_nd(x, pad, 0.0) if any(pad) else x
+    if (sh, sw) != (1, 1):
+        padded = b.aten.permute(b.reshape(padded, [n, c, hb, sh, wb, sw]), [0, 1, 3, 5, 2, 4])
+    windows = []
+    for i, j in window.offsets:
+        (bi, a), (bj, e) = divmod(i * dh, sh), divmod(j * dw, sw)
+        phase = padded if (sh, sw) == (1, 1) else b.aten.select.int(b.aten.select.int(padded, 2, a), 2, e)
+        rows = b.aten.slice.Tensor(phase, 2, bi, bi + ho, 1)
+        windows.append((i, j, b.aten.slice.Tensor(rows, 3, bj, bj + wo, 1)))
+    return windows
+
+
+def positions_by_group(b, value, groups: int):
+    """[N, G*k, Ho, Wo] as [G, N*Ho*Wo, k]: per group, one row per image position."""
+    n, channels, ho, wo = b.shape(value)
+    rows = b.reshape(b.aten.permute(value, [0, 2, 3, 1]), [n * ho * wo, groups, channels // groups])
+    return b.aten.permute(rows, [1, 0, 2])
+
+
+def columns_by_group(b, x, s: ConvShape):
+    """The unfolded input as [G, N*Ho*Wo, C/G*kh*kw]: per group, one row of window values per
+    image position, in the weight's (c, i, j) order."""
+    patches = unfold(b, x, s.window)  # [N, C, Ho, Wo, kh, kw]
+    n, c, ho, wo, kh, kw = b.shape(patches)
+    cols = b.reshape(b.aten.permute(patches, [0, 2, 3, 1, 4, 5]), [n * ho * wo, s.groups, c // s.groups * kh * kw])
+    return b.aten.permute(cols, [1, 0, 2])
+
+
+# -- the forms: (b, shape, g, x, w) -> the op's result; g is None for the forward ---------------
+
+def _backward(b, s: ConvShape, g, x, w, op: str):
+    w_ = s.window
+    mask = [op == "input_grad", op == "weight_grad", False]
+    results = b.aten.convolution_backward(g, x, w, None, list(w_.stride), list(w_.padding), list(w_.dilation), False,
+                                          [0, 0], s.groups, mask)
+    return results[GRADIENT_INDEX[op]]
+
+
+def forward_direct(b, s: ConvShape, g, x, w):
+    w_ = s.window
+    return b.aten.convolution(x, w, None, list(w_.stride), list(w_.padding), list(w_.dilation), False, [0, 0], s.groups)
+
+
+def forward_im2col(b, s: ConvShape, g, x, w):
+    """y = W [O, C*kh*kw] @ columns [C*kh*kw, N*Ho*Wo], back to [N, O, Ho, Wo]."""
+    n, o, ho, wo = s.output_shape()
+    taps = s.c * math.prod(s.window.kernel)
+    cols = b.reshape(b.aten.permute(unfold(b, x, s.window), [1, 4, 5, 0, 2, 3]), [taps, n * ho * wo])
+    y = b.aten.mm(b.reshape(w, [o, taps]), cols)
+    return b.aten.permute(b.reshape(y, [o, n, ho, wo]), [1, 0, 2, 3])
+
+
+def forward_patches(b, s: ConvShape, g, x, w):
+    """Depthwise y = sum over taps of window * w[c, tap], accumulated tap by tap (one fused
+    elementwise dispatch; stacking the k*k windows and reducing them ran 3x slower)."""
+    total = None
+    for i, j, window in tap_windows(b, x, s.window):
+        tap = b.reshape(b.aten.select.int(b.aten.select.int(w, 2, i), 2, j), [1, s.c, 1, 1])
+        term = b.mul(window, tap)
+        total = term if total is None else b.add(total, term)
+    return total
+
+
+def weight_grad_im2col(b, s: ConvShape, g, x, w):
+    """dW[o, c, i, j] = sum over images and positions of g[n, o] x_padded[n, c, offset (i, j)]:
+    one matmul per group contracting images and positions together."""
+    n, o, ho, wo = s.output_shape()
+    g_t = b.aten.permute(b.reshape(g, [n, s.groups, o // s.groups, ho * wo]), [1, 2, 0, 3])  # [G, O/G, N, Ho*Wo]
+    g_t = b.reshape(g_t, [s.groups, o // s.groups, n * ho * wo])
+    return b.reshape(b.aten.bmm(g_t, columns_by_group(b, x, s)), s.weight_shape())
+
+
+def weight_grad_patches(b, s: ConvShape, g, x, w):
+    """Depthwise dW[c, i, j] = sum over images and positions of window(i, j) * g: one fused
+    multiply-reduce."""
+    n, o, ho, wo = s.output_shape()
+    per_channel = b.aten.permute(unfold(b, x, s.window), [1, 4, 5, 0, 2, 3])  # [C, kh, kw, N, Ho, Wo]
+    g_per_channel = b.reshape(b.aten.permute(g, [1, 0, 2, 3]), [o, 1, 1, n, ho, wo])
+    return b.reshape(b.sum(b.mul(per_channel, g_per_channel), [3, 4, 5]), s.weight_shape())
+
+
+def input_grad_im2col(b, s: ConvShape, g, x, w):
+    """dX = col2im(g W), the weight used as stored."""
+    n, o, ho, wo = s.output_shape()
+    _, cin_per_group, kh, kw = s.weight_shape()
+    w_rows = b.reshape(w, [s.groups, o // s.groups, cin_per_group * kh * kw])
+    cols = b.aten.bmm(positions_by_group(b, g, s.groups), w_rows)  # [G, N*Ho*Wo, Cin/G*kh*kw]
+    cols = b.reshape(cols, [s.groups, n, ho, wo, cin_per_group, kh * kw])
+    cols = b.reshape(b.aten.permute(cols, [1, 0, 4, 5, 2, 3]), [n, s.c, kh * kw, ho, wo])
+    return fold(b, cols, s.window)
+
+
+def input_grad_patches(b, s: ConvShape, g, x, w):
+    """Depthwise dX: g times each tap's weight, folded back onto the positions the tap read."""
+    return fold(b, g, s.window, tap_weights=b.reshape(w, [s.o, math.prod(s.window.kernel)]))
+
+
+FORMS = {
+    ("forward", "direct"): forward_direct,
+    ("forward", "im2col"): forward_im2col,
+    ("forward", "patches"): forward_patches,
+    ("weight_grad", "direct"): lambda b, s, g, x, w: _backward(b, s, g, x, w, "weight_grad"),
+    ("weight_grad", "im2col"): weight_grad_im2col,
+    ("weight_grad", "patches"): weight_grad_patches,
+    ("input_grad", "direct"): lambda b, s, g, x, w: _backward(b, s, g, x, w, "input_grad"),
+    ("input_grad", "im2col"): input_grad_im2col,
+    ("input_grad", "patches"): input_grad_patches,
+}
+FORM_NAMES = ("direct", "im2col", "patches")
+
+
+def convolution_gradient(b, op: str, g, x, w, stride, padding, dilation, groups):
+    """The abstract backward of a 2-D convolution: one aten.convolution_backward computing only
+    `op`'s gradient, which pock-backend-switch gives a measured form."""
+    n, c = b.shape(x)[:2]
+    s = ConvShape(n, c, b.shape(w)[0], groups, Window.of(b.shape(w)[2:], stride, padding, dilation, b.shape(x)[2:]))
+    return _backward(b, s, g, x, w, op)
