@@ -116,3 +116,49 @@ def test_convolution_backward_forms_match_torch():
             "main", *(rt.asdevicearray(config.device, t.numpy()) for t in (grad, x, w)))
         for name, value, expected in zip(("input", "weight", "bias"), got, want):
             assert_close_to_norm(np.asarray(value.to_host()), expected.numpy(), 1e-5, f"{form} {name} gradient")
+
+
+def _square(n, c, h, o, k, stride, pad, groups, dilation=1):
+    from pock_mlir.conv_forms import ConvShape, Window
+
+    return ConvShape(n, c, o, groups, Window.of((k, k), (stride, stride), (pad, pad), (dilation, dilation), (h, h)))
+
+
+def _shapes():
+    """Every family the forms distinguish, and the window shapes only the gradients' forms cover."""
+    from pock_mlir.conv_forms import ConvShape, Window
+
+    return {
+        "dense 3x3/s2": _square(2, 3, 7, 4, 3, 2, 1, 1),
+        "strided 1x1": _square(2, 4, 6, 8, 1, 2, 0, 1),
+        "depthwise 3x3/s2": _square(2, 6, 7, 6, 3, 2, 1, 6),
+        "grouped 3x3": _square(2, 4, 6, 6, 3, 1, 1, 2),
+        "dilated 3x3": _square(2, 3, 9, 4, 3, 1, 2, 1, dilation=2),
+        "1x3 kernel, stride (2, 1)": ConvShape(2, 3, 5, 1, Window.of((1, 3), (2, 1), (0, 1), (1, 1), (6, 7))),
+    }
+
+
+@pytest.mark.parametrize("name", list(_shapes()))
+def test_every_form_bench_measures_is_the_convolution(name):
+    """The functions bench.iree_study times are the forms pock-backend-switch emits (the same
+    conv_forms functions); each, compiled by IREE, computes torch's convolution and gradients."""
+    import iree.runtime as rt
+
+    from bench.iree_study import _reference, form_function, load_function
+    from pock_mlir.conv_forms import CONV_OPS
+    from pock_mlir.targets import resolve_target
+
+    shape = _shapes()[name]
+    g = torch.Generator().manual_seed(3)
+    x, w, grad = (torch.randn(dims, generator=g) for dims in (shape.input_shape(), shape.weight_shape(),
+                                                                shape.output_shape()))
+    checked = []
+    for op in CONV_OPS:
+        want = _reference(shape, op, grad, x, w).numpy()
+        for form in shape.forms(op):
+            config, fn = load_function(form_function(shape, op, form), tuple(resolve_target("host").compile_flags()))
+            args = (x, w) if op == "forward" else (grad, x, w)
+            got = np.asarray(fn(*(rt.asdevicearray(config.device, a.numpy()) for a in args)).to_host())
+            assert_close_to_norm(got, want, 1e-5, f"{name} {op} {form}")
+            checked.append((op, form))
+    assert {op for op, _ in checked} == set(CONV_OPS)
