@@ -87,7 +87,8 @@ def _python_pass(instance: ModulePass):
             pass_.signal_pass_failure()
         except Exception as e:  # an internal error still reaches the user as a diagnostic
             detail = traceback.format_exc() if os.environ.get("POCK_DEBUG") else f"{type(e).__name__}: {e}"
-            op.location.emit_error(f"{instance.name}: internal error: {detail}")
+            op.location.emit_error(f"{instance.name}: internal error (a bug in pock-mlir: please report it with this "
+                                   f"input; POCK_DEBUG=1 shows the traceback): {detail}")
             pass_.signal_pass_failure()
 
     run.__name__ = instance.name.replace("-", "_")

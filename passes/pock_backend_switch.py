@@ -22,6 +22,8 @@ adds the flag when the lowered module says "data-tiled".
 
 from __future__ import annotations
 
+import math
+import re
 from dataclasses import dataclass
 
 from torch_mlir import ir
@@ -39,6 +41,7 @@ WORK_OPS = ("torch.aten.mm", "torch.aten.bmm", "torch.aten.sum.dim_IntList", "to
             "torch.aten.convolution_backward")
 CONVOLUTIONS = ("torch.aten.convolution", "torch.aten.convolution_backward")
 MATMULS = ("torch.aten.mm", "torch.aten.bmm", "torch.aten.matmul")
+TARGET_NAME = re.compile(r"[A-Za-z0-9_-]+")  # names pock_mlir/tuning/<target>.json: never a path
 TRANSPOSED = Choice("direct", "transposed convolutions have only the direct form")
 
 
@@ -81,6 +84,10 @@ class BackendSwitchPass(ModulePass):
     def apply(self, module: ir.Operation) -> None:
         if self.force and self.force not in FORM_NAMES:
             raise PassError(f"force must be one of {', '.join(FORM_NAMES)}, got '{self.force}'")
+        if not math.isfinite(self.min_speedup) or self.min_speedup < 1:
+            raise PassError(f"min_speedup must be a finite number >= 1, got {self.min_speedup}")
+        if not TARGET_NAME.fullmatch(self.target):
+            raise PassError(f"target must be a target name (letters, digits, '_', '-'), got '{self.target}'")
         ops = [op.operation for func in functions(module) for op in func.regions[0].blocks[0].operations]
         tiling = choose_data_tiling(self.target, any(op.name in CONVOLUTIONS for op in ops),
                                     max((op_flops(op) for op in ops if op.name in MATMULS), default=0))

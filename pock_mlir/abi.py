@@ -40,7 +40,18 @@ class TensorSpec:
 
     @staticmethod
     def from_json(entry: dict) -> TensorSpec:
-        return TensorSpec(entry["name"], tuple(entry["shape"]), entry["dtype"])
+        """A spec as to_json wrote it; ValueError naming what is malformed (a hand-edited manifest)."""
+        if not isinstance(entry, dict) or not isinstance(entry.get("name"), str):
+            raise ValueError(f"a tensor entry must be an object with a name, got {str(entry)[:80]}")
+        shape, dtype = entry.get("shape"), entry.get("dtype")
+        if not isinstance(shape, list) or not all(type(d) is int and d >= 0 for d in shape):
+            raise ValueError(f"{entry['name']}: shape must be a list of non-negative integers, got {str(shape)[:80]}")
+        if dtype not in DTYPES:
+            raise ValueError(f"{entry['name']}: dtype must be one of {', '.join(DTYPES)}, got {str(dtype)[:40]}")
+        return TensorSpec(entry["name"], tuple(shape), dtype)
+
+
+DTYPES = ("float32", "float16", "bfloat16", "float64", "int64", "int32", "int16", "int8", "uint8", "bool")
 
 
 STEP = TensorSpec("step", (), "float32")  # the optimizer's step count (float32, as torch.optim keeps it)
@@ -106,6 +117,18 @@ class StepSignature:
     def model_inputs(self) -> list[TensorSpec]:
         """The inputs a batch provides: all but the dropout seed, which the runtime supplies."""
         return self.inputs[:-1] if self.seeded else list(self.inputs)
+
+    @property
+    def target_classes(self) -> int | None:
+        """For an integer target, how many classes its values may index, read off the output's
+        layout as PyTorch's cross-entropy losses take it: output [N, C, ...] for target [N, ...],
+        or output [..., C] for target [...] (token logits); None for any other layout."""
+        output, target = tuple(self.output.shape), tuple(self.target.shape)
+        if not self.target.dtype.startswith("int") or len(output) != len(target) + 1:
+            return None
+        if output[:1] + output[2:] == target:
+            return output[1]
+        return output[-1] if output[:-1] == target else None
 
     def state_argument_pairs(self) -> list[tuple[int, int]]:
         """train_step_into's (argument holding an optimizer state tensor, argument its new value is

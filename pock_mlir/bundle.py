@@ -32,11 +32,12 @@ from safetensors import SafetensorError
 from safetensors.numpy import load_file, save
 
 from pock_mlir.abi import FUNCTIONS, SEED_INPUT, STEP, Policy, StepSignature, TensorSpec, layout
+from pock_mlir.files import TEMPORARY_PREFIX, fsync_directory, is_temporary, staging_directory
 from pock_mlir.runtime.workspace import module_transient_bytes
 from pock_mlir.targets import Target, TargetError, resolve_target
 
 FORMAT = "pock-bundle"
-FORMAT_VERSION = 2  # 2: the module has a `loss` function
+FORMAT_VERSION = 3  # 2: the module has a `loss` function; 3: every file's sha256
 MANIFEST, MODULE, PARAMS, OPTIMIZER, ARGS, RUN_STEP = (
     "manifest.json", "module.vmfb", "params.safetensors", "optimizer.safetensors", "args", "run_step.sh")
 VERSIONED_PACKAGES = ("pock-mlir", "iree-base-compiler", "iree-base-runtime", "torch", "torch-mlir")
@@ -111,7 +112,7 @@ def _manifest(program, *, model, model_file: str | None, loss, sparse) -> dict:
                    "backend": target.backend, "drivers": list(target.drivers), "arch": target.arch,
                    "iree_compile_flags": program.iree_flags()},
         "versions": _versions(),
-        # sha256 added once the file is written; the workspace each function takes (pock_mlir/runtime/workspace.py)
+        # the workspace each function takes (pock_mlir/runtime/workspace.py)
         "module": {"file": MODULE, "workspace_bytes": {name: module_transient_bytes(program.vmfb, name) for name in abi},
                    "state_in_place": program.state_in_place},
         "loss": _loss_name(loss),
@@ -130,6 +131,7 @@ def _manifest(program, *, model, model_file: str | None, loss, sparse) -> dict:
         "functions": {name: {part: [{"path": path, **spec.to_json()} for path, spec in entries]
                              for part, entries in function.items()} for name, function in abi.items()},
         "files": {"parameters": PARAMS, "optimizer_state": OPTIMIZER, "arguments": ARGS + "/", "run_step": RUN_STEP},
+        "sha256": {},  # every file of the bundle but this manifest, by relative path: filled once they are written
     }
 
 
@@ -188,23 +190,56 @@ fi
 """
 
 
+BUNDLE_ENTRIES = (MANIFEST, MODULE, PARAMS, OPTIMIZER, ARGS, RUN_STEP)  # what write_bundle writes
+
+
+def _is_bundle(directory: Path) -> bool:
+    """Whether `directory` provably holds a pock bundle: its manifest parses and names the format."""
+    try:
+        manifest = json.loads((directory / MANIFEST).read_text())
+    except (OSError, ValueError, RecursionError):
+        return False
+    return isinstance(manifest, dict) and manifest.get("format") == FORMAT
+
+
+def kept_files(destination: Path) -> list[str]:
+    """What an existing bundle directory holds besides the bundle (pock-train's export and
+    checkpoints, the user's notes): recompiling keeps them."""
+    if not destination.is_dir():
+        return []
+    return sorted(p.name for p in destination.iterdir() if p.name not in BUNDLE_ENTRIES and not is_temporary(p.name))
+
+
 def _replace_directory(staged: Path, destination: Path) -> None:
-    """Move a fully written bundle into place; an existing bundle there is replaced."""
-    if destination.exists():
-        retired = Path(tempfile.mkdtemp(prefix=f".{destination.name}.old-", dir=destination.parent))
-        os.replace(destination, retired / destination.name)
+    """Move a fully written bundle into place. An existing bundle there is replaced; the files
+    it holds besides the bundle move into the new one first."""
+    if not destination.exists():
         os.replace(staged, destination)
-        shutil.rmtree(retired)
-    else:
-        os.replace(staged, destination)
+        return
+    for name in kept_files(destination):
+        os.replace(destination / name, staged / name)
+    retired = Path(tempfile.mkdtemp(prefix=f"{TEMPORARY_PREFIX}{destination.name}.old.", dir=destination.parent))
+    os.replace(destination, retired / destination.name)
+    os.replace(staged, destination)
+    shutil.rmtree(retired)
+    fsync_directory(destination.parent)
 
 
 def check_destination(directory) -> Path:
-    """The bundle directory to write: new, empty, or an earlier bundle (which is replaced)."""
+    """The bundle directory to write: new, empty, or an earlier bundle (which is replaced, keeping
+    the files it holds besides the bundle)."""
     destination = Path(directory)
-    if destination.exists() and not (destination / MANIFEST).is_file() and (
-            not destination.is_dir() or any(destination.iterdir())):
-        raise BundleError(f"{destination} exists and is not a pock bundle; choose another output directory")
+    if destination.is_symlink():
+        raise BundleError(f"{destination} is a symbolic link; give the directory itself")
+    if destination.exists() and not destination.is_dir():
+        raise BundleError(f"{destination} exists and is not a directory; choose another output directory")
+    if destination.is_dir() and any(destination.iterdir()) and not _is_bundle(destination):
+        raise BundleError(f"{destination} exists and is not a pock bundle (no {MANIFEST} naming format "
+                          f"'{FORMAT}'); choose another output directory")
+    if not destination.parent.exists():
+        return destination
+    if not os.access(destination.parent, os.W_OK | os.X_OK):
+        raise BundleError(f"cannot write {destination}: directory {destination.parent} is not writable")
     return destination
 
 
@@ -231,12 +266,9 @@ def write_bundle(program, directory, *, example_inputs, example_target, loss, mo
     state = {**program.initial_params, **program.initial_buffers}
     optimizer_state = {s.name: np.zeros(s.shape, np.float32) for s in sig.state} | {"step": np.zeros((), np.float32)}
 
-    staged = destination.with_name(f".{destination.name}.tmp-{os.getpid()}")
-    shutil.rmtree(staged, ignore_errors=True)  # left by a killed run of the same process id
-    staged.mkdir()  # unlike mkdtemp, honours the umask: the bundle is meant to be copied and shared
+    staged = staging_directory(destination)
     try:
         (staged / MODULE).write_bytes(program.vmfb)
-        manifest["module"]["sha256"] = _sha256(staged / MODULE)
         (staged / PARAMS).write_bytes(save({n: np.require(v, requirements="C") for n, v in state.items()}))
         (staged / OPTIMIZER).write_bytes(save(optimizer_state))
         values = {"params": state, "buffers": state, "optimizer": optimizer_state, "batch": batch}
@@ -245,9 +277,10 @@ def write_bundle(program, directory, *, example_inputs, example_target, loss, mo
             path = staged / ARGS / argument["path"]
             path.parent.mkdir(parents=True, exist_ok=True)
             np.save(path, values[group][name.removesuffix(".npy")])
-        (staged / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n")
         (staged / RUN_STEP).write_text(run_step_script(manifest))
         (staged / RUN_STEP).chmod(0o755)
+        manifest["sha256"] = {str(f.relative_to(staged)): _sha256(f) for f in sorted(staged.rglob("*")) if f.is_file()}
+        (staged / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n")
         _replace_directory(staged, destination)
     except BaseException:
         shutil.rmtree(staged, ignore_errors=True)
@@ -278,7 +311,7 @@ class Bundle:
 
     @property
     def module_sha256(self) -> str:
-        return self.manifest["module"]["sha256"]
+        return self.manifest["sha256"][MODULE]
 
     def torch_state_dict(self, state: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         """Trainer.state_dict() in the layout the PyTorch model's load_state_dict expects."""
@@ -296,6 +329,8 @@ def _read_manifest(path: Path) -> dict:
         manifest = json.loads((path / MANIFEST).read_text())
     except (json.JSONDecodeError, UnicodeDecodeError) as e:
         raise BundleError(f"{path / MANIFEST} is not valid JSON ({e}); rewrite the bundle with pock-compile") from None
+    except RecursionError:
+        raise BundleError(f"{path / MANIFEST} nests too deep to be a manifest; rewrite the bundle with pock-compile") from None
     if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
         raise BundleError(f"{path / MANIFEST} is not a pock bundle manifest")
     if manifest.get("format_version") != FORMAT_VERSION:
@@ -321,6 +356,52 @@ def _load_tensors(path: Path, specs: list, what: str) -> dict[str, np.ndarray]:
     return tensors
 
 
+def _check_files(path: Path, manifest: dict) -> None:
+    """Every file the bundle needs is listed with its sha256, is a regular file and matches:
+    checked before anything is read or run."""
+    hashes = manifest["sha256"]
+    if not isinstance(hashes, dict) or not all(isinstance(v, str) for v in hashes.values()):
+        raise BundleError(f"{path / MANIFEST}: sha256 must map file names to hashes")
+    needed = {MODULE, PARAMS, OPTIMIZER, RUN_STEP} | {
+        f"{ARGS}/{a['path']}" for a in manifest["functions"]["train_step"]["arguments"]}
+    unlisted = sorted(needed - set(hashes))
+    if unlisted:
+        raise BundleError(f"{path / MANIFEST} lists no sha256 for {', '.join(unlisted)}; rewrite the bundle with pock-compile")
+    for name, digest in sorted(hashes.items()):
+        file = path / name
+        if ".." in Path(name).parts or Path(name).is_absolute():
+            raise BundleError(f"{path / MANIFEST} names a file outside the bundle: {name}")
+        if file.is_symlink() or not file.is_file():
+            raise BundleError(f"{file} is missing or not a regular file; copy the whole bundle folder")
+        if _sha256(file) != digest:
+            raise BundleError(f"{file} is not the file the manifest describes (its sha256 differs): the bundle was "
+                              f"modified or copied incompletely")
+
+
+def _check_names(path: Path, signature: StepSignature) -> None:
+    params, buffers = {p.name for p in signature.params}, {b.name for b in signature.buffers}
+    problems = [f"trainable names {', '.join(sorted(set(signature.trainable) - params))}, not a parameter"
+                if set(signature.trainable) - params else "",
+                f"updated_buffers names {', '.join(sorted(set(signature.updated_buffers) - buffers))}, not a buffer"
+                if set(signature.updated_buffers) - buffers else "",
+                f"sparse policies name {', '.join(sorted(set(signature.policies) - params))}, not a parameter"
+                if set(signature.policies) - params else "",
+                "it lists no model input" if not signature.model_inputs else "",
+                "its output has no shape" if not signature.output.shape else ""]
+    expected_state = {}
+    for name in signature.trainable:
+        for spec in signature.state:
+            if spec.name.startswith(name + "."):
+                expected_state[spec.name] = signature.trainable_shape(name)
+    problems += [f"optimizer state {s.name} belongs to no trainable parameter" for s in signature.state
+                 if s.name not in expected_state]
+    problems += [f"optimizer state {s.name} has shape {s.shape}, its parameter trains {expected_state[s.name]}"
+                 for s in signature.state if s.name in expected_state and s.shape != tuple(expected_state[s.name])]
+    problems = [p for p in problems if p]
+    if problems:
+        raise BundleError(f"{path / MANIFEST} is inconsistent: {'; '.join(problems)}; rewrite the bundle with pock-compile")
+
+
 def load_bundle(directory) -> Bundle:
     """Read and check a bundle; raises BundleError naming what is missing or inconsistent."""
     path = Path(directory)
@@ -334,20 +415,21 @@ def load_bundle(directory) -> Bundle:
             target=spec(manifest["batch"]["target"]), output=spec(manifest["output"]),
             policies={name: Policy(**p) for name, p in manifest["sparse"]["policies"].items()})
         target = dataclasses.replace(resolve_target(manifest["target"]["name"]), arch=manifest["target"]["arch"])
-        module_sha256 = manifest["module"]["sha256"]
         unknown_sources = set(manifest["state_dict"].values()) - {s.name for s in signature.params + signature.buffers}
-    except (KeyError, TypeError) as e:
-        raise BundleError(f"{path / MANIFEST} lacks an entry ({e}); rewrite the bundle with pock-compile") from None
+        _check_files(path, manifest)
+        _check_names(path, signature)
+    except BundleError:
+        raise
+    except (KeyError, TypeError, AttributeError) as e:
+        raise BundleError(f"{path / MANIFEST} lacks an entry or has one of the wrong kind ({e}); rewrite the bundle "
+                          f"with pock-compile") from None
     except TargetError as e:
         raise BundleError(f"{path}: {e}") from None
+    except ValueError as e:
+        raise BundleError(f"{path / MANIFEST}: {e}; rewrite the bundle with pock-compile") from None
     if unknown_sources:
         raise BundleError(f"{path / MANIFEST}: its state_dict names tensors the module does not take: "
                           f"{', '.join(sorted(unknown_sources))}")
-    if not (path / MODULE).is_file():
-        raise BundleError(f"{path} has no {MODULE}; copy the whole bundle folder")
-    if _sha256(path / MODULE) != module_sha256:
-        raise BundleError(f"{path / MODULE} is not the module the manifest describes (its sha256 differs): the bundle "
-                          f"was modified or copied incompletely")
     state = _load_tensors(path / PARAMS, signature.params + signature.buffers, "parameters and buffers")
     optimizer_state = _load_tensors(path / OPTIMIZER, signature.state + [STEP], "optimizer state")
     return Bundle(path=path, manifest=manifest, signature=signature, target=target,

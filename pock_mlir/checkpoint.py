@@ -7,7 +7,7 @@ metadata  format, module_sha256     the bundle module the state belongs to
                                     leaves the safetensors header readable
           progress                  JSON: where in the data the run was (epoch, batch, seed, ...)
 
-Files are replaced atomically (`atomic_write`): a crash, a kill or Ctrl-C at any moment leaves
+Files are replaced atomically (pock_mlir/files.py): a crash, a kill or Ctrl-C at any moment leaves
 either the previous file or the new one, never a mix.
 """
 
@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
+import stat
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -24,39 +24,14 @@ from safetensors import SafetensorError
 from safetensors.numpy import load, save
 
 from pock_mlir.abi import STEP
+from pock_mlir.files import atomic_write
 
 FORMAT = "pock-checkpoint-1"
+MAX_HEADER_BYTES = 100 << 20  # safetensors' own limit: a larger header is not a checkpoint
 
 
 class CheckpointError(ValueError):
     pass
-
-
-def temporary_path(path) -> Path:
-    """Where atomic_write stages `path`: the same directory, so os.replace is a rename."""
-    path = Path(path)
-    return path.with_name(f".{path.name}.tmp")
-
-
-def atomic_write(path, data: bytes) -> None:
-    """Replace `path` with `data`: write a temporary file in the same directory, fsync it, rename
-    it over `path`, fsync the directory (so the rename survives a power loss)."""
-    path = Path(path)
-    staged = temporary_path(path)
-    try:
-        with open(staged, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(staged, path)
-    except BaseException:  # Ctrl-C included: leave no partial file behind
-        staged.unlink(missing_ok=True)
-        raise
-    directory = os.open(path.parent, os.O_RDONLY)
-    try:
-        os.fsync(directory)
-    finally:
-        os.close(directory)
 
 
 def _tensors_sha256(tensors: dict[str, np.ndarray]) -> str:
@@ -97,14 +72,19 @@ def load_checkpoint(path, bundle) -> Checkpoint:
     """Read a checkpoint for `bundle`; raises CheckpointError saying what is wrong with it."""
     path = Path(path)
     try:
+        if not stat.S_ISREG(path.stat().st_mode):
+            raise CheckpointError(f"{path} is not a regular file, so not a checkpoint")
         data = path.read_bytes()
     except OSError as e:
         raise CheckpointError(f"cannot read checkpoint {path}: {e.strerror}") from None
+    header_length = int.from_bytes(data[:8], "little")
+    if len(data) < 8 or header_length > min(MAX_HEADER_BYTES, len(data) - 8):
+        raise CheckpointError(f"{path} is corrupt or not a checkpoint (its header claims {header_length} bytes)")
     try:
         tensors = load(data)
         metadata = _metadata(data)
         progress = json.loads(metadata.get("progress", "{}"))
-    except (SafetensorError, ValueError, UnicodeDecodeError) as e:  # JSONDecodeError is a ValueError
+    except (SafetensorError, ValueError, UnicodeDecodeError, RecursionError) as e:  # JSONDecodeError is a ValueError
         raise CheckpointError(f"{path} is corrupt or not a checkpoint (unreadable safetensors: {e})") from None
     if metadata.get("format") != FORMAT:
         raise CheckpointError(f"{path} is not a pock checkpoint (format {metadata.get('format')!r}, expected {FORMAT!r})")

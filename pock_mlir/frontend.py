@@ -202,6 +202,22 @@ def _reject_random_ops(program) -> None:
                 f"tensors outside the model and pass them as inputs, or put the model in eval mode.")
 
 
+def _check_dtypes_and_sizes(params, buffers, inputs, target) -> None:
+    """pock-mlir trains float32 models on non-empty batches: say so before tracing."""
+    wide = [n for n, t in {**params, **buffers}.items() if t.dtype == torch.float64]
+    if wide:
+        raise FrontendError(f"the model holds float64 tensors ({', '.join(wide[:3])}{', ...' if len(wide) > 3 else ''}); "
+                            f"pock-mlir trains float32 models: call model.float() before compiling")
+    for i, t in enumerate((*inputs, target)):
+        what = "the target" if i == len(inputs) else f"input {i}"
+        if t.dtype == torch.float64:
+            raise FrontendError(f"{what} is float64; pock-mlir trains in float32: pass it as .float() "
+                                f"(the Trainer casts float64 batches to float32 itself)")
+        if t.numel() == 0:
+            raise FrontendError(f"{what} has shape {tuple(t.shape)}, with no elements: give an example batch of the "
+                                f"size to train on")
+
+
 def import_model(model: torch.nn.Module, example_inputs, example_target, loss, context: ir.Context) -> ImportedModel:
     if not isinstance(model, torch.nn.Module):
         raise FrontendError(f"model must be a torch.nn.Module, got {type(model).__name__}")
@@ -213,6 +229,7 @@ def import_model(model: torch.nn.Module, example_inputs, example_target, loss, c
     buffers = {n: b.detach() for n, b in model.named_buffers()}
     if not params:
         raise FrontendError("the model has no parameters to train")
+    _check_dtypes_and_sizes(params, buffers, inputs, target)
     names = list(params) + list(buffers)
     state = tuple(params.values()) + tuple(buffers.values())
 

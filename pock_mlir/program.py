@@ -66,8 +66,7 @@ class TrainingProgram:
             stream = compile_str(self.stages["lowered"], extra_args=[*self.iree_flags(), "--compile-to=stream"])
             vmfb = compile_str(stream, extra_args=[*self.iree_flags(), "--compile-from=stream"])
         except CompilerToolError as e:
-            raise RuntimeError(f"IREE failed to compile the training program for target {self.target.name}:\n"
-                               f"{str(e)[:4000]}") from None
+            raise RuntimeError(iree_failure(str(e), self.target.name)) from None
         return vmfb, not unsafe_in_place(stream.decode(), "train_step_into", self.signature.state_argument_pairs())
 
     def report(self):
@@ -91,9 +90,20 @@ class TrainingProgram:
         lines += [f"  {form:8s} {reason}" for form, reason in marks]
         return "\n".join([*lines, tiling])
 
-    def trainer(self, device: str | None = None, retain_memory: bool = True):
+    def trainer(self, device: str | None = None, retain_memory: bool = True, on_nonfinite: str = "raise"):
         """Load the module on the IREE runtime; parameters start at the model's values. See
-        Trainer for retain_memory."""
+        Trainer for retain_memory and on_nonfinite."""
         from pock_mlir.runtime import Trainer
 
-        return Trainer(self, device=device, retain_memory=retain_memory)
+        return Trainer(self, device=device, retain_memory=retain_memory, on_nonfinite=on_nonfinite)
+
+
+def iree_failure(error: str, target: str) -> str:
+    """What IREE's error output means, in one line where it is an op IREE cannot lower (an op
+    torch-mlir has no lowering for, e.g. aten.fft_fft), with where the model uses it."""
+    match = re.search(r"""([^\s:]+:\d+:\d+): error: failed to legalize operation '([\w.]+)'""", error)
+    if match:
+        where, op = match.groups()
+        return (f"{where}: the model uses {op}, which torch-mlir and IREE cannot compile for {target}; "
+                f"pock-mlir cannot run this model on the device (replace or remove that operation)")
+    return f"IREE failed to compile the training program for target {target}:\n{error[:4000]}"

@@ -94,8 +94,14 @@ def build_training_functions(imported: ImportedModel, optimizer, policies: dict[
                 updated, slot_values = optimizer.emit(ip, loc, param, grads[name], slots, step)
             new_params.append(updated)
             new_state.extend(slot_values)
-        next_step = TorchBuilder(ip, loc).add(step, 1.0)
-        func.ReturnOp([loss] + new_params + new_state + new_buffers + [next_step], ip=ip)
+        b = TorchBuilder(ip, loc)
+        # A step whose loss is not finite changes nothing (the Trainer then says so): its new
+        # values are its old ones. The select fuses into the updates' dispatches.
+        finite = b.aten.isfinite(loss)
+        old_buffers = dict(zip([s.name for s in signature.buffers], args["buffers"]))
+        results = zip(new_params + new_state + new_buffers + [b.add(step, 1.0)],
+                      [by_name[n] for n in trainable] + state + [old_buffers[n] for n in signature.updated_buffers] + [step])
+        func.ReturnOp([loss] + [b.aten.where.self(finite, new, old) for new, old in results], ip=ip)
 
         ip, args = _function(body, signature, "gradients")
         marked = _mark_params(signature, args["params"], ip, loc)

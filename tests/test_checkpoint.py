@@ -19,7 +19,7 @@ from safetensors.numpy import load_file
 
 import pock_mlir as pock
 from pock_mlir.bundle import load_bundle, write_bundle
-from pock_mlir.checkpoint import temporary_path
+from pock_mlir.files import TEMPORARY_PREFIX
 from pock_mlir.runtime import Trainer
 from pock_mlir.tools import pock_train
 
@@ -89,11 +89,31 @@ def test_checkpoint_layout(bundle, data, tmp_path):
     assert trainer.steps_taken == 4
 
 
-def start_train(*arguments) -> subprocess.Popen:
+def start_train(*arguments, command=(VENV_BIN / "pock-train",)) -> subprocess.Popen:
     """pock-train in a process that Ctrl-C reaches: a shell that ran the tests in the background
     (`make test &`) makes its children ignore SIGINT, which Python then leaves ignored."""
-    return subprocess.Popen([VENV_BIN / "pock-train", *arguments], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+    return subprocess.Popen([*command, *map(str, arguments)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             text=True, preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+
+
+# pock-train whose first atomic write of the checkpoint goes into a FIFO the test holds: the
+# temporary file's name is unique and unpredictable (pock_mlir/files.py), so the wrapper names it.
+TRAIN_INTO_FIFO = """
+import os, sys, tempfile
+from pock_mlir.tools import pock_train
+fifo, checkpoint_name, make_temporary = sys.argv[1], sys.argv[2], tempfile.mkstemp
+def mkstemp(prefix, dir):
+    if checkpoint_name in prefix and os.path.exists(fifo):
+        return os.open(fifo, os.O_WRONLY), fifo
+    return make_temporary(prefix=prefix, dir=dir)
+tempfile.mkstemp = mkstemp
+sys.exit(pock_train.main(sys.argv[3:]))
+"""
+
+
+def staged_fifo(checkpoint: Path) -> Path:
+    """Where the wrapper's FIFO lies: a name like the temporary files pock-mlir writes."""
+    return checkpoint.with_name(f"{TEMPORARY_PREFIX}{checkpoint.name}.fifo")
 
 
 def start_checkpoint_writer(bundle, data, checkpoint):
@@ -102,10 +122,11 @@ def start_checkpoint_writer(bundle, data, checkpoint):
     The temporary file it writes is made a FIFO: the writer blocks once the pipe is full (the
     checkpoint is larger than a pipe's 64 KiB), mid-write, until the test acts. Returns the
     process and the FIFO's read end, from which a first byte has arrived."""
-    staged = temporary_path(checkpoint)
+    staged = staged_fifo(checkpoint)
     os.mkfifo(staged)
     reader = os.open(staged, os.O_RDONLY | os.O_NONBLOCK)
-    process = start_train(bundle, "--data", data, "--epochs", "2", "--checkpoint", checkpoint, "--resume")
+    process = start_train(staged, checkpoint.name, bundle, "--data", data, "--epochs", "2", "--checkpoint", checkpoint,
+                          "--resume", command=(sys.executable, "-c", TRAIN_INTO_FIFO))
     readable, _, _ = select.select([reader], [], [], 120)
     assert readable and os.read(reader, 1), "pock-train did not start writing the checkpoint"
     return process, reader
@@ -137,10 +158,10 @@ def test_a_run_stopped_mid_write_leaves_the_previous_checkpoint(bundle, data, tm
         os.close(reader)
     if how == "SIGKILL":
         assert process.returncode == -signal.SIGKILL
-        temporary_path(checkpoint).unlink()  # what a killed run leaves behind, in place of its partial file
+        staged_fifo(checkpoint).unlink()  # what a killed run leaves behind, in place of its partial file
     else:
         assert process.returncode == 130 and "interrupted" in stderr and "Traceback" not in stderr, stderr
-        assert not temporary_path(checkpoint).exists()  # Ctrl-C removes its partial file
+        assert not staged_fifo(checkpoint).exists()  # Ctrl-C removes its partial file
     assert checkpoint.read_bytes() == before
     assert train(bundle, data, "--epochs", 2, "--checkpoint", checkpoint, "--resume", "--export", tmp_path / "t") == 0
     assert float(load_file(checkpoint)["optimizer/step"]) == 6

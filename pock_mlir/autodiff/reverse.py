@@ -121,6 +121,9 @@ def differentiate(loss: ir.Value, params: list[ir.Value], insert_before: ir.Oper
             raise MissingRuleError(f"{op.name} (at {describe_location(op.location)}): {e}; freeze the parameters "
                                    f"before it (sparse={{'<pattern>': 'frozen'}}) or extend the rule for "
                                    f"'{op_key(op)}' in pock_mlir/autodiff/rules/", op.location) from None
+        except ValueError as e:  # operands the op itself cannot take (hand-written IR): say which op
+            raise MissingRuleError(f"{op.name} (at {describe_location(op.location)}): its operands and result do "
+                                   f"not fit each other, so it cannot be differentiated: {e}", op.location) from None
         if len(operand_cts) != len(args):
             raise AssertionError(f"rule for {op_key(op)} returned {len(operand_cts)} cotangents for {len(args)} operands")
         for operand, ct in zip(op.operands, operand_cts):

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 from pock_mlir.dialects.pock import AdamWOp
 
-from .registry import attribute, f64, optimizer, update_op
+from .registry import attribute, check_fields, f64, optimizer, update_op
 
 
 @optimizer("adamw")
@@ -18,6 +18,7 @@ class AdamW:
     weight_decay: float = 1e-2
 
     def __post_init__(self):
+        check_fields(self)
         if self.lr <= 0 or self.eps <= 0:
             raise ValueError("AdamW lr and eps must be > 0")
         if not all(0 <= b < 1 for b in self.betas):

@@ -9,6 +9,9 @@ pock-lower-optimizers and pock-strip-params lower them.
 
 from __future__ import annotations
 
+import dataclasses
+import math
+import numbers
 from dataclasses import dataclass
 from typing import Callable
 
@@ -54,18 +57,60 @@ def attribute(op, name):
     return op.attributes[name].value  # attributes come back downcast (FloatAttr, BoolAttr, IntegerAttr)
 
 
+def check_fields(optimizer) -> None:
+    """Refuse hyperparameters of the wrong kind before the optimizer's own range checks: a float
+    field takes a finite real number, a bool field a bool, betas two finite numbers."""
+    name = type(optimizer).__name__
+    for f in dataclasses.fields(optimizer):
+        value = getattr(optimizer, f.name)
+        if f.type in ("float", float):
+            if isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(value):
+                raise ValueError(f"{name} {f.name} must be a finite number, got {value!r}")
+        elif f.type in ("bool", bool):
+            if not isinstance(value, bool):
+                raise ValueError(f"{name} {f.name} must be True or False, got {value!r}")
+        elif f.name == "betas":
+            if (not isinstance(value, (tuple, list)) or len(value) != 2 or any(
+                    isinstance(b, bool) or not isinstance(b, numbers.Real) or not math.isfinite(b) for b in value)):
+                raise ValueError(f"{name} betas must be two finite numbers, got {value!r}")
+            object.__setattr__(optimizer, "betas", tuple(value))  # torch.optim users pass a list
+
+
+def _parse_value(optimizer: str, key: str, raw: str, field_type):
+    if field_type in ("bool", bool):
+        if raw.lower() not in ("true", "false", "1", "0"):
+            raise ValueError(f"{optimizer} {key} must be true or false, got '{raw}'")
+        return raw.lower() in ("true", "1")
+    parts = raw.split("/") if key == "betas" else [raw]
+    if key == "betas" and len(parts) != 2:
+        raise ValueError(f"{optimizer} betas takes two numbers as beta1/beta2 (e.g. betas=0.9/0.999), got '{raw}'")
+    try:
+        numbers_ = [float(x) for x in parts]
+    except ValueError:
+        raise ValueError(f"{optimizer} {key} must be a number, got '{raw}'") from None
+    return tuple(numbers_) if key == "betas" else numbers_[0]
+
+
 def parse_optimizer(text: str):
-    """'sgd:lr=0.01,momentum=0.9' or 'adamw:lr=1e-3,weight_decay=0' -> an optimizer."""
+    """'sgd:lr=0.01,momentum=0.9' or 'adamw:lr=1e-3,weight_decay=0,betas=0.9/0.999' -> an optimizer."""
     kind, _, options = text.partition(":")
     if kind.lower() not in OPTIMIZERS:
         raise ValueError(f"unknown optimizer '{kind}'; use " + " or ".join(f"{n}:lr=..." for n in OPTIMIZERS))
+    cls = OPTIMIZERS[kind.lower()]
+    fields = {f.name: f.type for f in dataclasses.fields(cls)}
     values = {}
     for item in filter(None, options.split(",")):
-        key, _, raw = item.partition("=")
-        if key == "nesterov":
-            values[key] = raw.lower() in ("1", "true")
-        elif key == "betas":
-            values[key] = tuple(float(x) for x in raw.split("/"))
-        else:
-            values[key] = float(raw)
-    return OPTIMIZERS[kind.lower()](**values)
+        key, equals, raw = item.partition("=")
+        if key not in fields:
+            raise ValueError(f"{kind} has no option '{key}'; its options are {', '.join(fields)}")
+        if not equals or not raw:
+            raise ValueError(f"{kind} {key} needs a value ({key}=...)")
+        if key in values:
+            raise ValueError(f"{kind} {key} is given twice")
+        values[key] = _parse_value(kind, key, raw, fields[key])
+    required = [f.name for f in dataclasses.fields(cls)
+                if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING]
+    missing = [name for name in required if name not in values]
+    if missing:
+        raise ValueError(f"{kind} needs {', '.join(missing)} ({kind}:{missing[0]}=...)")
+    return cls(**values)

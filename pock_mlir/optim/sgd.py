@@ -8,7 +8,7 @@ from torch_mlir import ir
 
 from pock_mlir.dialects.pock import SGDMomentumOp, SGDOp
 
-from .registry import attribute, f64, optimizer, update_op
+from .registry import attribute, check_fields, f64, optimizer, update_op
 
 
 @optimizer("sgd")
@@ -21,6 +21,7 @@ class SGD:
     nesterov: bool = False
 
     def __post_init__(self):
+        check_fields(self)
         if self.lr <= 0:
             raise ValueError(f"SGD lr must be > 0, got {self.lr}")
         if self.momentum < 0 or self.weight_decay < 0:

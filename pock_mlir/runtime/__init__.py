@@ -1,5 +1,5 @@
 """Running compiled training programs on the IREE runtime."""
 
-from .trainer import Trainer
+from .trainer import InputError, ModuleError, NonFiniteLossError, Trainer
 
-__all__ = ["Trainer"]
+__all__ = ["InputError", "ModuleError", "NonFiniteLossError", "Trainer"]

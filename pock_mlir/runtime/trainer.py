@@ -7,6 +7,8 @@ the host between steps.
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import iree.runtime as rt
 
@@ -19,6 +21,35 @@ CALLED = ("train_step_into", "gradients", "loss", "evaluate")  # the module's fu
 
 class InputError(ValueError):
     pass
+
+
+class ModuleError(RuntimeError):
+    """The compiled module cannot be loaded: corrupt, or not one this runtime runs."""
+
+
+class NonFiniteLossError(ArithmeticError):
+    """A step's loss was NaN or infinite; the module did not apply that step (Trainer.step)."""
+
+
+IGNORE_INDEX = -100  # PyTorch's cross_entropy / nll_loss default: a target entry that counts for nothing
+INT32 = np.iinfo(np.int32)
+
+
+def check_class_indices(values: np.ndarray, classes: int | None, what: str) -> None:
+    """Refuse, on the host, integer values the device would read out of bounds: beyond int32, or
+    class indices outside [0, classes) other than IGNORE_INDEX. Names the array, index and value."""
+    if values.dtype.kind not in "iu" or values.size == 0:
+        return
+    low, high = (0, classes) if classes is not None else (INT32.min, INT32.max + 1)
+    bad = ((values < low) | (values >= high)) & (values != IGNORE_INDEX)
+    if bad.any():
+        index = tuple(int(i) for i in np.argwhere(bad)[0])
+        value = values[index]
+        where = f"{what}[{', '.join(map(str, index))}]" if index else what
+        if classes is None:
+            raise InputError(f"{where} = {value} does not fit int32, which the device takes")
+        raise InputError(f"{where} = {value} is not a class index: the model has {classes} classes "
+                         f"(indices 0..{classes - 1}, or {IGNORE_INDEX} to ignore an entry)")
 
 
 def _to_numpy(x) -> np.ndarray:
@@ -39,12 +70,17 @@ def _as_tuple(inputs):
 
 
 class Trainer:
-    def __init__(self, program, device: str | None = None, retain_memory: bool = True):
+    def __init__(self, program, device: str | None = None, retain_memory: bool = True, on_nonfinite: str = "raise"):
         """program: a TrainingProgram or a pock_mlir.bundle.Bundle; device: an IREE driver
         (local-task, local-sync, vulkan, cuda), by default the target's. retain_memory keeps
         the memory each step frees mapped for the next one (process-wide, glibc only; see
         pock_mlir/runtime/memory.py; the bench's "freed memory not retained" rows measure it,
-        bench/results.md)."""
+        bench/results.md). on_nonfinite: what step() does when a loss is NaN or infinite (the
+        module never applies such a step): "raise" NonFiniteLossError, or "skip" the batch,
+        counted in skipped_steps."""
+        if on_nonfinite not in ("raise", "skip"):
+            raise ValueError(f"on_nonfinite must be 'raise' or 'skip', got {on_nonfinite!r}")
+        self.on_nonfinite, self.skipped_steps = on_nonfinite, 0
         if retain_memory:
             retain_freed_memory()
         self.signature = program.signature
@@ -52,8 +88,13 @@ class Trainer:
         program.target.check_runtime(self.device_name)
         self._config = rt.Config(self.device_name)
         self._context = rt.SystemContext(config=self._config)
-        self._context.add_vm_module(rt.VmModule.copy_buffer(self._config.vm_instance, program.vmfb))
-        self._functions = ModuleFunctions(self._context, self._config.device, CALLED)
+        try:
+            self._context.add_vm_module(rt.VmModule.copy_buffer(self._config.vm_instance, program.vmfb))
+            self._functions = ModuleFunctions(self._context, self._config.device, CALLED)
+        except (RuntimeError, ValueError, IndexError, KeyError, TypeError) as e:
+            raise ModuleError(f"the module is corrupt or was not compiled by this pock-mlir for {self.device_name} "
+                              f"(IREE: {str(e).strip().splitlines()[-1][:200] if str(e).strip() else type(e).__name__}); "
+                              f"recompile it") from None
         sig = self.signature
         # Each function's arguments as the runs of roles pock_mlir.abi lays out: a call
         # concatenates the trainer's per-role lists in that order.
@@ -75,14 +116,14 @@ class Trainer:
         release_freed_memory()  # the host arrays set-up allocated and dropped
 
     @classmethod
-    def from_bundle(cls, bundle, device: str | None = None) -> Trainer:
+    def from_bundle(cls, bundle, device: str | None = None, on_nonfinite: str = "raise") -> Trainer:
         """A trainer for a device bundle (its path, or a loaded pock_mlir.bundle.Bundle) starting from
         the bundle's parameters and optimizer state; raises BundleError or TargetError when it cannot run here."""
         from pock_mlir.bundle import Bundle, load_bundle
 
         if not isinstance(bundle, Bundle):
             bundle = load_bundle(bundle)
-        trainer = cls(bundle, device)
+        trainer = cls(bundle, device, on_nonfinite=on_nonfinite)
         trainer.load_optimizer_state(bundle.optimizer_state)
         return trainer
 
@@ -121,20 +162,29 @@ class Trainer:
         rt.HalFence.create_at(semaphore, 1).wait()
         return np.array(staging.map().asarray(array.shape, array.dtype))
 
-    def _check(self, values, specs: list[TensorSpec]) -> list[np.ndarray]:
+    def _check(self, values, specs: list[TensorSpec], batch: bool = True) -> list[np.ndarray]:
+        """Host arrays for `specs`, checked and uploaded. float64 becomes float32 and int64 int32
+        (numpy's and torch's defaults); anything else that differs is an InputError naming the
+        tensor and what differs, before anything is uploaded."""
         values = [_to_numpy(v) for v in values]
         if len(values) != len(specs):
             raise InputError(f"expected {len(specs)} input tensor(s) ({', '.join(s.name for s in specs)}), got {len(values)}")
         checked = []
         for v, spec in zip(values, specs):
-            if v.dtype == np.int64 and spec.dtype == "int32":
+            if v.dtype.kind in "iu" and spec.dtype == "int32":
+                classes = self.signature.target_classes if spec is self.signature.target else None
+                check_class_indices(v, classes, spec.name)
                 v = v.astype(np.int32)  # the device takes int32 indices
-            if tuple(v.shape) != tuple(spec.shape) or str(v.dtype) != spec.dtype:
-                raise InputError(f"{spec.name}: expected shape {tuple(spec.shape)} and dtype {spec.dtype}, "
-                                 f"got shape {tuple(v.shape)} and dtype {v.dtype}; the program was compiled for the "
-                                 f"example batch's shape (recompile for another batch size)")
-            checked.append(self._put(v))
-        return checked
+            elif v.dtype == np.float64 and spec.dtype == "float32":
+                v = v.astype(np.float32)
+            if str(v.dtype) != spec.dtype:
+                raise InputError(f"{spec.name}: expected dtype {spec.dtype}, got {v.dtype}")
+            if tuple(v.shape) != tuple(spec.shape):
+                hint = ("; the program was compiled for the example batch's shape (recompile for another batch size)"
+                        if batch else "")
+                raise InputError(f"{spec.name}: expected shape {tuple(spec.shape)}, got {tuple(v.shape)}{hint}")
+            checked.append(v)
+        return [self._put(v) for v in checked]
 
     def _inputs(self, inputs):
         checked = self._check(_as_tuple(inputs), self.signature.model_inputs)
@@ -155,7 +205,9 @@ class Trainer:
 
     def step(self, inputs, target) -> float:
         """One optimizer update; returns the loss before the update. Dropout masks come from
-        `self.seed`, which then increments, so every step draws fresh masks."""
+        `self.seed`, which then increments, so every step draws fresh masks. A NaN or infinite
+        loss leaves parameters, buffers and optimizer state as they were and raises
+        NonFiniteLossError (or, with on_nonfinite="skip", counts the batch in skipped_steps)."""
         sig = self.signature
         state_into = self._state if self._state_in_place else self._spare_state
         (loss,) = self._call("train_step_into", optimizer=[*self._state, self._step], batch=self._batch(inputs, target),
@@ -171,7 +223,13 @@ class Trainer:
             self._state, self._spare_state = self._spare_state, self._state
         self._step, self._spare_step = self._spare_step, self._step
         self.seed += 1
-        return float(self._host(loss))
+        value = float(self._host(loss))
+        if not math.isfinite(value):
+            if self.on_nonfinite == "raise":
+                raise NonFiniteLossError(f"the loss is {value} on this batch; the step was not applied (look for "
+                                         f"NaN or inf in the batch, or lower the learning rate)")
+            self.skipped_steps += 1
+        return value
 
     def gradients(self, inputs, target) -> tuple[float, dict[str, np.ndarray]]:
         """The loss and the gradients of the trainable parameters, without updating them."""
@@ -194,13 +252,18 @@ class Trainer:
         state.update({name: self._host(v) for name, v in self._buffers.items()})
         return state
 
-    def load_state_dict(self, state: dict) -> None:
+    def load_state_dict(self, state: dict, strict: bool = True) -> None:
+        """Replace parameters and buffers by state_dict name. strict (as in PyTorch): every one
+        must be given; strict=False loads a subset. Everything is checked before anything changes."""
         known = {s.name: s for s in self.signature.params + self.signature.buffers}
-        unknown = sorted(set(state) - set(known))
+        unknown, missing = sorted(set(state) - set(known)), sorted(set(known) - set(state))
         if unknown:
             raise InputError(f"unknown state_dict entries: {', '.join(unknown)}")
-        for name, value in state.items():
-            (array,) = self._check((value,), [known[name]])
+        if strict and missing:
+            raise InputError(f"state_dict lacks {', '.join(missing)} (load_state_dict(state, strict=False) loads a subset)")
+        names = sorted(state)
+        arrays = self._check([state[n] for n in names], [known[n] for n in names], batch=False)
+        for name, array in zip(names, arrays):
             (self._params if name in self._params else self._buffers)[name] = array
         release_freed_memory()  # the arrays replaced
 
@@ -219,9 +282,10 @@ class Trainer:
             raise InputError(f"optimizer state: missing {', '.join(missing) or 'nothing'}; "
                              f"unknown {', '.join(unknown) or 'nothing'}")
         step = _to_numpy(state["step"])
-        if step.shape != () or step.dtype != np.float32:
-            raise InputError(f"optimizer state: step must be a float32 scalar, got shape {step.shape} and dtype {step.dtype}")
-        slots = self._check([state[spec.name] for spec in self.signature.state], self.signature.state)
+        if step.shape != () or step.dtype != np.float32 or not (np.isfinite(step) and step >= 0 and step == int(step)):
+            raise InputError(f"optimizer state: step must be a float32 scalar counting steps (a whole number >= 0), "
+                             f"got {step!r}")
+        slots = self._check([state[spec.name] for spec in self.signature.state], self.signature.state, batch=False)
         self._state, self._step = slots, self._put(step)
         release_freed_memory()  # the state replaced
 

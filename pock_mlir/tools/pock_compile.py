@@ -22,7 +22,7 @@ import time
 import traceback
 from pathlib import Path
 
-from pock_mlir.bundle import check_destination, write_bundle
+from pock_mlir.bundle import check_destination, kept_files, write_bundle
 from pock_mlir.optim import parse_optimizer
 from pock_mlir.targets import resolve_target
 
@@ -99,7 +99,7 @@ def _run(args) -> int:
         optimizer = parse_optimizer(args.optimizer)
     except (ValueError, TypeError) as e:
         raise ValueError(f"--optimizer {args.optimizer}: {e}") from None
-    check_destination(args.output)
+    kept = kept_files(check_destination(args.output))
     model, inputs, target, loss = load_model_file(args.model)
 
     from pock_mlir.compiler import compile_training
@@ -113,6 +113,8 @@ def _run(args) -> int:
     print(f"wrote {bundle}/ for target {program.target.name} in {time.perf_counter() - start:.1f}s: "
           f"{len(program.vmfb) / 1024:.0f} KiB module, {len(sig.trainable)} of {len(sig.params)} parameter tensors "
           f"trained, batch {tuple(sig.inputs[0].shape)}")
+    if kept:
+        print(f"kept from the earlier bundle there: {', '.join(kept)}")
     print(f"one step on the device: {bundle}/run_step.sh; training: pock-train {bundle} --data DATA.npz")
     return 0
 

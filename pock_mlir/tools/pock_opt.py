@@ -10,10 +10,12 @@ import os
 import re
 import sys
 from dataclasses import dataclass
+from pathlib import Path
 
 from torch_mlir import ir
 
 from pock_mlir.context import make_context
+from pock_mlir.files import atomic_write, check_writable
 from pock_mlir.passes import PASSES, PipelineError, run_pipeline
 from pock_mlir.passes.pipeline import build_pass_manager
 from pock_mlir.report import ReportError, module_reports
@@ -76,9 +78,55 @@ def parse(chunk: str, source_name: str) -> ir.Module:
     return ir.Module.parse(located.replace('loc("-":', f"loc({_mlir_string(source_name)}:"))
 
 
+MAX_NESTING = 500  # deeper input would overflow the MLIR parser's stack (a crash, not an error)
+_OPENERS, _CLOSERS = "{([<", "})]>"
+_CUSTOM_POCK_OP = re.compile(r"(?:^|=)\s*pock\.\w+")
+
+
+def nesting_depth(text: str) -> tuple[int, int]:
+    """(deepest bracket nesting, the line where it is reached), outside string literals and
+    comments; `->` is an arrow, not a closing bracket."""
+    depth, deepest, deepest_line, line = 0, 0, 1, 1
+    in_string = in_comment = escaped = False
+    previous = ""
+    for ch in text:
+        if ch == "\n":
+            line, in_comment = line + 1, False
+        elif in_comment:
+            pass
+        elif in_string:
+            in_string = escaped or ch != '"'
+            escaped = ch == "\\" and not escaped
+        elif ch == '"':
+            in_string, escaped = True, False
+        elif ch == "/" and previous == "/":
+            in_comment = True
+        elif ch in _OPENERS:
+            depth += 1
+            if depth > deepest:
+                deepest, deepest_line = depth, line
+        elif ch in _CLOSERS and not (ch == ">" and previous == "-"):
+            depth = max(depth - 1, 0)
+        previous = ch
+    return deepest, deepest_line
+
+
+def _unparsable(chunk: str) -> list[Diagnostic]:
+    """What to say when MLIR rejects the input without a diagnostic (an IRDL op in custom syntax)."""
+    for number, line in enumerate(chunk.splitlines(), 1):
+        if _CUSTOM_POCK_OP.search(line.split("//")[0]):
+            return [Diagnostic(number, 1, "error", "pock ops have no custom syntax; write them in generic form, e.g. "
+                                                   '%y = "pock.param"(%x) {...} : (T) -> T')]
+    return [Diagnostic(1, 1, "error", "MLIR cannot parse this input (it gave no detail)")]
+
+
 def process(chunk: str, pipeline: str, print_ir_after_all: bool, source_name: str,
             pock_report: bool = False) -> tuple[str | None, list[Diagnostic]]:
     """Parse and transform one chunk; returns (output IR, or the report, or None; diagnostics)."""
+    depth, line = nesting_depth(chunk)
+    if depth > MAX_NESTING:
+        return None, [Diagnostic(line, 1, "error", f"brackets nest {depth} deep here, more than pock-opt reads "
+                                                   f"({MAX_NESTING})")]
     context = make_context()
     with context:
         try:
@@ -89,7 +137,7 @@ def process(chunk: str, pipeline: str, print_ir_after_all: bool, source_name: st
                 reports = module_reports(module.operation.get_asm(enable_debug_info=True))  # name the input's lines
                 return "\n\n".join(map(str, reports)) + "\n", []
         except ir.MLIRError as e:
-            return None, _collect(e.error_diagnostics)
+            return None, _collect(e.error_diagnostics) or _unparsable(chunk)
         return str(module), []
 
 
@@ -155,7 +203,7 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return _run(args)
-    except (PipelineError, ReportError) as e:
+    except (PipelineError, ReportError, InputError) as e:
         print(f"pock-opt: error: {e}", file=sys.stderr)
         return 1
     except OSError as e:
@@ -164,16 +212,30 @@ def main(argv: list[str] | None = None) -> int:
     except Exception as e:  # a bug in pock itself still reaches the user as one line
         if os.environ.get("POCK_DEBUG"):
             raise
-        print(f"pock-opt: internal error: {type(e).__name__}: {e} (POCK_DEBUG=1 shows the traceback)", file=sys.stderr)
+        print(f"pock-opt: internal error (a bug in pock-mlir: please report it with this input): {type(e).__name__}: "
+              f"{e} (POCK_DEBUG=1 shows the traceback)", file=sys.stderr)
         return 1
 
 
 def _write(text: str, output: str) -> None:
+    """stdout, or the file replaced atomically: it is written only when the run succeeded."""
     if output == "-":
         sys.stdout.write(text)
     else:
-        with open(output, "w") as f:
-            f.write(text)
+        atomic_write(output, text)
+
+
+def _read(path: str) -> str:
+    data = sys.stdin.buffer.read() if path == "-" else Path(path).read_bytes()
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise InputError(f"{'<stdin>' if path == '-' else path}: not UTF-8 text (byte {e.start}); "
+                         f"pock-opt reads MLIR assembly") from None
+
+
+class InputError(ValueError):
+    pass
 
 
 def _run(args) -> int:
@@ -189,7 +251,9 @@ def _run(args) -> int:
         with make_context():  # report a bad pipeline before reading any input
             build_pass_manager(args.pass_pipeline)
     filename = "<stdin>" if args.input == "-" else args.input
-    text = sys.stdin.read() if args.input == "-" else open(args.input).read()
+    if args.output != "-":
+        check_writable(args.output)
+    text = _read(args.input)
     outputs, failed = [], False
     for chunk in split_chunks(text, args.split_input_file):
         result, diags = process(chunk, args.pass_pipeline, args.mlir_print_ir_after_all, filename, args.pock_report)
@@ -204,6 +268,8 @@ def _run(args) -> int:
             failed |= result is None
         if result is not None:
             outputs.append(result)
+    if failed and args.output != "-":
+        return 1  # -o FILE keeps what it held
     _write(f"\n{SPLIT_MARKER}\n".join(outputs), args.output)
     return 1 if failed else 0
 

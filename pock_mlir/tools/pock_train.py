@@ -36,6 +36,7 @@ stays valid, and the message says where both are.
 from __future__ import annotations
 
 import argparse
+import fcntl
 import os
 import re
 import signal
@@ -50,8 +51,10 @@ import numpy as np
 from safetensors.numpy import save
 
 from pock_mlir.bundle import Bundle, BundleError, load_bundle
-from pock_mlir.checkpoint import CheckpointError, atomic_write, load_checkpoint, save_checkpoint
-from pock_mlir.runtime import Trainer
+from pock_mlir.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
+from pock_mlir.files import OutputError, atomic_write, check_writable
+from pock_mlir.runtime import InputError, ModuleError, NonFiniteLossError, Trainer
+from pock_mlir.runtime.trainer import check_class_indices
 from pock_mlir.targets import CPU_DRIVERS, TargetError
 
 DEVICES = (*CPU_DRIVERS, "vulkan", "cuda")
@@ -84,18 +87,21 @@ def _input_keys(bundle: Bundle) -> list[str]:
     return ["x"] if n == 1 else [f"x{i}" for i in range(n)]
 
 
-def _fit(array: np.ndarray, key: str, spec, problems: list[str]) -> np.ndarray:
-    """`array` in the bundle's dtype, or `array` as it is with the mismatch added to `problems`."""
+def _fit(array: np.ndarray, key: str, spec, problems: list[str], classes: int | None = None) -> np.ndarray:
+    """`array` in the bundle's dtype, or `array` as it is with the mismatch added to `problems`.
+    Integer arrays are checked as the Trainer checks a batch: class indices below `classes`."""
     want = tuple(spec.shape[1:])
     if array.shape[1:] != want or array.ndim != len(spec.shape):
         problems.append(f"{key} has samples of shape {array.shape[1:]}, the bundle takes {want} "
                         f"(arrays are (samples, {', '.join(map(str, want))}))".replace(", )", ")"))
+    if spec.dtype == "int32" and array.dtype in (np.int32, np.int64):
+        try:
+            check_class_indices(array, classes, key)
+        except InputError as e:
+            problems.append(str(e))
+        return array.astype(np.int32)
     if str(array.dtype) == spec.dtype:
         return array
-    if spec.dtype == "int32" and array.dtype == np.int64:
-        if array.size and (array.min() < np.iinfo(np.int32).min or array.max() > np.iinfo(np.int32).max):
-            problems.append(f"{key} has values outside int32, which the bundle takes")
-        return array.astype(np.int32)
     problems.append(f"{key} has dtype {array.dtype}, the bundle takes {spec.dtype} (convert with .astype(np.{spec.dtype}))")
     return array
 
@@ -128,7 +134,9 @@ def load_data(path: str, bundle: Bundle) -> tuple[Split, Split | None]:
         except (OSError, ValueError, zipfile.BadZipFile) as e:
             problems.append(f"cannot read {name} arrays from {path}: {e}")
             return None
-        arrays = [_fit(a, k, spec, problems) for a, k, spec in zip(arrays, wanted, sig.model_inputs + [sig.target])]
+        classes = [None] * len(sig.model_inputs) + [sig.target_classes]
+        arrays = [_fit(a, k, spec, problems, c)
+                  for a, k, spec, c in zip(arrays, wanted, sig.model_inputs + [sig.target], classes)]
         lengths = {k: len(a) for k, a in zip(wanted, arrays)}
         if len(set(lengths.values())) > 1:
             problems.append(f"{' and '.join(f'{k} has {n} samples' for k, n in lengths.items())}; they must match")
@@ -294,6 +302,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--max-steps", type=int, metavar="N", help="stop once N steps are taken in all")
     parser.add_argument("--seed", type=int, help="seed of the data order (default 0; a resumed run keeps its own)")
     parser.add_argument("--export", help="where to write the tuned state_dict (default BUNDLE/tuned.safetensors)")
+    parser.add_argument("--on-nonfinite", choices=("stop", "skip"), default="stop",
+                        help="a batch whose loss is NaN or infinite (the step is never applied): stop with an error, "
+                             "keeping the last checkpoint and export (default), or skip the batch and count it")
     return parser
 
 
@@ -301,7 +312,8 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return _run(args)
-    except (BundleError, TargetError, DataError, CheckpointError, OSError) as e:
+    except (BundleError, TargetError, DataError, CheckpointError, InputError, ModuleError, NonFiniteLossError,
+            OSError) as e:
         if os.environ.get("POCK_DEBUG"):
             raise
         print(f"pock-train: error: {e}", file=sys.stderr)
@@ -345,17 +357,16 @@ def _check_arguments(args, bundle: Bundle) -> None:
         raise CheckpointError("--resume needs --checkpoint PATH")
     if args.checkpoint_every and not args.checkpoint:
         raise CheckpointError("--checkpoint-every needs --checkpoint PATH")
+    if args.seed is not None and not 0 <= args.seed < 2 ** 63:
+        raise DataError(f"--seed must be a non-negative integer, got {args.seed}")
     if args.checkpoint:
         path = Path(args.checkpoint)
         if args.resume and not path.exists():
             raise CheckpointError(f"no checkpoint at {path} to resume from")
         if not args.resume and path.exists():
             raise CheckpointError(f"{path} exists: pass --resume to continue from it, or remove it to start over")
-        if not path.parent.is_dir():
-            raise CheckpointError(f"cannot write the checkpoint {path}: no directory {path.parent}")
-    export = _export_path(args, bundle)
-    if not export.parent.is_dir():
-        raise DataError(f"cannot write the tuned weights to {export}: no directory {export.parent}")
+        check_writable(path)
+    check_writable(_export_path(args, bundle))
 
 
 def _resume(args, bundle: Bundle, train: Split) -> tuple[dict | None, dict]:
@@ -365,10 +376,15 @@ def _resume(args, bundle: Bundle, train: Split) -> tuple[dict | None, dict]:
                       "train_samples": len(train), "dropout_seed": 0}
     checkpoint = load_checkpoint(args.checkpoint, bundle)
     progress = checkpoint.progress
-    missing = [key for key in PROGRESS if not isinstance(progress.get(key), int)]
+    if not isinstance(progress, dict):
+        raise CheckpointError(f"{args.checkpoint}: its progress is {type(progress).__name__}, not pock-train's record")
+    missing = [key for key in PROGRESS if type(progress.get(key)) is not int or progress[key] < 0]
     if missing:
-        raise CheckpointError(f"{args.checkpoint} lacks pock-train's position in the data ({', '.join(missing)}); "
-                              f"was it written by pock-train?")
+        raise CheckpointError(f"{args.checkpoint} lacks pock-train's position in the data ({', '.join(missing)} must "
+                              f"be non-negative integers); was it written by pock-train?")
+    if progress["batch"] >= len(train) // bundle.batch_size:
+        raise CheckpointError(f"{args.checkpoint} says batch {progress['batch']} of an epoch, but an epoch has "
+                              f"{len(train) // bundle.batch_size} batches")
     if args.seed is not None and args.seed != progress["shuffle_seed"]:
         raise CheckpointError(f"--seed {args.seed}: {args.checkpoint} was trained with seed {progress['shuffle_seed']}; "
                               f"resuming keeps the run's data order (leave --seed out)")
@@ -378,9 +394,11 @@ def _resume(args, bundle: Bundle, train: Split) -> tuple[dict | None, dict]:
     return checkpoint, progress
 
 
-def _open_trainer(bundle: Bundle, device: str) -> Trainer:
+def _open_trainer(bundle: Bundle, device: str, on_nonfinite: str) -> Trainer:
     try:
-        return Trainer.from_bundle(bundle, device)
+        return Trainer.from_bundle(bundle, device, on_nonfinite={"stop": "raise", "skip": "skip"}[on_nonfinite])
+    except ModuleError:
+        raise
     except (RuntimeError, ValueError) as e:  # IREE: no such driver or no device for it
         raise TargetError(f"cannot run the bundle on IREE device '{device}': {e}") from None
 
@@ -393,8 +411,18 @@ def _run(args) -> int:
     train, val = load_data(args.data, bundle)
     checkpoint, progress = _resume(args, bundle, train)
     export = _export_path(args, bundle)
-    # Everything is checked: from here on files are written.
-    trainer = _open_trainer(bundle, device)
+    # Everything is checked: from here on files are written, by this run alone.
+    locks = [hold_lock(path) for path in (args.checkpoint, export) if path]
+    try:
+        return _train(args, bundle, device, train, val, checkpoint, progress, export)
+    finally:
+        for fd in locks:
+            os.close(fd)
+
+
+def _train(args, bundle: Bundle, device: str, train: Split, val: Split | None, checkpoint, progress: dict,
+           export: Path) -> int:
+    trainer = _open_trainer(bundle, device, args.on_nonfinite)
     if checkpoint:
         trainer.load_state_dict(checkpoint.state_dict)
         trainer.load_optimizer_state(checkpoint.optimizer_state)
@@ -427,7 +455,14 @@ def _run(args) -> int:
             while done < len(order) and not stop(steps):
                 started = time.perf_counter()
                 with interrupt_after():
-                    loss = trainer.step(*train.batch(order[done]))
+                    try:
+                        loss = trainer.step(*train.batch(order[done]))
+                    except NonFiniteLossError as e:
+                        raise NonFiniteLossError(
+                            f"epoch {epoch + 1}, batch {done + 1} (samples {', '.join(map(str, order[done][:4]))}"
+                            f"{', ...' if batch_size > 4 else ''}), step {steps + 1}: {e}; stopped. "
+                            + _where_the_state_is(args, saved_at, export)
+                            + " (--on-nonfinite skip skips such batches)") from None
                     seconds = time.perf_counter() - started
                     steps, done, run_steps, run_seconds = steps + 1, done + 1, run_steps + 1, run_seconds + seconds
                 bar.update(done, loss, seconds, final=done == len(order) or stop(steps))
@@ -443,7 +478,10 @@ def _run(args) -> int:
                   + (f", {bar.tokens_per_s:.0f} tokens/s" if tokens_per_step else ""), flush=True)
             epoch += 1
             write_checkpoint(epoch, 0)
-        _export(trainer, bundle, export)
+        try:
+            _export(trainer, bundle, export)
+        except OSError as e:
+            raise OutputError(f"{e}; {_where_the_state_is(args, saved_at, export)}") from None
     except KeyboardInterrupt:
         print(f"\npock-train: interrupted at step {steps}; exporting its weights (Ctrl-C again to skip)",
               file=sys.stderr, flush=True)
@@ -460,8 +498,32 @@ def _run(args) -> int:
     if tokens_per_step and run_steps:
         throughput = (f" ({run_steps * tokens_per_step:,} tokens in this run, "
                       f"{run_steps * tokens_per_step / run_seconds:,.0f} tokens/s)")
-    print(f"trained {steps} steps in all{throughput}; tuned weights in {export}")
+    skipped = f", skipped {trainer.skipped_steps} batch(es) with a non-finite loss" if trainer.skipped_steps else ""
+    print(f"trained {steps} steps in all{throughput}{skipped}; tuned weights in {export}")
     return 0
+
+
+def _where_the_state_is(args, saved_at: int | None, export: Path) -> str:
+    if args.checkpoint and saved_at is not None:
+        return f"{args.checkpoint} holds step {saved_at} (--resume continues from there); {export} is as it was"
+    return f"{export} is as it was (--checkpoint PATH keeps the state of long runs)"
+
+
+def hold_lock(path) -> int:
+    """Lock `path`'s lock file (.NAME.lock beside it) until the returned descriptor is closed, so
+    that two runs never write one checkpoint or export; refuses when another run holds it."""
+    path = Path(path)
+    lock_path = path.with_name(f".{path.name}.lock")
+    try:
+        fd = os.open(lock_path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o666)
+    except OSError as e:
+        raise OutputError(f"cannot lock {path} (lock file {lock_path}): {e.strerror}") from None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        raise OutputError(f"another pock-train is writing {path}; wait for it to finish or choose another path") from None
+    return fd
 
 
 if __name__ == "__main__":

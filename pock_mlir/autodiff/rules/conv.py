@@ -76,6 +76,8 @@ def avg_pool_divisors(window: Window, count_include_pad: bool) -> np.ndarray:
 @defrule("aten.avg_pool2d")
 def avg_pool2d(b, g, out, x, kernel, stride, padding, ceil_mode, count_include_pad, divisor_override):
     """g over each window's divisor, folded back (col2im) onto every position of its window."""
+    if min(kernel) < 1 or min(stride or kernel) < 1 or (divisor_override is not None and divisor_override < 1):
+        raise ValueError(f"kernel {kernel}, stride {stride} and divisor_override {divisor_override} must be positive")
     window = Window(tuple(kernel), tuple(stride or kernel), tuple(padding), (1, 1),
                     tuple(b.shape(x)[2:]), tuple(b.shape(out)[2:]))
     if divisor_override:
