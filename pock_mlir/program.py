@@ -66,7 +66,7 @@ class TrainingProgram:
             stream = compile_str(self.stages["lowered"], extra_args=[*self.iree_flags(), "--compile-to=stream"])
             vmfb = compile_str(stream, extra_args=[*self.iree_flags(), "--compile-from=stream"])
         except CompilerToolError as e:
-            raise RuntimeError(iree_failure(str(e), self.target.name)) from None
+            raise RuntimeError(iree_failure(str(e), self.target.name, self.stages["lowered"])) from None
         return vmfb, not unsafe_in_place(stream.decode(), "train_step_into", self.signature.state_argument_pairs())
 
     def report(self):
@@ -98,12 +98,18 @@ class TrainingProgram:
         return Trainer(self, device=device, retain_memory=retain_memory, on_nonfinite=on_nonfinite)
 
 
-def iree_failure(error: str, target: str) -> str:
+def iree_failure(error: str, target: str, lowered: str = "") -> str:
     """What IREE's error output means, in one line where it is an op IREE cannot lower (an op
-    torch-mlir has no lowering for, e.g. aten.fft_fft), with where the model uses it."""
-    match = re.search(r"""([^\s:]+:\d+:\d+): error: failed to legalize operation '([\w.]+)'""", error)
-    if match:
-        where, op = match.groups()
-        return (f"{where}: the model uses {op}, which torch-mlir and IREE cannot compile for {target}; "
-                f"pock-mlir cannot run this model on the device (replace or remove that operation)")
-    return f"IREE failed to compile the training program for target {target}:\n{error[:4000]}"
+    torch-mlir has no lowering for, e.g. aten.fft_fft). IREE then often names a constant that op
+    uses; `lowered` (the text IREE compiled) tells which op that is."""
+    match = re.search(r"""<stdin>:(\d+):\d+: error: failed to legalize operation '([\w.]+)'""", error)
+    if not match:
+        return f"IREE failed to compile the training program for target {target}:\n{error[:4000]}"
+    line, op = int(match.group(1)), match.group(2)
+    lines = lowered.splitlines()
+    if op.startswith("torch.constant.") and line <= len(lines):
+        value = lines[line - 1].split("=")[0].strip()
+        users = (re.search(r"= (torch\.\w+\.[\w.]+) ", text) for text in lines[line:] if re.search(rf"{re.escape(value)}\b", text))
+        op = next((m.group(1) for m in users if m), op)
+    return (f"the model uses {op}, which torch-mlir and IREE cannot compile for {target}; pock-mlir cannot run "
+            f"this model on the device (replace or remove that operation)")

@@ -18,6 +18,9 @@ from pock_mlir.torch_builder import TorchBuilder
 from pock_mlir.torch_types import TensorType
 
 
+FLOAT32_MAX = float(torch.finfo(torch.float32).max)
+
+
 def _slot_type(slot: Slot) -> ir.Type:
     return _tensor_type(slot.spec)
 
@@ -97,7 +100,7 @@ def build_training_functions(imported: ImportedModel, optimizer, policies: dict[
         b = TorchBuilder(ip, loc)
         # A step whose loss is not finite changes nothing (the Trainer then says so): its new
         # values are its old ones. The select fuses into the updates' dispatches.
-        finite = b.aten.isfinite(loss)
+        finite = b.aten.le.Scalar(b.aten.abs(loss), FLOAT32_MAX)  # aten.isfinite has no lowering to linalg
         old_buffers = dict(zip([s.name for s in signature.buffers], args["buffers"]))
         results = zip(new_params + new_state + new_buffers + [b.add(step, 1.0)],
                       [by_name[n] for n in trainable] + state + [old_buffers[n] for n in signature.updated_buffers] + [step])

@@ -170,7 +170,8 @@ def test_greedy_completion_through_the_compiled_forward_matches_torch(trained, b
         with torch.no_grad():
             for parameter in model.parameters():
                 parameter.normal_(0.0, 0.5)
-        trainer.load_state_dict({name: p.detach().numpy() for name, p in model.named_parameters()})
+        # the parameters only: the RoPE tables (buffers) stay the bundle's
+        trainer.load_state_dict({name: p.detach().numpy() for name, p in model.named_parameters()}, strict=False)
     else:  # as examples/llama_text.py does: the checkpoint's weights on the trainer
         model.load_state_dict(load_file(out / "tuned.safetensors"))
         trainer.load_state_dict(load_checkpoint(out / "run.ckpt", load_bundle(bundle)).state_dict)

@@ -116,3 +116,251 @@ def test_recompiling_keeps_the_files_besides_the_bundle(program, batch, own_bund
     assert (own_bundle / "run.ckpt").read_bytes() == b"a checkpoint"
     assert (own_bundle / "module.vmfb").read_bytes() == program.vmfb
     assert not [p for p in own_bundle.parent.iterdir() if p.name.startswith(".")]  # nothing staged left
+
+
+# -- 3. every bundle file is checked before anything runs -------------------------------------
+
+def edit_manifest(bundle: Path, edit) -> None:
+    manifest = json.loads((bundle / "manifest.json").read_text())
+    edit(manifest)
+    (bundle / "manifest.json").write_text(json.dumps(manifest))
+
+
+@pytest.mark.parametrize("damage, message", [
+    (lambda b: b.joinpath("params.safetensors").write_bytes(
+        b.joinpath("params.safetensors").read_bytes()[:-64] + np.full(16, np.nan, np.float32).tobytes()),
+     "params.safetensors is not the file the manifest describes"),
+    (lambda b: b.joinpath("args", "optimizer", "step.npy").unlink(), "step.npy is missing or not a regular file"),
+    (lambda b: edit_manifest(b, lambda m: m["params"][0].update(shape=[3, "x"])),
+     "shape must be a list of non-negative integers"),
+    (lambda b: edit_manifest(b, lambda m: m.update(trainable=["0.weight", "ghost"])), "trainable names ghost"),
+    (lambda b: edit_manifest(b, lambda m: m.update(updated_buffers=["nowhere"])), "updated_buffers names nowhere"),
+    (lambda b: edit_manifest(b, lambda m: m["output"].update(shape=[])), "its output has no shape"),
+    (lambda b: edit_manifest(b, lambda m: m["sha256"].update({"../outside": "0" * 64})), "a file outside the bundle"),
+    (lambda b: b.joinpath("manifest.json").write_text('{"a": ' + "[" * 100000 + "]" * 100000 + "}"),
+     "nests too deep"),
+])
+def test_damaged_bundles_are_refused_before_anything_runs(own_bundle, data, damage, message):
+    damage(own_bundle)
+    result = run("pock-train", own_bundle, "--data", data)
+    assert result.returncode == 1 and message in result.stderr, result.stderr
+    assert "Traceback" not in result.stderr and not (own_bundle / "tuned.safetensors").exists()
+
+
+def test_a_corrupt_module_with_a_fixed_up_hash_is_a_clear_error(own_bundle, data):
+    import hashlib
+
+    vmfb = bytearray((own_bundle / "module.vmfb").read_bytes())
+    vmfb[:16] = bytes(16)  # the flatbuffer's header
+    (own_bundle / "module.vmfb").write_bytes(vmfb)
+    edit_manifest(own_bundle, lambda m: m["sha256"].update({"module.vmfb": hashlib.sha256(vmfb).hexdigest()}))
+    result = run("pock-train", own_bundle, "--data", data)
+    assert result.returncode == 1 and "the module is corrupt" in result.stderr, result.stderr
+    assert "Traceback" not in result.stderr
+
+
+# -- 4. checkpoints: one writer, validated progress, regular files ----------------------------
+
+def test_a_second_run_on_one_checkpoint_is_refused(own_bundle, data, tmp_path):
+    import fcntl
+
+    checkpoint = tmp_path / "run.ckpt"
+    with open(tmp_path / ".run.ckpt.lock", "w") as lock:  # what a running pock-train holds
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        result = run("pock-train", own_bundle, "--data", data, "--checkpoint", checkpoint)
+    assert result.returncode == 1 and f"another pock-train is writing {checkpoint}" in result.stderr, result.stderr
+    assert not checkpoint.exists()
+    assert pock_train.main([str(own_bundle), "--data", str(data), "--checkpoint", str(checkpoint)]) == 0  # released
+
+
+@pytest.mark.parametrize("progress, message", [
+    ({"epoch": 0, "batch": -15, "shuffle_seed": 0, "train_samples": 24, "dropout_seed": 0}, "batch must be"),
+    ({"epoch": True, "batch": 0, "shuffle_seed": 0, "train_samples": 24, "dropout_seed": 0}, "epoch must be"),
+    ({"epoch": 0, "batch": 7, "shuffle_seed": 0, "train_samples": 24, "dropout_seed": 0}, "an epoch has 3 batches"),
+    ([1, 2], "not pock-train's record"),
+])
+def test_crafted_checkpoint_progress_is_refused(own_bundle, data, tmp_path, progress, message):
+    from pock_mlir.bundle import load_bundle
+    from pock_mlir.checkpoint import save_checkpoint
+    from pock_mlir.runtime import Trainer
+
+    bundle = load_bundle(own_bundle)
+    checkpoint = tmp_path / "crafted.ckpt"
+    save_checkpoint(checkpoint, Trainer.from_bundle(bundle), progress, bundle.module_sha256)
+    result = run("pock-train", own_bundle, "--data", data, "--checkpoint", checkpoint, "--resume")
+    assert result.returncode == 1 and message in result.stderr, result.stderr
+
+
+def test_a_checkpoint_that_is_not_a_regular_file_is_refused(own_bundle, data):
+    result = run("pock-train", own_bundle, "--data", data, "--checkpoint", "/dev/zero", "--resume")
+    assert result.returncode == 1 and "/dev/zero is not a regular file" in result.stderr, result.stderr
+
+
+# -- 5. class indices are checked on the host ---------------------------------------------------
+
+@pytest.mark.parametrize("label, message", [(12, "target[3] = 12 is not a class index: the model has 4 classes"),
+                                            (10 ** 9, "target[3] = 1000000000 is not a class index"),
+                                            (-1, "target[3] = -1 is not a class index")])
+def test_class_labels_out_of_range_are_refused(program, batch, label, message):
+    from pock_mlir.runtime import InputError
+
+    trainer = program.trainer()
+    x, y = batch
+    y = y.clone()
+    y[3] = label
+    with pytest.raises(InputError, match=message.replace("[", r"\[").replace("]", r"\]")):
+        trainer.step(x, y)
+    assert trainer.steps_taken == 0
+
+
+def test_ignore_index_is_a_valid_label(program, batch):
+    trainer = program.trainer()
+    x, y = batch
+    y = y.clone()
+    y[0] = -100
+    assert np.isfinite(trainer.step(x, y))
+
+
+def test_pock_train_checks_the_labels_before_training(own_bundle, tmp_path):
+    rng = np.random.default_rng(0)
+    y = rng.integers(0, 4, 24)
+    y[5] = 12
+    np.savez(tmp_path / "bad.npz", x_train=rng.normal(size=(24, 6)).astype(np.float32), y_train=y,
+             x_val=rng.normal(size=(8, 6)).astype(np.float32), y_val=np.full(8, 2 ** 40))
+    result = run("pock-train", own_bundle, "--data", tmp_path / "bad.npz")
+    assert result.returncode == 1, result.stderr
+    assert "y_train[5] = 12 is not a class index" in result.stderr and "y_val[0] = 1099511627776" in result.stderr
+    assert "epoch" not in result.stdout
+
+
+# -- 6. a non-finite loss never reaches the weights -------------------------------------------
+
+def test_a_nan_step_changes_nothing_and_raises(program, batch):
+    from pock_mlir.runtime import NonFiniteLossError
+
+    trainer = program.trainer()
+    x, y = batch
+    trainer.step(x, y)
+    before, state_before = trainer.state_dict(), trainer.optimizer_state()
+    poisoned = x.clone()
+    poisoned[0, 0] = float("nan")
+    with pytest.raises(NonFiniteLossError, match="the loss is nan on this batch; the step was not applied"):
+        trainer.step(poisoned, y)
+    for name, value in trainer.state_dict().items():
+        np.testing.assert_array_equal(value, before[name], err_msg=name)
+    for name, value in trainer.optimizer_state().items():  # the momentum too, updated in place or not
+        np.testing.assert_array_equal(value, state_before[name], err_msg=name)
+    skipping = program.trainer(on_nonfinite="skip")
+    assert np.isnan(skipping.step(poisoned, y)) and skipping.skipped_steps == 1 and skipping.steps_taken == 0
+    assert np.isfinite(skipping.step(x, y)) and skipping.steps_taken == 1
+
+
+def test_pock_train_stops_on_a_nan_batch_keeping_checkpoint_and_export(own_bundle, tmp_path):
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(24, 6)).astype(np.float32)
+    y = rng.integers(0, 4, 24)
+    np.savez(tmp_path / "good.npz", x_train=x, y_train=y)
+    x[:, 0] = np.nan  # every batch
+    np.savez(tmp_path / "nan.npz", x_train=x, y_train=y)
+    checkpoint, export = tmp_path / "run.ckpt", tmp_path / "tuned.safetensors"
+    assert pock_train.main([str(own_bundle), "--data", str(tmp_path / "good.npz"), "--checkpoint", str(checkpoint),
+                            "--export", str(export)]) == 0
+    saved, exported = checkpoint.read_bytes(), export.read_bytes()
+    result = run("pock-train", own_bundle, "--data", tmp_path / "nan.npz", "--checkpoint", checkpoint, "--resume",
+                 "--epochs", 2, "--export", export)
+    assert result.returncode == 1 and "the loss is nan" in result.stderr and "--on-nonfinite skip" in result.stderr
+    assert f"{checkpoint} holds step 3" in result.stderr, result.stderr
+    assert checkpoint.read_bytes() == saved and export.read_bytes() == exported
+    result = run("pock-train", own_bundle, "--data", tmp_path / "nan.npz", "--on-nonfinite", "skip",
+                 "--export", tmp_path / "skipped.safetensors")
+    assert result.returncode == 0 and "skipped 3 batch(es) with a non-finite loss" in result.stdout, result.stdout
+
+
+# -- 7. values, not only shapes --------------------------------------------------------------
+
+@pytest.mark.parametrize("text, message", [
+    ("sgd:lr=inf", "SGD lr must be a finite number"), ("adamw:betas=0.9", "betas takes two numbers"),
+    ("sgd:lr=0.1,nesterov=maybe", "nesterov must be true or false"), ("sgd:lr=0.1,lr=0.2", "lr is given twice"),
+    ("sgd:lr=0.1,beta=1", "sgd has no option 'beta'"), ("sgd:momentum=0.9", "sgd needs lr"),
+])
+def test_optimizer_text_is_validated(text, message):
+    from pock_mlir.optim import parse_optimizer
+
+    with pytest.raises(ValueError, match=message):
+        parse_optimizer(text)
+
+
+@pytest.mark.parametrize("make, message", [
+    (lambda: pock.SGD(lr="0.1"), "SGD lr must be a finite number, got '0.1'"),
+    (lambda: pock.SGD(lr=0.1, momentum=float("nan")), "SGD momentum must be a finite number"),
+    (lambda: pock.SGD(lr=0.1, momentum=0.9, nesterov="yes"), "SGD nesterov must be True or False"),
+    (lambda: pock.AdamW(betas=(0.9,)), "AdamW betas must be two finite numbers"),
+])
+def test_optimizer_values_are_validated(make, message):
+    with pytest.raises(ValueError, match=message):
+        make()
+
+
+@pytest.mark.parametrize("model, inputs, message", [
+    (lambda: nn.Linear(6, 4).double(), torch.randn(8, 6), "the model holds float64 tensors (weight, bias)"),
+    (lambda: nn.Linear(6, 4), torch.randn(8, 6, dtype=torch.float64), "input 0 is float64"),
+    (lambda: nn.Linear(6, 4), torch.randn(0, 6), "input 0 has shape (0, 6), with no elements"),
+])
+def test_models_and_batches_pock_cannot_train_are_named(model, inputs, message):
+    from pock_mlir.frontend import FrontendError
+
+    with pytest.raises(FrontendError, match=message.replace("(", r"\(").replace(")", r"\)")):
+        pock.compile_training(model(), inputs, torch.zeros(len(inputs), dtype=torch.int64))
+
+
+def test_an_op_iree_cannot_compile_is_named():
+    class Spectrum(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc = nn.Linear(6, 4)
+
+        def forward(self, x):
+            return self.fc(torch.fft.fft(x).real)
+
+    with pytest.raises(RuntimeError) as caught:
+        pock.compile_training(Spectrum(), torch.randn(8, 6), torch.zeros(8, dtype=torch.int64)).vmfb
+    message = str(caught.value)
+    assert message.startswith("the model uses torch.aten.fft_fft, which torch-mlir and IREE cannot compile for host")
+    assert "\n" not in message
+
+
+def test_pock_train_seed_is_validated(own_bundle, data):
+    result = run("pock-train", own_bundle, "--data", data, "--seed", -1)
+    assert result.returncode == 1 and "--seed must be a non-negative integer" in result.stderr, result.stderr
+
+
+# -- 8. load_state_dict and load_optimizer_state -----------------------------------------------
+
+def test_load_state_dict_is_strict_and_all_or_nothing(program):
+    from pock_mlir.runtime import InputError
+
+    trainer = program.trainer()
+    before = trainer.state_dict()
+    with pytest.raises(InputError, match="state_dict lacks 0.bias, 2.bias, 2.weight"):
+        trainer.load_state_dict({"0.weight": before["0.weight"]})
+    bad = {name: np.ones_like(value) for name, value in before.items()}
+    bad["2.weight"] = np.ones((3, 3), np.float32)
+    with pytest.raises(InputError, match=r"2.weight: expected shape \(4, 16\), got \(3, 3\)$"):
+        trainer.load_state_dict(bad)
+    for name, value in trainer.state_dict().items():  # nothing was replaced
+        np.testing.assert_array_equal(value, before[name], err_msg=name)
+    trainer.load_state_dict({"0.bias": np.zeros(16)}, strict=False)  # float64, as numpy makes it: cast
+    assert trainer.state_dict()["0.bias"].dtype == np.float32 and not trainer.state_dict()["0.bias"].any()
+    with pytest.raises(InputError, match="step must be a float32 scalar counting steps"):
+        trainer.load_optimizer_state({**trainer.optimizer_state(), "step": np.float32(-1)})
+
+
+# -- 9. output paths are checked before training --------------------------------------------------
+
+def test_an_unwritable_export_fails_before_training(own_bundle, data, tmp_path):
+    (tmp_path / "a_directory").mkdir()
+    result = run("pock-train", own_bundle, "--data", data, "--export", tmp_path / "a_directory")
+    assert result.returncode == 1 and "it is a directory; give a file name" in result.stderr, result.stderr
+    assert "epoch" not in result.stdout and sorted(p.name for p in tmp_path.iterdir()) == ["a_directory", "bundle"]
+    result = run("pock-train", own_bundle, "--data", data, "--export", tmp_path / "nowhere" / "t.safetensors")
+    assert result.returncode == 1 and f"directory {tmp_path}/nowhere does not exist" in result.stderr

@@ -2,7 +2,7 @@
 // RUN: not pock-opt %t.modules.mlir 2>&1 | filecheck %s --check-prefix=MODULES
 // RUN: python -c "print('func.func private @f() attributes {a = ' + '[' * 100000 + ']' * 100000 + '}')" > %t.attribute.mlir
 // RUN: not pock-opt %t.attribute.mlir 2>&1 | filecheck %s --check-prefix=ATTRIBUTE
-// RUN: python -c "print('func.func private @f(tuple<' * 20000 + 'i32' + '>' * 20000 + ')')" > %t.tuples.mlir
+// RUN: python -c "print('func.func private @f(' + 'tuple<' * 20000 + 'i32' + '>' * 20000 + ')')" > %t.tuples.mlir
 // RUN: not pock-opt %t.tuples.mlir 2>&1 | filecheck %s --check-prefix=TUPLES
 // RUN: python -c "import os, sys; sys.stdout.buffer.write(bytes(range(128, 256)) * 32)" > %t.bytes.mlir
 // RUN: not pock-opt %t.bytes.mlir 2>&1 | filecheck %s --check-prefix=BYTES
@@ -17,7 +17,7 @@
 // BYTES-NOT: Traceback
 
 // A pock op in custom syntax: MLIR rejects it without saying why, pock-opt says what to write.
-// CUSTOM: hostile-input.mlir:[[@LINE+2]]:1: error: pock ops have no custom syntax; write them in generic form
+// CUSTOM: hostile-input.mlir:[[# @LINE + 2]]:1: error: pock ops have no custom syntax; write them in generic form
 func.func @custom_syntax(%p: !torch.vtensor<[2],f32>) -> !torch.vtensor<[2],f32> {
   %y = pock.param %p : !torch.vtensor<[2],f32> -> !torch.vtensor<[2],f32>
   return %y : !torch.vtensor<[2],f32>
