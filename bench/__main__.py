@@ -23,6 +23,7 @@ from pathlib import Path
 
 from bench.models import MODELS, QUICK_MODELS, SCHEMES
 from bench.report import add_ratios, write_markdown, write_plot
+from pock_mlir.files import atomic_write
 
 ROOT = Path(__file__).resolve().parent.parent
 SYSTEMS = ("eager", "torch.compile", "pock-mlir", "pock-mlir-no-reorder", "pock-mlir-no-retain")
@@ -224,7 +225,7 @@ def main(argv=None) -> int:
         "rows": add_ratios(rows, MODELS, machine.get("peak_gflops")),
         "wall_s": time.time() - started,
     }
-    (out / "results.json").write_text(json.dumps(results, indent=2) + "\n")
+    atomic_write(out / "results.json", json.dumps(results, indent=2) + "\n")
     write_markdown(results, out / "results.md")
     write_plot(results, out / "results.png")
     print(f"wrote {out / 'results.json'}, results.md and results.png in {results['wall_s'] / 60:.1f} min")

@@ -32,9 +32,10 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from pock_mlir.conv_forms import CONV_OPS, FORMS, ConvShape, Window
+from pock_mlir.files import atomic_write
 from pock_mlir.runtime.workspace import ModuleFunctions
 from pock_mlir.targets import DATA_TILING
-from pock_mlir.conv_forms import CONV_OPS, FORMS, ConvShape, Window
 from pock_mlir.tuning import DATA_TILING_SET
 
 TUNING = Path(__file__).resolve().parent.parent / "pock_mlir" / "tuning"
@@ -245,7 +246,7 @@ def main(argv=None) -> int:
         sets = {name: FLAG_SETS[name] for name in args.sets.split(",")}
         table["flags"] = {"load_average": load, "sets": sets, "step_ms": study_flags(args.models.split(","), sets)}
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(table, indent=1) + "\n")
+    atomic_write(path, json.dumps(table, indent=1) + "\n")
     print(f"wrote {path}")
     return 0
 

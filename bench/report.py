@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from pock_mlir.files import atomic_save, atomic_write
 from pock_mlir.targets import DATA_TILING
 
 SYSTEM_TITLES = {
@@ -156,7 +157,7 @@ def write_markdown(results: dict, path: Path) -> None:
     for target, ok, value, fastest, rate in check_targets(results["rows"], m.get("peak_gflops")):
         lines.append(f"| {target} | {'yes' if ok else 'no' if ok is False else '-'} | {value} | {fastest} | {rate} |")
     lines += profile_section(results["rows"])
-    path.write_text("\n".join(lines) + "\n")
+    atomic_write(path, "\n".join(lines) + "\n")
 
 
 def profile_section(rows: list[dict], top: int = 6) -> list[str]:
@@ -203,5 +204,5 @@ def write_plot(results: dict, path: Path) -> None:
         ax.set_xticks(range(len(groups)), [f"{m}\n{s}" for m, s in groups])
     axes[0].legend(fontsize="small", ncols=2)
     axes[0].set_title(f"pock-mlir benchmark, {results['machine']['cpu']}, {results['machine']['threads']} threads")
-    fig.savefig(path, dpi=110)
+    atomic_save(path, lambda f: fig.savefig(f, dpi=110, format="png"))
     plt.close(fig)

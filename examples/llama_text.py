@@ -43,6 +43,7 @@ import torch.nn as nn
 
 from pock_mlir.bundle import load_bundle
 from pock_mlir.checkpoint import load_checkpoint
+from pock_mlir.files import atomic_save
 from pock_mlir.runtime import Trainer
 from pock_mlir.targets import resolve_target
 
@@ -135,7 +136,7 @@ def write_text(out: Path, text_file: str | None, max_chars: int | None) -> tuple
         sys.exit(f"{what} has {len(text):,} characters; the example needs at least {10 * needed:,} "
                  f"(90% to train on, 10% held out, each at least one batch of {BATCH} windows of {SEQ})")
     path = out / "text.npz"
-    np.savez(path, **data)
+    atomic_save(path, lambda f: np.savez(f, **data))
     print(f"2. fine-tuning text: {what}, {len(data['tokens_train']):,} characters to train on and "
           f"{len(data['tokens_val']):,} held out -> {path}")
     return path, data

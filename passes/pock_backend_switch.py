@@ -45,13 +45,27 @@ TARGET_NAME = re.compile(r"[A-Za-z0-9_-]+")  # names pock_mlir/tuning/<target>.j
 TRANSPOSED = Choice("direct", "transposed convolutions have only the direct form")
 
 
-def conv_shape(x, w, stride, padding, dilation, transposed, groups) -> ConvShape | None:
-    """The ConvShape of a 2-D convolution, or None for a transposed one."""
-    xt, wt = tensor_type_of(x), tensor_type_of(w)
+def conv_shape(op, x, w, output, stride, padding, dilation, transposed, groups) -> ConvShape | None:
+    """The ConvShape of a 2-D convolution, or None for a transposed one. PassError at `op` when
+    its attributes, operands and output (the result, or g of a backward) do not fit together."""
+    xt, wt, ot = tensor_type_of(x), tensor_type_of(w), tensor_type_of(output)
     if xt is None or wt is None or xt.rank != 4 or transposed:
         return None
-    return ConvShape(xt.shape[0], xt.shape[1], wt.shape[0], groups,
-                     Window.of(wt.shape[2:], stride, padding, dilation, xt.shape[2:]))
+    problem = None
+    if wt.rank != 4 or ot is None or ot.rank != 4 or len(stride) != 2 or len(padding) != 2 or len(dilation) != 2:
+        problem = "it is not a 2-D convolution of rank-4 tensors"
+    elif min(stride) < 1 or min(dilation) < 1 or min(padding) < 0 or groups < 1:
+        problem = f"stride {stride} and dilation {dilation} must be positive, padding {padding} non-negative"
+    elif xt.shape[1] % groups or wt.shape[0] % groups or wt.shape[1] * groups != xt.shape[1]:
+        problem = f"input {list(xt.shape)} and weight {list(wt.shape)} do not fit {groups} group(s)"
+    if problem is None:
+        shape = ConvShape(xt.shape[0], xt.shape[1], wt.shape[0], groups,
+                          Window.of(wt.shape[2:], stride, padding, dilation, xt.shape[2:]))
+        if shape.output_shape() != tuple(ot.shape):
+            problem = f"it gives {list(shape.output_shape())}, not the declared {list(ot.shape)}"
+    if problem:
+        raise PassError(f"{op.name}: its operands and result do not fit each other: {problem}", op.location)
+    return shape
 
 
 def _mark(op, choice: Choice, what: str) -> None:
@@ -109,7 +123,7 @@ class BackendSwitchPass(ModulePass):
 
     def _forward(self, op) -> None:
         x, w, bias, stride, padding, dilation, transposed, output_padding, groups = map(decode_operand, op.operands)
-        shape = conv_shape(x, w, stride, padding, dilation, transposed, groups)
+        shape = conv_shape(op, x, w, op.results[0], stride, padding, dilation, transposed, groups)
         if shape is None:
             _mark(op, TRANSPOSED, "convolution")
             return
@@ -128,7 +142,7 @@ class BackendSwitchPass(ModulePass):
         """Each gradient the op computes and something uses gets its own form."""
         g, x, w, bias_sizes, stride, padding, dilation, transposed, output_padding, groups, mask = map(
             decode_operand, op.operands)
-        shape = conv_shape(x, w, stride, padding, dilation, transposed, groups)
+        shape = conv_shape(op, x, w, g, stride, padding, dilation, transposed, groups)
         if shape is None:
             _mark(op, TRANSPOSED, "convolution_backward")
             return

@@ -16,6 +16,8 @@ import re
 import sys
 from pathlib import Path
 
+from pock_mlir.files import atomic_write
+
 ROOT = Path(__file__).resolve().parent.parent
 BLOCK = re.compile(r"(<!-- results: (?P<path>\S+) -->\n)(?P<body>.*?)(<!-- results:end -->)", re.S)
 
@@ -48,7 +50,7 @@ def main(argv: list[str] | None = None) -> int:
         for path in stale:
             print(f"{readme}: the block quoting {path} is stale: run python tools/readme_results.py", file=sys.stderr)
         return 1 if stale else 0
-    readme.write_text(refreshed(text))
+    atomic_write(readme, refreshed(text))
     return 0
 
 

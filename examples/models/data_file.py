@@ -9,6 +9,8 @@ from typing import Callable
 
 import numpy as np
 
+from pock_mlir.files import atomic_save
+
 
 def write_data_main(doc: str, load_data: Callable[[], dict[str, np.ndarray]], argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog=f"python {sys.argv[0]}", description=doc,
@@ -17,5 +19,5 @@ def write_data_main(doc: str, load_data: Callable[[], dict[str, np.ndarray]], ar
     args = parser.parse_args(argv)
     if not args.output.endswith(".npz"):
         parser.error(f"{args.output}: the data file must end in .npz (numpy.savez adds it otherwise)")
-    np.savez(args.output, **load_data())
+    atomic_save(args.output, lambda f: np.savez(f, **load_data()))
     print(f"wrote {args.output}")

@@ -25,6 +25,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 import pock_mlir as pock  # noqa: E402
+from pock_mlir.files import atomic_write  # noqa: E402
 from examples.models.char_text import (VOCAB, documentation_corpus, encode, greedy_completion, pretrain,  # noqa: E402
                                        source_corpus, windows)
 from examples.models.transformer import LlamaConfig, LlamaLike, token_cross_entropy  # noqa: E402
@@ -155,10 +156,10 @@ def main(argv=None):
                                           (batch, cfg.max_len), 40)}
     report = markdown_report(results, {"prompt": prompt, **samples})
     print(report)
-    (out / "language.json").write_text(json.dumps({"config": cfg.__dict__, "pretrain_steps": pretrain_steps,
+    atomic_write(out / "language.json", json.dumps({"config": cfg.__dict__, "pretrain_steps": pretrain_steps,
                                                    "finetune_steps": finetune_steps, "results": results, "sweeps": sweeps,
                                                    "samples": {"prompt": prompt, **samples}}, indent=1))
-    (out / "language.md").write_text(report + "\n")
+    atomic_write(out / "language.md", report + "\n")
     plot(results, out / "language.png")
 
 

@@ -2,6 +2,8 @@
 
 from pathlib import Path
 
+from pock_mlir.files import atomic_save
+
 
 def save_loss_curves(curves: dict, ylabel: str, title: str, path: Path) -> None:
     """curves: {legend label: sequence of losses per fine-tuning step}."""
@@ -18,5 +20,5 @@ def save_loss_curves(curves: dict, ylabel: str, title: str, path: Path) -> None:
     ax.set_title(title)
     ax.legend(fontsize=8)
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
+    atomic_save(path, lambda f: fig.savefig(f, dpi=120, format="png"))
     plt.close(fig)

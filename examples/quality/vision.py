@@ -32,6 +32,7 @@ import torch.nn.functional as F
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 from bench.memory import reset_peak, rss_kb  # noqa: E402
+from pock_mlir.files import atomic_write  # noqa: E402
 from examples.models.cnn import MobileNetV2Like, Stage  # noqa: E402
 from examples.quality.cli import add_output_options, output_directory  # noqa: E402
 from examples.quality.plots import save_loss_curves  # noqa: E402
@@ -212,10 +213,10 @@ def main(argv=None):
                 results[name] = r
     table = markdown_table(results)
     print(table)
-    (out / "vision.json").write_text(json.dumps({"results": results, "sweeps": sweeps, "seed": args.seed,
+    atomic_write(out / "vision.json", json.dumps({"results": results, "sweeps": sweeps, "seed": args.seed,
                                                  "pretrain_epochs": pretrain_epochs,
                                                  "finetune_epochs": finetune_epochs}, indent=1))
-    (out / "vision.md").write_text(table + "\n")
+    atomic_write(out / "vision.md", table + "\n")
     plot(results, out / "vision.png")
     checkpoint.unlink()
 

@@ -239,3 +239,47 @@ func.func @call_needs_inlining(%w: !torch.vtensor<[4],f32>) -> !torch.vtensor<[4
   %g = "pock.grad"(%loss, %p) : (!torch.vtensor<[],f32>, !torch.vtensor<[4],f32>) -> !torch.vtensor<[4],f32>
   return %g : !torch.vtensor<[4],f32>
 }
+
+// -----
+
+// Hand-written IR whose op does not fit its own result (a 5x5 average pool of a 4x4 input
+// declared to give 1x1) is an error at the op, not an internal error.
+func.func @avg_pool_result_does_not_fit(%x: !torch.vtensor<[1,1,4,4],f32>, %w: !torch.vtensor<[1],f32>) -> !torch.vtensor<[1],f32> {
+  %p = "pock.param"(%w) {param_name = "w", policy = "full", ratio = 1.0 : f64} : (!torch.vtensor<[1],f32>) -> !torch.vtensor<[1],f32>
+  %int0 = torch.constant.int 0
+  %int1 = torch.constant.int 1
+  %int5 = torch.constant.int 5
+  %false = torch.constant.bool false
+  %true = torch.constant.bool true
+  %none = torch.constant.none
+  %s = torch.aten.mul.Tensor %x, %p : !torch.vtensor<[1,1,4,4],f32>, !torch.vtensor<[1],f32> -> !torch.vtensor<[1,1,4,4],f32>
+  %k = torch.prim.ListConstruct %int5, %int5 : (!torch.int, !torch.int) -> !torch.list<int>
+  %st = torch.prim.ListConstruct %int1, %int1 : (!torch.int, !torch.int) -> !torch.list<int>
+  %pd = torch.prim.ListConstruct %int0, %int0 : (!torch.int, !torch.int) -> !torch.list<int>
+  // expected-error @+1 {{torch.aten.avg_pool2d (at {{.*}}): its operands and result do not fit each other, so it cannot be differentiated: a [5, 5] window over [4, 4] gives [None, None], not the declared [1, 1]}}
+  %y = torch.aten.avg_pool2d %s, %k, %st, %pd, %false, %true, %none : !torch.vtensor<[1,1,4,4],f32>, !torch.list<int>, !torch.list<int>, !torch.list<int>, !torch.bool, !torch.bool, !torch.none -> !torch.vtensor<[1,1,1,1],f32>
+  %loss = torch.aten.sum %y, %none : !torch.vtensor<[1,1,1,1],f32>, !torch.none -> !torch.vtensor<[],f32>
+  %g = "pock.grad"(%loss, %p) : (!torch.vtensor<[],f32>, !torch.vtensor<[1],f32>) -> !torch.vtensor<[1],f32>
+  return %g : !torch.vtensor<[1],f32>
+}
+
+// -----
+
+// A zero kernel would divide by zero (inf constants in the backward): refused at the op.
+func.func @avg_pool_kernel_zero(%x: !torch.vtensor<[1,1,4,4],f32>, %w: !torch.vtensor<[1],f32>) -> !torch.vtensor<[1],f32> {
+  %p = "pock.param"(%w) {param_name = "w", policy = "full", ratio = 1.0 : f64} : (!torch.vtensor<[1],f32>) -> !torch.vtensor<[1],f32>
+  %int0 = torch.constant.int 0
+  %int1 = torch.constant.int 1
+  %false = torch.constant.bool false
+  %true = torch.constant.bool true
+  %none = torch.constant.none
+  %s = torch.aten.mul.Tensor %x, %p : !torch.vtensor<[1,1,4,4],f32>, !torch.vtensor<[1],f32> -> !torch.vtensor<[1,1,4,4],f32>
+  %k = torch.prim.ListConstruct %int0, %int0 : (!torch.int, !torch.int) -> !torch.list<int>
+  %st = torch.prim.ListConstruct %int1, %int1 : (!torch.int, !torch.int) -> !torch.list<int>
+  %pd = torch.prim.ListConstruct %int0, %int0 : (!torch.int, !torch.int) -> !torch.list<int>
+  // expected-error @+1 {{torch.aten.avg_pool2d (at {{.*}}): its operands and result do not fit each other, so it cannot be differentiated: kernel [0, 0], stride [1, 1] and divisor_override None must be positive}}
+  %y = torch.aten.avg_pool2d %s, %k, %st, %pd, %false, %true, %none : !torch.vtensor<[1,1,4,4],f32>, !torch.list<int>, !torch.list<int>, !torch.list<int>, !torch.bool, !torch.bool, !torch.none -> !torch.vtensor<[1,1,5,5],f32>
+  %loss = torch.aten.sum %y, %none : !torch.vtensor<[1,1,5,5],f32>, !torch.none -> !torch.vtensor<[],f32>
+  %g = "pock.grad"(%loss, %p) : (!torch.vtensor<[],f32>, !torch.vtensor<[1],f32>) -> !torch.vtensor<[1],f32>
+  return %g : !torch.vtensor<[1],f32>
+}

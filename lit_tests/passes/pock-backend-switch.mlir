@@ -3,6 +3,9 @@
 // RUN: pock-opt %s -p 'pock-backend-switch{force=patches}' | filecheck %s --check-prefix=PATCHES
 // RUN: pock-opt %s -p 'pock-backend-switch{force=direct}' | filecheck %s --check-prefix=DIRECT
 // RUN: not pock-opt %s -p 'pock-backend-switch{force=winograd}' 2>&1 | filecheck %s --check-prefix=BAD
+// RUN: not pock-opt %s -p 'pock-backend-switch{min_speedup=nan}' 2>&1 | filecheck %s --check-prefix=BAD-SPEEDUP
+// RUN: not pock-opt %s -p 'pock-backend-switch{target=/some/path}' 2>&1 | filecheck %s --check-prefix=BAD-TARGET
+// RUN: pock-opt %S/inputs/bad-convolutions.mlir --split-input-file --verify-diagnostics -p pock-backend-switch
 // RUN: pock-opt %s --split-input-file -p 'pock-backend-switch{target=host}' | filecheck %s --check-prefix=TILING
 // RUN: pock-opt %s --split-input-file -p 'pock-backend-switch{target=no-such-target}' | filecheck %s --check-prefix=TILING-UNMEASURED
 
@@ -54,6 +57,8 @@
 // DIRECT-NOT:     torch.aten.mm
 
 // BAD: error: pock-backend-switch: force must be one of direct, im2col, patches, got 'winograd'
+// BAD-SPEEDUP: error: pock-backend-switch: min_speedup must be a finite number >= 1, got nan
+// BAD-TARGET: error: pock-backend-switch: target must be a target name (letters, digits, '_', '-'), got '/some/path'
 
 // A strided 1x1 convolution's forward is im2col even without measurements: IREE 3.13 computes its
 // direct form wrongly under the im2col flag of the CPU targets. Forcing direct still can.

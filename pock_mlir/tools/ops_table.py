@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import sys
 
+from pock_mlir.files import atomic_write
 from pock_mlir.op_facts import derivative_rules
 
 BEGIN, END = "<!-- ops-table:begin -->", "<!-- ops-table:end -->"
@@ -53,8 +54,7 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as e:
         print(f"{args.update}: {e}", file=sys.stderr)
         return 1
-    with open(args.update, "w") as f:
-        f.write(updated)
+    atomic_write(args.update, updated)
     return 0
 
 

@@ -2,6 +2,7 @@
 
     pock-train BUNDLE --data DATA.npz [--epochs N] [--batch-size B] [--device local-task|local-sync|vulkan|cuda]
                [--checkpoint PATH [--resume] [--checkpoint-every N]] [--max-steps N] [--seed S] [--export PATH]
+               [--on-nonfinite stop|skip]
 
 DATA.npz (numpy.savez) holds, first dimension = samples:
     x_train, y_train   the training inputs and targets
@@ -22,15 +23,20 @@ For these models the epoch lines and the summary report tokens/s: tokens trained
 of training steps (data transfer included; evaluation and checkpoints not).
 
 --checkpoint PATH is written at the end of every epoch, every --checkpoint-every steps and when
-training stops (atomically, see pock_mlir/checkpoint.py); --resume continues from it with the
+training stops (atomically, see pock_mlir/files.py); --resume continues from it with the
 results an uninterrupted run would have had. --epochs and --max-steps count from the start of
 training, resumed runs included. The tuned weights are exported as a PyTorch state_dict
 (--export, default BUNDLE/tuned.safetensors): model.load_state_dict(safetensors.torch.load_file(PATH)).
 
-Input that does not fit (data, bundle, device, checkpoint) is reported, naming what differs,
-with exit code 1 before anything is written. Ctrl-C stops with exit code 130 after the step under
-way: the weights of the last step are exported (a second Ctrl-C skips that), the last checkpoint
-stays valid, and the message says where both are.
+Input that does not fit (data, bundle, device, checkpoint, output paths) is reported, naming what
+differs, with exit code 1 before anything is written; class labels are checked against the
+model's classes. A run locks its checkpoint and export (.NAME.lock beside them): a second run on
+them refuses. A batch whose loss is NaN or infinite is never applied: the run stops with exit code
+1, keeping the last checkpoint and export (--on-nonfinite skip skips such batches instead).
+
+Ctrl-C stops with exit code 130 after the step under way: the weights of the last step are
+exported (a second Ctrl-C skips that), the last checkpoint stays valid, and the message says
+where both are.
 """
 
 from __future__ import annotations
