@@ -3,8 +3,9 @@
 torch.export cannot trace torch.func.grad, so only the forward pass and the loss are
 exported, as functions of (parameters, buffers, inputs, target) through functional_call;
 pock-autodiff derives the backward pass. Core ATen decompositions are applied before import
-(IREE cannot compile some undecomposed ops). Integer targets travel as int32 and are widened
-inside the exported function, because IREE misreads i64 input buffers on demotion.
+(IREE cannot compile some undecomposed ops). int64 inputs and targets travel as int32 (IREE
+misreads i64 input buffers on demotion) and are widened back inside the exported function, so
+the model and the loss see the dtypes the user gave, as in eager PyTorch.
 
 Buffers the forward pass updates in place (BatchNorm running statistics and batch counts in
 train mode) are found by running the model once on copies of its buffers; `forward_loss`
@@ -21,9 +22,8 @@ it after every step. Any other random op (torch.rand, bernoulli, ...) is an erro
 op and its source line, never silently dropped.
 
 Token-level cross-entropy (output (B, T, V), target (B, T)) goes through a callable loss, e.g.
-`lambda out, y: F.cross_entropy(out.flatten(0, 1), y.flatten().long(), ignore_index=-100)`:
-the "cross_entropy" string follows F.cross_entropy, whose class dimension is dim 1, and the
-target arrives as int32, hence the `.long()`.
+`lambda out, y: F.cross_entropy(out.flatten(0, 1), y.flatten())`: the "cross_entropy" string
+follows F.cross_entropy, whose class dimension is dim 1.
 """
 
 from __future__ import annotations
@@ -127,31 +127,38 @@ def _hold_outside_module_tree(wrapper: torch.nn.Module, model: torch.nn.Module) 
     object.__setattr__(wrapper, "model", model)
 
 
+def _widened(values, dtypes) -> tuple:
+    """The batch in the dtypes the user gave (int64 class indices, token ids): the module takes
+    int32 at its boundary, the model and the loss see what they see in eager PyTorch."""
+    return tuple(v.to(d) for v, d in zip(values, dtypes))
+
+
 class _ForwardLoss(torch.nn.Module):
     """(loss, new values of the updated buffers...) from (params..., buffers..., inputs..., target)."""
 
-    def __init__(self, model, names, updated, n_inputs, seeded, loss_fn):
+    def __init__(self, model, names, updated, dtypes, seeded, loss_fn):
         super().__init__()
         _hold_outside_module_tree(self, model)
-        self.names, self.updated, self.n_inputs, self.seeded, self.loss_fn = names, updated, n_inputs, seeded, loss_fn
+        self.names, self.updated, self.dtypes, self.seeded, self.loss_fn = names, updated, dtypes, seeded, loss_fn
 
     def forward(self, *args):
         n = len(self.names)
         state = _state_with_copies(self.names, args[:n], self.updated)
-        inputs, target = args[n : n + self.n_inputs], args[n + self.n_inputs]
-        output = _call_model(self.model, state, inputs, self.seeded)
+        *inputs, target = _widened(args[n:], self.dtypes)
+        output = _call_model(self.model, state, tuple(inputs), self.seeded)
         return (self.loss_fn(output, target), *(state[name] for name in self.updated))
 
 
 class _Forward(torch.nn.Module):
-    def __init__(self, model, names, updated, seeded):
+    def __init__(self, model, names, updated, dtypes, seeded):
         super().__init__()
         _hold_outside_module_tree(self, model)
-        self.names, self.updated, self.seeded = names, updated, seeded
+        self.names, self.updated, self.dtypes, self.seeded = names, updated, dtypes, seeded
 
     def forward(self, *args):
         n = len(self.names)
-        return _call_model(self.model, _state_with_copies(self.names, args[:n], self.updated), args[n:], self.seeded)
+        return _call_model(self.model, _state_with_copies(self.names, args[:n], self.updated),
+                           _widened(args[n:], self.dtypes), self.seeded)
 
 
 def _split_into_slices(x, split_sizes, dim=0):
@@ -221,8 +228,8 @@ def _check_dtypes_and_sizes(params, buffers, inputs, target) -> None:
 def import_model(model: torch.nn.Module, example_inputs, example_target, loss, context: ir.Context) -> ImportedModel:
     if not isinstance(model, torch.nn.Module):
         raise FrontendError(f"model must be a torch.nn.Module, got {type(model).__name__}")
-    inputs = tuple(device_dtype(t) for t in as_tensor_tuple(example_inputs))
-    target = device_dtype(as_tensor(example_target))
+    user_inputs, user_target = as_tensor_tuple(example_inputs), as_tensor(example_target)
+    inputs, target = tuple(device_dtype(t) for t in user_inputs), device_dtype(user_target)
     loss_fn = resolve_loss(loss)
 
     params = {n: p.detach() for n, p in model.named_parameters()}
@@ -240,9 +247,9 @@ def import_model(model: torch.nn.Module, example_inputs, example_target, loss, c
     dropout_probe = SeededDropout(torch.zeros((), dtype=torch.int32))
     with torch.no_grad():
         with dropout_probe:
-            output = functional_call(model, {**params, **copies}, inputs)
+            output = functional_call(model, {**params, **copies}, user_inputs)
         try:
-            loss_value = loss_fn(output, target)
+            loss_value = loss_fn(output, user_target)
         except Exception as e:
             raise FrontendError(f"the loss failed on the model's output {tuple(output.shape)} and the target "
                                 f"{tuple(target.shape)}: {e}") from e
@@ -255,9 +262,10 @@ def import_model(model: torch.nn.Module, example_inputs, example_target, loss, c
         inputs += (torch.zeros((), dtype=torch.int32),)
         input_names.append(SEED_INPUT)
 
-    forward_loss = _export(_ForwardLoss(model, names, updated, len(inputs), seeded, loss_fn),
+    dtypes = [t.dtype for t in user_inputs] + ([torch.int32] if seeded else [])
+    forward_loss = _export(_ForwardLoss(model, names, updated, dtypes + [user_target.dtype], seeded, loss_fn),
                            state + inputs + (target,), "forward and loss")
-    forward = _export(_Forward(model, names, updated, seeded), state + inputs, "forward pass")
+    forward = _export(_Forward(model, names, updated, dtypes, seeded), state + inputs, "forward pass")
     importer = FxImporter(context=context)
     importer.import_frozen_program(forward_loss, func_name="forward_loss")
     importer.import_frozen_program(forward, func_name="evaluate")

@@ -184,7 +184,7 @@ class LlamaLike(nn.Module):
 def token_cross_entropy(logits, target, ignore_index: int = -100, label_smoothing: float = 0.0):
     """Next-token cross-entropy over every position: logits (B, T, V), target (B, T) token ids.
 
-    The target reaches the compiled step as int32, hence the cast to long.
+    The cast to long lets int32 targets (token data as pock-train holds it) in as well.
     """
     return F.cross_entropy(logits.flatten(0, 1), target.flatten().long(), ignore_index=ignore_index,
                            label_smoothing=label_smoothing)
