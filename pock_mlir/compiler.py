@@ -29,12 +29,16 @@ def _diagnostics(e: ir.MLIRError) -> str:
 
 
 def compile_training(model, example_inputs, example_target, *, loss="cross_entropy", optimizer=None,
-                     sparse=None, target="host", iree_flags=(), pipelines=None, verbose=False) -> TrainingProgram:
+                     sparse=None, target="host", iree_flags=(), pipelines=None, verbose=False,
+                     output=None) -> TrainingProgram:
     """Compile one training step of `model` (forward, loss, backward and optimizer) with IREE.
 
     example_inputs: a tensor or tuple of tensors (torch or numpy) with the batch shape to train on.
     example_target: the target the loss compares the output with (class indices for cross_entropy).
-    loss: "cross_entropy", "mse" or a callable loss(output, target) returning a scalar.
+    loss: "cross_entropy", "mse" or a callable loss(output, target) returning a scalar; it receives
+        the model's output as the model returns it (a tensor, tuple, dict, dataclass, ModelOutput).
+    output: for a model returning a structure, the entry evaluate() returns (a key, attribute or
+        index); by default `logits` where there is one, else the first.
     optimizer: pock.SGD(...) or pock.AdamW(...); SGD(lr=0.01) by default.
     sparse: which parameters to update: None (all), a dict, pock.SparseUpdate, a preset name or a
         YAML/JSON path (see README, "Sparse updates").
@@ -61,7 +65,7 @@ def compile_training(model, example_inputs, example_target, *, loss="cross_entro
     with context, ir.Location.unknown():
         log("exporting the model and its loss (torch.export) and importing them into MLIR")
         start = time.perf_counter()
-        imported = import_model(model, example_inputs, example_target, loss, context)
+        imported = import_model(model, example_inputs, example_target, loss, context, output)
         stages["imported"] = str(imported.module)
         timings["import"] = time.perf_counter() - start
         log(f"imported {len(imported.params)} parameters in {timings['import']:.1f}s")

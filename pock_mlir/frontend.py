@@ -28,9 +28,11 @@ follows F.cross_entropy, whose class dimension is dim 1.
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import re
 import warnings
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Callable
 
@@ -45,9 +47,9 @@ from torch_mlir.extras.fx_importer import FxImporter
 from pock_mlir.abi import SEED_INPUT, TensorSpec
 from pock_mlir.dropout import SeededDropout
 
-LOSSES: dict[str, Callable] = {
-    "cross_entropy": lambda output, target: F.cross_entropy(output, target.long()),
-    "mse": F.mse_loss,
+LOSSES: dict[str, Callable] = {  # on what evaluate returns of a structured output (select_output)
+    "cross_entropy": lambda output, target: F.cross_entropy(select_output(output), target.long()),
+    "mse": lambda output, target: F.mse_loss(select_output(output), target),
 }
 
 
@@ -120,6 +122,37 @@ def _call_model(model, state: dict, inputs: tuple, seeded: bool):
         return functional_call(model, state, inputs[:-1])
 
 
+def select_output(output, selector=None) -> torch.Tensor:
+    """The tensor `evaluate` returns from what the model returns: the output itself when it is a
+    tensor; else the entry `selector` names (a key or attribute of a dict, dataclass or Hugging
+    Face ModelOutput, an index of a tuple or list), by default `logits` where there is one, else
+    the first entry; nested structures are followed the same way."""
+    if isinstance(output, torch.Tensor):
+        if selector is not None:
+            raise FrontendError(f"output={selector!r}: the model returns a tensor, not a structure to select from")
+        return output
+    if dataclasses.is_dataclass(output) and not isinstance(output, Mapping):
+        output = {f.name: getattr(output, f.name) for f in dataclasses.fields(output)}
+    if isinstance(output, Mapping):
+        entries = {k: v for k, v in output.items() if v is not None}
+    elif isinstance(output, (tuple, list)):
+        entries = dict(enumerate(output))
+    else:
+        raise FrontendError(f"the model returns a {type(output).__name__}; pock-mlir takes tensors, tuples, lists, "
+                            f"dicts, dataclasses and ModelOutputs of them")
+    if selector is None:
+        key = "logits" if "logits" in entries else next(iter(entries), None)
+    else:
+        key = selector
+    if key not in entries:
+        raise FrontendError(f"output={selector!r}: the model's output has {', '.join(map(repr, entries)) or 'nothing'}")
+    return select_output(entries[key])
+
+
+def _describe(output) -> str:
+    return str(tuple(output.shape)) if isinstance(output, torch.Tensor) else f"a {type(output).__name__}"
+
+
 def _hold_outside_module_tree(wrapper: torch.nn.Module, model: torch.nn.Module) -> None:
     """wrapper.model = model without making it a submodule: torch.export would lift the model's
     own buffers into the program, and the importer finds no value for non-persistent ones (rotary
@@ -150,15 +183,15 @@ class _ForwardLoss(torch.nn.Module):
 
 
 class _Forward(torch.nn.Module):
-    def __init__(self, model, names, updated, dtypes, seeded):
+    def __init__(self, model, names, updated, dtypes, seeded, selector):
         super().__init__()
         _hold_outside_module_tree(self, model)
-        self.names, self.updated, self.dtypes, self.seeded = names, updated, dtypes, seeded
+        self.names, self.updated, self.dtypes, self.seeded, self.selector = names, updated, dtypes, seeded, selector
 
     def forward(self, *args):
         n = len(self.names)
-        return _call_model(self.model, _state_with_copies(self.names, args[:n], self.updated),
-                           _widened(args[n:], self.dtypes), self.seeded)
+        return select_output(_call_model(self.model, _state_with_copies(self.names, args[:n], self.updated),
+                                         _widened(args[n:], self.dtypes), self.seeded), self.selector)
 
 
 def _split_into_slices(x, split_sizes, dim=0):
@@ -225,7 +258,10 @@ def _check_dtypes_and_sizes(params, buffers, inputs, target) -> None:
                                 f"size to train on")
 
 
-def import_model(model: torch.nn.Module, example_inputs, example_target, loss, context: ir.Context) -> ImportedModel:
+def import_model(model: torch.nn.Module, example_inputs, example_target, loss, context: ir.Context,
+                 output_selector=None) -> ImportedModel:
+    """output_selector: which entry of a structured model output `evaluate` returns (see
+    select_output); the loss always receives the model's output as it is."""
     if not isinstance(model, torch.nn.Module):
         raise FrontendError(f"model must be a torch.nn.Module, got {type(model).__name__}")
     user_inputs, user_target = as_tensor_tuple(example_inputs), as_tensor(example_target)
@@ -251,8 +287,9 @@ def import_model(model: torch.nn.Module, example_inputs, example_target, loss, c
         try:
             loss_value = loss_fn(output, user_target)
         except Exception as e:
-            raise FrontendError(f"the loss failed on the model's output {tuple(output.shape)} and the target "
+            raise FrontendError(f"the loss failed on the model's output {_describe(output)} and the target "
                                 f"{tuple(target.shape)}: {e}") from e
+    evaluated = select_output(output, selector=output_selector)
     if not isinstance(loss_value, torch.Tensor) or loss_value.dim() != 0:
         raise FrontendError("the loss must return a scalar tensor (use a mean or sum reduction)")
     updated = [n for n, copy in copies.items() if not torch.equal(copy, buffers[n])]
@@ -265,7 +302,7 @@ def import_model(model: torch.nn.Module, example_inputs, example_target, loss, c
     dtypes = [t.dtype for t in user_inputs] + ([torch.int32] if seeded else [])
     forward_loss = _export(_ForwardLoss(model, names, updated, dtypes + [user_target.dtype], seeded, loss_fn),
                            state + inputs + (target,), "forward and loss")
-    forward = _export(_Forward(model, names, updated, dtypes, seeded), state + inputs, "forward pass")
+    forward = _export(_Forward(model, names, updated, dtypes, seeded, output_selector), state + inputs, "forward pass")
     importer = FxImporter(context=context)
     importer.import_frozen_program(forward_loss, func_name="forward_loss")
     importer.import_frozen_program(forward, func_name="evaluate")
@@ -276,7 +313,7 @@ def import_model(model: torch.nn.Module, example_inputs, example_target, loss, c
         updated_buffers=updated,
         inputs=[spec_of(name, t) for name, t in zip(input_names, inputs)],
         target=spec_of("target", target),
-        output=spec_of("output", output),
+        output=spec_of("output", evaluated),
         initial_params={n: t.numpy().copy() for n, t in params.items()},
         initial_buffers={n: t.numpy().copy() for n, t in buffers.items()},
     )

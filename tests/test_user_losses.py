@@ -1,6 +1,8 @@
 """Losses written as for PyTorch compile unchanged: the model and the loss see the batch in the
 dtypes the user gave (int64 class indices and token ids), the device takes int32 (#18)."""
 
+import dataclasses
+
 import numpy as np
 import pytest
 import torch
@@ -56,3 +58,60 @@ def test_a_pytorch_loss_on_int64_targets_compiles_and_matches_autograd(case):
     for name, p in model.named_parameters():
         assert_close_to_norm(grads[name], p.grad.numpy(), 1e-5, name)
     assert np.isfinite(program.trainer().step(x.numpy(), y.numpy()))  # numpy's int64 too
+
+
+@dataclasses.dataclass
+class Output:
+    """Like a Hugging Face ModelOutput: named tensors, None where the model has nothing."""
+
+    loss: torch.Tensor | None
+    logits: torch.Tensor
+    hidden: torch.Tensor
+
+
+class Structured(nn.Module):
+    def __init__(self, kind):
+        super().__init__()
+        self.kind, self.body, self.head = kind, nn.Linear(6, 16), nn.Linear(16, 4)
+
+    def forward(self, x):
+        hidden = torch.relu(self.body(x))
+        logits = self.head(hidden)
+        if self.kind == "dict":
+            return {"hidden": hidden, "logits": logits}
+        if self.kind == "dataclass":
+            return Output(None, logits, hidden)
+        return hidden, (logits,)  # nested tuple
+
+
+STRUCTURED = {
+    "dict, string loss": ("dict", "cross_entropy", None),
+    "dataclass, the user's loss": ("dataclass", lambda out, y: F.cross_entropy(out.logits, y) + out.hidden.mean(), None),
+    "nested tuple, output=1": ("tuple", lambda out, y: F.cross_entropy(out[1][0], y), 1),
+}
+
+
+@pytest.mark.parametrize("case", STRUCTURED)
+def test_structured_outputs_reach_the_loss_as_the_model_returns_them(case):
+    kind, loss, selector = STRUCTURED[case]
+    torch.manual_seed(0)
+    model = Structured(kind)
+    g = torch.Generator().manual_seed(1)
+    x, y = torch.randn(8, 6, generator=g), torch.randint(0, 4, (8,), generator=g)
+    program = pock.compile_training(model, x, y, loss=loss, output=selector)
+    trainer = program.trainer()
+    np.testing.assert_allclose(trainer.evaluate(x), model.head(torch.relu(model.body(x))).detach().numpy(),
+                               rtol=1e-5, atol=1e-6)  # evaluate returns the logits
+    got_loss, grads = trainer.gradients(x, y)
+    want = pock.frontend.resolve_loss(loss)(model(x), y)
+    want.backward()
+    assert got_loss == pytest.approx(want.item(), rel=1e-5)
+    for name, p in model.named_parameters():
+        assert_close_to_norm(grads[name], p.grad.numpy(), 1e-5, name)
+
+
+def test_a_selector_that_names_nothing_is_a_clear_error():
+    from pock_mlir.frontend import FrontendError
+
+    with pytest.raises(FrontendError, match="output='scores': the model's output has 'hidden', 'logits'"):
+        pock.compile_training(Structured("dict"), torch.randn(8, 6), torch.zeros(8, dtype=torch.int64), output="scores")
