@@ -51,6 +51,7 @@ class Report:
     full: BackwardCost  # every parameter trained in full
     sparse: BackwardCost  # the scheme the module was built with
     scheme: str = ""
+    unmatched: tuple[str, ...] = ()  # wildcard patterns of the scheme that matched nothing
 
     def __str__(self) -> str:
         lines = [f"sparse backpropagation report: @{self.function}" + (f" (scheme: {self.scheme})" if self.scheme else "")]
@@ -61,6 +62,8 @@ class Report:
             lines.append(f"  {p.name:<{width}}  {shape:<14}  {p.describe()}")
         trained = sum(p.policy != "frozen" for p in self.parameters)
         lines.append(f"  {trained} of {len(self.parameters)} parameters trained")
+        lines += [f"  warning: pattern '{pattern}' matches no parameter or module of this model"
+                  for pattern in self.unmatched]
         lines.append("")
         lines.append(f"  {'backward':<21}{'full BP':>14}{'sparse BP':>14}{'saved':>9}")
         rows = [("ops", "ops", ""), ("FLOPs", "flops", ""), ("saved activations", "saved_activation_bytes", " B"),
@@ -134,7 +137,7 @@ def training_functions(text: str) -> dict[str, list[ParameterPolicy]]:
     return found
 
 
-def report(text: str, function: str, scheme: str = "") -> Report:
+def report(text: str, function: str, scheme: str = "", unmatched=()) -> Report:
     """The report for one training function of a training-stage module."""
     functions = training_functions(text)
     if function not in functions:
@@ -142,7 +145,7 @@ def report(text: str, function: str, scheme: str = "") -> Report:
                           f"(program.ir('training'), before pock-autodiff); training functions: "
                           f"{', '.join(functions) or 'none'}")
     return Report(function, functions[function], _cost(text, function, full=True), _cost(text, function, full=False),
-                  scheme)
+                  scheme, tuple(unmatched))
 
 
 def module_reports(text: str) -> list[Report]:

@@ -13,8 +13,10 @@ to policies; a pattern names parameters (`features.3.conv.0.weight`) or modules
 
 Policies: `full`, `frozen`, `bias` (the matched modules update their biases only) or a
 ratio. Patterns apply in order, so a later, more specific pattern overrides an earlier,
-broader one. A pattern that matches nothing, a ratio outside (0, 1], `bias` on modules
-without a bias and a ratio on a scalar are SparseConfigErrors naming the closest names.
+broader one. A wildcard pattern that matches nothing is listed as a warning in
+`program.report()` (one scheme file can serve a model family); an exact name that matches
+nothing, a ratio outside (0, 1], `bias` on modules without a bias and a ratio on a scalar are
+SparseConfigErrors naming the closest names.
 
 Presets (following PockEngine's schemes), by name or `SparseUpdate.preset(family, k=...)`:
 
@@ -94,6 +96,7 @@ class SparseScheme:
 
     policies: dict[str, Policy]
     source: str = "full"
+    unmatched: list[str] = field(default_factory=list)  # wildcard patterns this model has nothing for
 
 
 def _parse_preset(name, where: str = "sparse") -> tuple[str, int | None]:
@@ -314,10 +317,18 @@ def resolve_sparse(sparse, model: nn.Module | None, params: dict[str, tuple]) ->
     policies: dict[str, Policy] = {}
     _apply(scheme.default, names, params, None, policies)
     candidates = names + _module_names(names)
+    unmatched = []
     for pattern, value in rules:
         matched = [n for n in names if _matches(pattern, n)]
+        if not matched and _is_wildcard(pattern):  # one scheme serves a family: not every model has everything
+            unmatched.append(pattern)
+            continue
         if not matched:
             raise SparseConfigError(f"pattern '{pattern}' matches no parameter or module; closest names: "
                                     f"{_closest(pattern, candidates)}")
         _apply(value, matched, params, pattern, policies)
-    return SparseScheme(policies, source)
+    return SparseScheme(policies, source, unmatched)
+
+
+def _is_wildcard(pattern: str) -> bool:
+    return any(ch in pattern for ch in "*?[")

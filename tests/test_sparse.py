@@ -337,3 +337,15 @@ def test_config_option_errors(tmp_path, capsys, config, message):
     (tmp_path / "s.json").write_text(json.dumps(config))
     assert pock_opt([str(tmp_path / "step.mlir"), "-p", f"pock-apply-sparse-config{{config={tmp_path / 's.json'}}}"]) == 1
     assert message in capsys.readouterr().err
+
+
+def test_a_wildcard_that_matches_nothing_is_a_warning_in_the_report():
+    """One scheme file serves a model family: `*bias` on a model without biases trains nothing
+    for it and says so; an exact name that matches nothing stays an error (above)."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(6, 8, bias=False), nn.ReLU(), nn.Linear(8, 4, bias=False))
+    x, y = torch.randn(4, 6), torch.randint(0, 4, (4,))
+    program = pock.compile_training(model, x, y, sparse={"*bias": "full", "2.weight": "full"})
+    report = str(program.report())
+    assert "warning: pattern '*bias' matches no parameter or module of this model" in report
+    assert program.signature.trainable == ["2.weight"]
