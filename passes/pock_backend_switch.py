@@ -76,9 +76,9 @@ def _mark(op, choice: Choice, what: str) -> None:
 def _emit(op, choice: Choice, what: str, emitter):
     """Emit a form before `op`, marking the ops doing its work (for a form made of elementwise
     ops, the one producing the result); returns the result."""
-    before = {o.operation for o in op.block.operations}
-    result = emitter(TorchBuilder(ir.InsertionPoint(op), op.location))
-    work = [o.operation for o in op.block.operations if o.operation not in before and o.name in WORK_OPS]
+    created = []
+    result = emitter(TorchBuilder(ir.InsertionPoint(op), op.location, created))
+    work = [o for o in created if o.name in WORK_OPS]
     for work_op in work or [result.owner]:
         _mark(work_op, choice, what)
     return result

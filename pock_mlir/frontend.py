@@ -31,9 +31,10 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import re
+import time
 import warnings
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Callable
 
 import numpy as np
@@ -74,6 +75,7 @@ class ImportedModel:
     output: TensorSpec
     initial_params: dict[str, np.ndarray]
     initial_buffers: dict[str, np.ndarray]
+    timings: dict[str, float] = field(default_factory=dict)  # seconds per import step
 
 
 def as_tensor_tuple(inputs) -> tuple[torch.Tensor, ...]:
@@ -212,12 +214,16 @@ def decompositions() -> dict:
     return table
 
 
-def _export(module: torch.nn.Module, args: tuple, what: str):
+def _export(module: torch.nn.Module, args: tuple, what: str, timings: dict[str, float]):
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
+            start = time.perf_counter()
             program = torch.export.export(module, args, strict=False)
+            timings[f"torch.export of the {what}"] = time.perf_counter() - start
+            start = time.perf_counter()
             program = program.run_decompositions(decompositions())
+            timings[f"decompositions of the {what}"] = time.perf_counter() - start
     except Exception as e:
         raise FrontendError(f"torch.export failed on the model's {what}: {type(e).__name__}: {e}") from e
     _reject_random_ops(program)
@@ -300,12 +306,16 @@ def import_model(model: torch.nn.Module, example_inputs, example_target, loss, c
         input_names.append(SEED_INPUT)
 
     dtypes = [t.dtype for t in user_inputs] + ([torch.int32] if seeded else [])
+    timings: dict[str, float] = {}
     forward_loss = _export(_ForwardLoss(model, names, updated, dtypes + [user_target.dtype], seeded, loss_fn),
-                           state + inputs + (target,), "forward and loss")
-    forward = _export(_Forward(model, names, updated, dtypes, seeded, output_selector), state + inputs, "forward pass")
+                           state + inputs + (target,), "forward and loss", timings)
+    forward = _export(_Forward(model, names, updated, dtypes, seeded, output_selector), state + inputs,
+                      "forward pass", timings)
+    start = time.perf_counter()
     importer = FxImporter(context=context)
     importer.import_frozen_program(forward_loss, func_name="forward_loss")
     importer.import_frozen_program(forward, func_name="evaluate")
+    timings["FX import into MLIR"] = time.perf_counter() - start
     return ImportedModel(
         module=importer.module,
         params=[spec_of(n, t) for n, t in params.items()],
@@ -316,4 +326,5 @@ def import_model(model: torch.nn.Module, example_inputs, example_target, loss, c
         output=spec_of("output", evaluated),
         initial_params={n: t.numpy().copy() for n, t in params.items()},
         initial_buffers={n: t.numpy().copy() for n, t in buffers.items()},
+        timings=timings,
     )

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import time
 from dataclasses import dataclass, field
 from functools import cached_property
 
@@ -63,11 +64,27 @@ class TrainingProgram:
         from pock_mlir.in_place import unsafe_in_place
 
         try:
+            start = time.perf_counter()
             stream = compile_str(self.stages["lowered"], extra_args=[*self.iree_flags(), "--compile-to=stream"])
+            self.timings["iree: to the stream phase"] = time.perf_counter() - start
+            start = time.perf_counter()
             vmfb = compile_str(stream, extra_args=[*self.iree_flags(), "--compile-from=stream"])
+            self.timings["iree: code generation"] = time.perf_counter() - start
         except CompilerToolError as e:
             raise RuntimeError(iree_failure(str(e), self.target.name, self.stages["lowered"])) from None
-        return vmfb, not unsafe_in_place(stream.decode(), "train_step_into", self.signature.state_argument_pairs())
+        start = time.perf_counter()
+        in_place = not unsafe_in_place(stream.decode(), "train_step_into", self.signature.state_argument_pairs())
+        self.timings["iree: in-place check of the schedule"] = time.perf_counter() - start
+        return vmfb, in_place
+
+    def compile_report(self) -> str:
+        """Where compilation time went: each import step, each pass of each stage, IREE's halves."""
+        total = sum(self.timings.values())
+        width = max(len(k) for k in self.timings)
+        lines = [f"compile time: {total:.1f}s"]
+        for step, seconds in self.timings.items():
+            lines.append(f"  {step:<{width}}  {seconds:7.2f}s  {100 * seconds / total:5.1f}%")
+        return "\n".join(lines)
 
     def report(self):
         """Each parameter's update policy and the backward's cost, full BP next to this program's

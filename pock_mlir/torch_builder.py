@@ -91,19 +91,24 @@ class _OpNamespace:
 class TorchBuilder:
     """Creates torch-dialect ops before an insertion point, at one source location."""
 
-    def __init__(self, ip: ir.InsertionPoint, loc: ir.Location):
-        self.ip, self.loc = ip, loc
+    def __init__(self, ip: ir.InsertionPoint, loc: ir.Location, created: list | None = None):
+        """created: a list to which every op this builder creates is appended (to find them
+        without walking the block)."""
+        self.ip, self.loc, self.created = ip, loc, created
         self.aten = _OpNamespace(self, "aten")
         self.prims = _OpNamespace(self, "prims")
 
     def at(self, loc: ir.Location) -> TorchBuilder:
-        return TorchBuilder(self.ip, loc)
+        return TorchBuilder(self.ip, loc, self.created)
 
     # -- op creation -------------------------------------------------------------------
 
     def _create(self, name, result_types, operands, attributes=None) -> ir.Operation:
-        return ir.Operation.create(
+        op = ir.Operation.create(
             name, results=result_types, operands=operands, attributes=attributes or {}, loc=self.loc, ip=self.ip)
+        if self.created is not None:
+            self.created.append(op)
+        return op
 
     def op(self, qualified: str, *args):
         """Create `torch.<qualified>` on args; returns its result, or a tuple for several."""

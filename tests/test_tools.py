@@ -4,6 +4,7 @@ import importlib.util
 import json
 import os
 import pty
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -232,6 +233,13 @@ def test_compile_shows_its_stages_on_a_terminal(compiled):
     quiet: tests/test_readme_commands.py checks that)."""
     shown = compiled[1]
     assert shown.index("exporting the model") < shown.index("autodiff stage done") < shown.index("compiling with IREE")
+    # then where the time went: each import step, each pass of each stage, IREE's halves
+    report = shown[shown.index("compile time:"):]
+    steps = re.findall(r"^  (.+?) +(\d+\.\d\d)s +(\d+\.\d)%", report, re.M)
+    names = [name for name, _, _ in steps]
+    assert {"import: torch.export of the forward and loss", "autodiff: pock-autodiff", "sparse: pock-sparse-bp",
+            "lowered: pock-backend-switch", "iree: code generation"} <= set(names), report
+    assert sum(float(share) for _, _, share in steps) == pytest.approx(100, abs=0.5)
 
 
 def _read_pty(fd) -> bytes:

@@ -72,7 +72,8 @@ def build_parser() -> argparse.ArgumentParser:
                         help="which parameters to train: a YAML/JSON sparse-update config or a preset (full, the default; "
                              "bias-only, last-K, mobilenet-last-K, transformer-last-K); see pock_mlir/sparse.py")
     parser.add_argument("-v", "--verbose", action="store_true",
-                        help="print each compilation stage and its time on stderr (the default when stderr is a terminal)")
+                        help="print each compilation stage as it goes and where the time went (compile_report) on stderr "
+                             "(the default when stderr is a terminal)")
     return parser
 
 
@@ -115,6 +116,8 @@ def _run(args) -> int:
           f"trained, batch {tuple(sig.inputs[0].shape)}")
     if kept:
         print(f"kept from the earlier bundle there: {', '.join(kept)}")
+    if args.verbose or sys.stderr.isatty():
+        print(program.compile_report(), file=sys.stderr)
     print(f"one step on the device: {bundle}/run_step.sh; training: pock-train {bundle} --data DATA.npz")
     return 0
 
