@@ -10,7 +10,9 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 LIT_DIR = ROOT / "lit_tests"
-LIT_FILES = sorted(p.relative_to(LIT_DIR).as_posix() for p in LIT_DIR.rglob("*.mlir") if "Output" not in p.parts)
+# lit.cfg.py excludes "Output" (lit's own) and "inputs" (files other tests' RUN lines read)
+LIT_FILES = sorted(p.relative_to(LIT_DIR).as_posix() for p in LIT_DIR.rglob("*.mlir")
+                   if not {"Output", "inputs"} & set(p.parts))
 
 
 @pytest.fixture(scope="session")
