@@ -29,6 +29,7 @@ follows F.cross_entropy, whose class dimension is dim 1.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import itertools
 import re
 import time
@@ -211,7 +212,18 @@ def decompositions() -> dict:
     del table[torch.ops.aten.detach.default]
     del table[torch.ops.aten._log_softmax.default]
     table[torch.ops.aten.split_with_sizes.default] = _split_into_slices
+    flash = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu.default
+    table[flash] = functools.partial(_attention_in_the_fused_layout, table[flash])
     return table
+
+
+def _attention_in_the_fused_layout(maths, *args, **kwargs):
+    """scaled_dot_product_attention's CPU kernel, decomposed into maths, with its output laid out as
+    the fused kernel lays it out ([B, T, H, D] in memory, viewed as [B, H, T, D]): the export
+    recorded views of it that rely on that layout (GPT-2's transpose and view of the heads failed
+    with "Cannot view a tensor with shape [2, 16, 64] and strides (64, 128, 1)")."""
+    output, *rest = maths(*args, **kwargs)
+    return (output.transpose(1, 2).contiguous().transpose(1, 2), *rest)
 
 
 def _export(module: torch.nn.Module, args: tuple, what: str, timings: dict[str, float]):

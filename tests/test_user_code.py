@@ -1,5 +1,7 @@
-"""Losses written as for PyTorch compile unchanged: the model and the loss see the batch in the
-dtypes the user gave (int64 class indices and token ids), the device takes int32 (#18)."""
+"""Models and losses as users write them for PyTorch compile unchanged (#18): the model and the
+loss see the batch in the dtypes the user gave (int64 class indices and token ids; the device takes
+int32), the loss gets the model's output as the model returns it, and code that relies on eager
+PyTorch's tensor layouts (a view of attention's output, as Hugging Face's GPT-2 does) traces."""
 
 import dataclasses
 
@@ -115,3 +117,32 @@ def test_a_selector_that_names_nothing_is_a_clear_error():
 
     with pytest.raises(FrontendError, match="output='scores': the model's output has 'hidden', 'logits'"):
         pock.compile_training(Structured("dict"), torch.randn(8, 6), torch.zeros(8, dtype=torch.int64), output="scores")
+
+
+class ViewsAttentionOutput(nn.Module):
+    """Heads merged with reshape and flattened with view, as GPT-2's attention and Conv1D do: valid
+    in eager PyTorch because the CPU attention kernel lays its output out as [B, T, H, D]."""
+
+    def __init__(self, width=16, heads=2):
+        super().__init__()
+        self.heads, self.qkv, self.proj = heads, nn.Linear(width, 3 * width), nn.Linear(width, 4)
+
+    def forward(self, x):
+        b, t, c = x.shape
+        q, k, v = (z.view(b, t, self.heads, c // self.heads).transpose(1, 2) for z in self.qkv(x).split(c, dim=2))
+        merged = F.scaled_dot_product_attention(q, k, v, is_causal=True).transpose(1, 2).reshape(b, t, c)
+        return self.proj(merged.view(-1, c)).view(b, t, 4)
+
+
+def test_code_relying_on_the_attention_kernels_layout_traces_and_matches_autograd():
+    torch.manual_seed(0)
+    model = ViewsAttentionOutput()
+    g = torch.Generator().manual_seed(1)
+    x, y = torch.randn(2, 5, 16, generator=g), torch.randint(0, 4, (2, 5), generator=g)
+    program = pock.compile_training(model, x, y, loss=token_loss)
+    got_loss, grads = program.trainer().gradients(x, y)
+    want = token_loss(model(x), y)
+    want.backward()
+    assert got_loss == pytest.approx(want.item(), rel=1e-5)
+    for name, p in model.named_parameters():
+        assert_close_to_norm(grads[name], p.grad.numpy(), 1e-5, name)
