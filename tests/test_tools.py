@@ -122,6 +122,8 @@ def test_train_reports_progress_evaluates_and_exports_a_torch_state_dict(bundle,
     epochs = [line for line in result.stdout.splitlines() if line.startswith("epoch ")]
     assert len(epochs) == 2 and "val_loss" in epochs[1] and "val_accuracy" in epochs[1]
     assert "epoch 2/2 [" in result.stderr and "steps/s" in result.stderr
+    assert "\r" not in result.stderr  # a pipe gets whole lines, not a terminal's redraws
+    assert [line.split(" [")[0] for line in result.stderr.splitlines()] == ["epoch 1/2", "epoch 2/2"]
     assert (tmp_path / "run.ckpt").exists()
 
     model = example.model()

@@ -257,12 +257,16 @@ def evaluate(trainer: Trainer, split: Split, batch_size: int) -> dict[str, float
 
 class ProgressBar:
     """One stderr line redrawn in place: epoch, batches done, the epoch's mean loss, steps/s (tokens/s
-    for a token stream: tokens_per_step > 0). Rates count the time spent in training steps only."""
+    for a token stream: tokens_per_step > 0). Rates count the time spent in training steps only.
+    When stderr is not a terminal (a log file), a line is written every LOG_SECONDS and at the
+    epoch's end instead, so that the log holds no redraws."""
 
     WIDTH = 24
+    LOG_SECONDS = 10.0
 
     def __init__(self, epoch: int, epochs: int, batches: int, tokens_per_step: int = 0):
         self.label, self.batches, self.tokens_per_step = f"epoch {epoch + 1}/{epochs}", batches, tokens_per_step
+        self.terminal = sys.stderr.isatty()
         self.drawn = time.perf_counter()
         self.losses: list[float] = []
         self.step_seconds = 0.0
@@ -271,13 +275,14 @@ class ProgressBar:
         self.losses.append(loss)
         self.step_seconds += seconds
         now = time.perf_counter()
-        if not final and now - self.drawn < 0.1:
+        if not final and now - self.drawn < (0.1 if self.terminal else self.LOG_SECONDS):
             return
         self.drawn = now
         filled = self.WIDTH * done // self.batches
         rate = f"{self.tokens_per_s:.0f} tokens/s" if self.tokens_per_step else f"{self.steps_per_s:.1f} steps/s"
-        sys.stderr.write(f"\r{self.label} [{'#' * filled}{'.' * (self.WIDTH - filled)}] {done}/{self.batches} "
-                         f"loss {self.mean_loss:.4f} {rate}" + ("\n" if final else ""))
+        sys.stderr.write(("\r" if self.terminal else "") + f"{self.label} [{'#' * filled}{'.' * (self.WIDTH - filled)}] "
+                         f"{done}/{self.batches} loss {self.mean_loss:.4f} {rate}"
+                         + ("\n" if final or not self.terminal else ""))
         sys.stderr.flush()
 
     @property
