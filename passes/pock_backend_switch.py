@@ -28,7 +28,7 @@ from dataclasses import dataclass
 
 from torch_mlir import ir
 
-from pock_mlir.conv_forms import FORM_NAMES, FORMS, GRADIENT_INDEX, ConvShape, Window
+from pock_mlir.conv_forms import FORM_NAMES, FORMS, GRADIENT_INDEX, ConvShape, Window, needs_fitting
 from pock_mlir.cost import op_flops
 from pock_mlir.torch_builder import TorchBuilder, decode_operand
 from pock_mlir.torch_types import tensor_type_of
@@ -128,7 +128,7 @@ class BackendSwitchPass(ModulePass):
             _mark(op, TRANSPOSED, "convolution")
             return
         choice, what = self._choose(shape, "forward"), f"convolution {shape.kind()}"
-        if choice.form == "direct":
+        if choice.form == "direct" and not needs_fitting(shape):
             _mark(op, choice, what)
             return
         y = _emit(op, choice, what, lambda b: FORMS["forward", choice.form](b, shape, None, x, w))

@@ -292,6 +292,44 @@ def input_grad_patches(b, s: ConvShape, g, x, w):
     return fold(b, g, s.window, tap_weights=b.reshape(w, [s.o, math.prod(s.window.kernel)]))
 
 
+def unread_rows(window: Window) -> tuple[int, int]:
+    """Per spatial dim, the rows at the end of the padded input that no window reads."""
+    return tuple(i + 2 * p - (d * (k - 1) + s * (o - 1) + 1) for i, p, d, k, s, o in zip(
+        window.in_size, window.padding, window.dilation, window.kernel, window.stride, window.out_size))
+
+
+def needs_fitting(s: ConvShape) -> bool:
+    """IREE 3.13 fails to compile ("inferred ... dimension to be 4, but found 3") a strided
+    convolution with a single output row whose padded input has rows no window reads (torchvision's
+    MobileNetV2 at 32 px: a 3x3/s2 conv of a 2x2 map), in every form that pads inside."""
+    return any(o == 1 and unread > 0 for o, unread in zip(s.window.out_size, unread_rows(s.window)))
+
+
+def _fitted(form, op: str):
+    """`form` on the input padded to exactly the rows the windows read (and cropped where they read
+    fewer), with no padding of its own; the input gradient is mapped back to the input's rows."""
+    def emit(b, s: ConvShape, g, x, w):
+        if not needs_fitting(s):
+            return form(b, s, g, x, w)
+        w_ = s.window
+        read = [i + 2 * p - unread for i, p, unread in zip(w_.in_size, w_.padding, unread_rows(w_))]
+        after = [r - p - i for r, p, i in zip(read, w_.padding, w_.in_size)]  # < 0: input rows unread
+        fitted_x = x
+        for dim, (i, a) in zip((2, 3), zip(w_.in_size, after)):
+            if a < 0:
+                fitted_x = b.aten.slice.Tensor(fitted_x, dim, 0, i + a, 1)
+        (ph, pw), (ah, aw) = w_.padding, (max(a, 0) for a in after)
+        fitted_x = pad_spatial(b, fitted_x, ph, ah, pw, aw)
+        fitted = ConvShape(s.n, s.c, s.o, s.groups, Window.of(w_.kernel, w_.stride, (0, 0), w_.dilation, tuple(read)))
+        result = form(b, fitted, g, fitted_x, w)
+        if op != "input_grad":
+            return result
+        for dim, (i, p, a) in zip((2, 3), zip(w_.in_size, w_.padding, after)):  # back to the input's rows
+            result = b.aten.slice.Tensor(result, dim, p, p + i + min(a, 0), 1)
+        return pad_spatial(b, result, 0, max(-after[0], 0), 0, max(-after[1], 0))
+    return emit
+
+
 FORMS = {
     ("forward", "direct"): forward_direct,
     ("forward", "im2col"): forward_im2col,
@@ -303,6 +341,7 @@ FORMS = {
     ("input_grad", "im2col"): input_grad_im2col,
     ("input_grad", "patches"): input_grad_patches,
 }
+FORMS = {(op, form): _fitted(emit, op) for (op, form), emit in FORMS.items()}
 FORM_NAMES = ("direct", "im2col", "patches")
 
 
