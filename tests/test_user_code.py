@@ -15,6 +15,16 @@ import pock_mlir as pock
 from oracle import assert_close_to_norm
 
 
+def assert_matches_autograd(program, model, loss, x, y) -> None:
+    """The compiled loss and gradients against torch.autograd on the model as it is."""
+    got_loss, grads = program.trainer().gradients(x, y)
+    want = pock.frontend.resolve_loss(loss)(model(x), y)
+    want.backward()
+    assert got_loss == pytest.approx(want.item(), rel=1e-5)
+    for name, p in model.named_parameters():
+        assert_close_to_norm(grads[name], p.grad.numpy(), 1e-5, name)
+
+
 class TokenModel(nn.Module):
     """Embedding lookup of int64 token ids, as language models do."""
 
@@ -53,12 +63,7 @@ def test_a_pytorch_loss_on_int64_targets_compiles_and_matches_autograd(case):
     assert y.dtype == torch.int64
     program = pock.compile_training(model, x, y, loss=loss)
     assert program.signature.target.dtype == "int32"  # the device's side of the boundary
-    got_loss, grads = program.trainer().gradients(x, y)
-    want = loss(model(x), y)
-    want.backward()
-    assert got_loss == pytest.approx(want.item(), rel=1e-5)
-    for name, p in model.named_parameters():
-        assert_close_to_norm(grads[name], p.grad.numpy(), 1e-5, name)
+    assert_matches_autograd(program, model, loss, x, y)
     assert np.isfinite(program.trainer().step(x.numpy(), y.numpy()))  # numpy's int64 too
 
 
@@ -101,15 +106,9 @@ def test_structured_outputs_reach_the_loss_as_the_model_returns_them(case):
     g = torch.Generator().manual_seed(1)
     x, y = torch.randn(8, 6, generator=g), torch.randint(0, 4, (8,), generator=g)
     program = pock.compile_training(model, x, y, loss=loss, output=selector)
-    trainer = program.trainer()
-    np.testing.assert_allclose(trainer.evaluate(x), model.head(torch.relu(model.body(x))).detach().numpy(),
+    np.testing.assert_allclose(program.trainer().evaluate(x), model.head(torch.relu(model.body(x))).detach().numpy(),
                                rtol=1e-5, atol=1e-6)  # evaluate returns the logits
-    got_loss, grads = trainer.gradients(x, y)
-    want = pock.frontend.resolve_loss(loss)(model(x), y)
-    want.backward()
-    assert got_loss == pytest.approx(want.item(), rel=1e-5)
-    for name, p in model.named_parameters():
-        assert_close_to_norm(grads[name], p.grad.numpy(), 1e-5, name)
+    assert_matches_autograd(program, model, loss, x, y)
 
 
 def test_a_selector_that_names_nothing_is_a_clear_error():
@@ -140,9 +139,4 @@ def test_code_relying_on_the_attention_kernels_layout_traces_and_matches_autogra
     g = torch.Generator().manual_seed(1)
     x, y = torch.randn(2, 5, 16, generator=g), torch.randint(0, 4, (2, 5), generator=g)
     program = pock.compile_training(model, x, y, loss=token_loss)
-    got_loss, grads = program.trainer().gradients(x, y)
-    want = token_loss(model(x), y)
-    want.backward()
-    assert got_loss == pytest.approx(want.item(), rel=1e-5)
-    for name, p in model.named_parameters():
-        assert_close_to_norm(grads[name], p.grad.numpy(), 1e-5, name)
+    assert_matches_autograd(program, model, token_loss, x, y)
