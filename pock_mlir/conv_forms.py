@@ -55,6 +55,12 @@ class Window:
         return cls(*(tuple(v) for v in (kernel, stride, padding, dilation, in_size)), out)
 
     @property
+    def read_extent(self) -> tuple[int, int]:
+        """Per spatial dim, how many rows of the padded input the windows read, from the first on."""
+        return tuple(d * (k - 1) + s * (o - 1) + 1
+                     for d, k, s, o in zip(self.dilation, self.kernel, self.stride, self.out_size))
+
+    @property
     def offsets(self) -> list[tuple[int, int]]:
         """The kernel positions (i, j), row-major: the order of weight[..., i, j]."""
         return [(i, j) for i in range(self.kernel[0]) for j in range(self.kernel[1])]
@@ -124,9 +130,14 @@ class ConvShape:
 # -- im2col and col2im ------------------------------------------------------------------------
 
 def pad_spatial(b, x, top, bottom, left, right):
-    if top == bottom == left == right == 0:
-        return x
-    return b.aten.constant_pad_nd(x, [left, right, top, bottom], 0.0)
+    """x [..., H, W] with zero rows and columns added on each side, or, for a negative amount,
+    that many removed (by slicing: IREE rejects constant_pad_nd's negative pads)."""
+    for dim, before, after in ((-2, top, bottom), (-1, left, right)):
+        if before < 0 or after < 0:
+            size = b.shape(x)[dim]
+            x = b.aten.slice.Tensor(x, dim, max(-before, 0), size - max(-after, 0), 1)
+    pads = [max(left, 0), max(right, 0), max(top, 0), max(bottom, 0)]
+    return b.aten.constant_pad_nd(x, pads, 0.0) if any(pads) else x
 
 
 def unfold(b, x, window: Window):
@@ -161,8 +172,8 @@ def fold(b, cols, window: Window, tap_weights=None):
     (h, w), (ho, wo), (kh, kw) = window.in_size, window.out_size, window.kernel
     # Blocks per phase: enough for the padded input and for every window (ceil_mode pooling
     # windows may run past the padding; what lands there is cropped away).
-    hb = -(-max(h + 2 * ph, dh * (kh - 1) + sh * (ho - 1) + 1) // sh)
-    wb = -(-max(w + 2 * pw, dw * (kw - 1) + sw * (wo - 1) + 1) // sw)
+    hb, wb = (-(-max(size + 2 * p, read) // s)
+              for size, p, read, s in zip((h, w), (ph, pw), window.read_extent, (sh, sw)))
     top, left = dh * (kh - 1) // sh, dw * (kw - 1) // sw  # the largest block shifts
     padded = pad_spatial(b, cols, top, hb - ho, left, wb - wo)
     phases = {}
@@ -192,10 +203,9 @@ def tap_windows(b, x, window: Window):
     slices of the innermost dim ran 2-3x slower."""
     n, c = b.shape(x)[:2]
     (sh, sw), (ph, pw), (dh, dw) = window.stride, window.padding, window.dilation
-    (h, w), (ho, wo), (kh, kw) = window.in_size, window.out_size, window.kernel
-    hb, wb = -(-(dh * (kh - 1) + sh * (ho - 1) + 1) // sh), -(-(dw * (kw - 1) + sw * (wo - 1) + 1) // sw)
-    pad = [pw, wb * sw - w - pw, ph, hb * sh - h - ph]  # negative where the last rows are never read
-    padded = b.aten.constant_pad_nd(x, pad, 0.0) if any(pad) else x
+    (h, w), (ho, wo) = window.in_size, window.out_size
+    hb, wb = (-(-read // s) for read, s in zip(window.read_extent, (sh, sw)))
+    padded = pad_spatial(b, x, ph, hb * sh - h - ph, pw, wb * sw - w - pw)  # cropped where no window reads
     if (sh, sw) != (1, 1):
         padded = b.aten.permute(b.reshape(padded, [n, c, hb, sh, wb, sw]), [0, 1, 3, 5, 2, 4])
     windows = []
@@ -292,17 +302,12 @@ def input_grad_patches(b, s: ConvShape, g, x, w):
     return fold(b, g, s.window, tap_weights=b.reshape(w, [s.o, math.prod(s.window.kernel)]))
 
 
-def unread_rows(window: Window) -> tuple[int, int]:
-    """Per spatial dim, the rows at the end of the padded input that no window reads."""
-    return tuple(i + 2 * p - (d * (k - 1) + s * (o - 1) + 1) for i, p, d, k, s, o in zip(
-        window.in_size, window.padding, window.dilation, window.kernel, window.stride, window.out_size))
-
-
 def needs_fitting(s: ConvShape) -> bool:
     """IREE 3.13 fails to compile ("inferred ... dimension to be 4, but found 3") a strided
     convolution with a single output row whose padded input has rows no window reads (torchvision's
     MobileNetV2 at 32 px: a 3x3/s2 conv of a 2x2 map), in every form that pads inside."""
-    return any(o == 1 and unread > 0 for o, unread in zip(s.window.out_size, unread_rows(s.window)))
+    w = s.window
+    return any(o == 1 and read < i + 2 * p for o, read, i, p in zip(w.out_size, w.read_extent, w.in_size, w.padding))
 
 
 def _fitted(form, op: str):
@@ -312,21 +317,11 @@ def _fitted(form, op: str):
         if not needs_fitting(s):
             return form(b, s, g, x, w)
         w_ = s.window
-        read = [i + 2 * p - unread for i, p, unread in zip(w_.in_size, w_.padding, unread_rows(w_))]
-        after = [r - p - i for r, p, i in zip(read, w_.padding, w_.in_size)]  # < 0: input rows unread
-        fitted_x = x
-        for dim, (i, a) in zip((2, 3), zip(w_.in_size, after)):
-            if a < 0:
-                fitted_x = b.aten.slice.Tensor(fitted_x, dim, 0, i + a, 1)
-        (ph, pw), (ah, aw) = w_.padding, (max(a, 0) for a in after)
-        fitted_x = pad_spatial(b, fitted_x, ph, ah, pw, aw)
-        fitted = ConvShape(s.n, s.c, s.o, s.groups, Window.of(w_.kernel, w_.stride, (0, 0), w_.dilation, tuple(read)))
-        result = form(b, fitted, g, fitted_x, w)
-        if op != "input_grad":
-            return result
-        for dim, (i, p, a) in zip((2, 3), zip(w_.in_size, w_.padding, after)):  # back to the input's rows
-            result = b.aten.slice.Tensor(result, dim, p, p + i + min(a, 0), 1)
-        return pad_spatial(b, result, 0, max(-after[0], 0), 0, max(-after[1], 0))
+        (ph, pw), (eh, ew) = w_.padding, w_.read_extent
+        after_h, after_w = eh - ph - w_.in_size[0], ew - pw - w_.in_size[1]  # < 0: input rows unread
+        fitted = ConvShape(s.n, s.c, s.o, s.groups, Window.of(w_.kernel, w_.stride, (0, 0), w_.dilation, (eh, ew)))
+        result = form(b, fitted, g, pad_spatial(b, x, ph, after_h, pw, after_w), w)
+        return pad_spatial(b, result, -ph, -after_h, -pw, -after_w) if op == "input_grad" else result  # its inverse
     return emit
 
 

@@ -143,10 +143,7 @@ def select_output(output, selector=None) -> torch.Tensor:
     else:
         raise FrontendError(f"the model returns a {type(output).__name__}; pock-mlir takes tensors, tuples, lists, "
                             f"dicts, dataclasses and ModelOutputs of them")
-    if selector is None:
-        key = "logits" if "logits" in entries else next(iter(entries), None)
-    else:
-        key = selector
+    key = selector if selector is not None else "logits" if "logits" in entries else next(iter(entries), None)
     if key not in entries:
         raise FrontendError(f"output={selector!r}: the model's output has {', '.join(map(repr, entries)) or 'nothing'}")
     return select_output(entries[key])

@@ -1,7 +1,7 @@
 """Hostile files, bad data and faults: a clear error, and nothing lost or overwritten (#19)."""
 
 import json
-import os
+import re
 import shutil
 import subprocess
 import sys
@@ -208,7 +208,7 @@ def test_class_labels_out_of_range_are_refused(program, batch, label, message):
     x, y = batch
     y = y.clone()
     y[3] = label
-    with pytest.raises(InputError, match=message.replace("[", r"\[").replace("]", r"\]")):
+    with pytest.raises(InputError, match=re.escape(message)):
         trainer.step(x, y)
     assert trainer.steps_taken == 0
 
@@ -309,7 +309,7 @@ def test_optimizer_values_are_validated(make, message):
 def test_models_and_batches_pock_cannot_train_are_named(model, inputs, message):
     from pock_mlir.frontend import FrontendError
 
-    with pytest.raises(FrontendError, match=message.replace("(", r"\(").replace(")", r"\)")):
+    with pytest.raises(FrontendError, match=re.escape(message)):
         pock.compile_training(model(), inputs, torch.zeros(len(inputs), dtype=torch.int64))
 
 
@@ -323,7 +323,7 @@ def test_an_op_iree_cannot_compile_is_named():
             return self.fc(torch.fft.fft(x).real)
 
     with pytest.raises(RuntimeError) as caught:
-        pock.compile_training(Spectrum(), torch.randn(8, 6), torch.zeros(8, dtype=torch.int64)).vmfb
+        pock.compile_training(Spectrum(), torch.randn(8, 6), torch.zeros(8, dtype=torch.int64))
     message = str(caught.value)
     assert message.startswith("the model uses torch.aten.fft_fft, which torch-mlir and IREE cannot compile for host")
     assert "\n" not in message

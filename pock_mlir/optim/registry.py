@@ -57,9 +57,12 @@ def attribute(op, name):
     return op.attributes[name].value  # attributes come back downcast (FloatAttr, BoolAttr, IntegerAttr)
 
 
+PAIR = "tuple[float, float]"  # the annotation of a two-number hyperparameter (AdamW's betas)
+
+
 def check_fields(optimizer) -> None:
     """Refuse hyperparameters of the wrong kind before the optimizer's own range checks: a float
-    field takes a finite real number, a bool field a bool, betas two finite numbers."""
+    field takes a finite real number, a bool field a bool, a pair field (AdamW's betas) two."""
     name = type(optimizer).__name__
     for f in dataclasses.fields(optimizer):
         value = getattr(optimizer, f.name)
@@ -69,11 +72,11 @@ def check_fields(optimizer) -> None:
         elif f.type in ("bool", bool):
             if not isinstance(value, bool):
                 raise ValueError(f"{name} {f.name} must be True or False, got {value!r}")
-        elif f.name == "betas":
+        elif f.type == PAIR:
             if (not isinstance(value, (tuple, list)) or len(value) != 2 or any(
                     isinstance(b, bool) or not isinstance(b, numbers.Real) or not math.isfinite(b) for b in value)):
-                raise ValueError(f"{name} betas must be two finite numbers, got {value!r}")
-            object.__setattr__(optimizer, "betas", tuple(value))  # torch.optim users pass a list
+                raise ValueError(f"{name} {f.name} must be two finite numbers, got {value!r}")
+            object.__setattr__(optimizer, f.name, tuple(value))  # torch.optim users pass a list
 
 
 def _parse_value(optimizer: str, key: str, raw: str, field_type):
@@ -81,14 +84,14 @@ def _parse_value(optimizer: str, key: str, raw: str, field_type):
         if raw.lower() not in ("true", "false", "1", "0"):
             raise ValueError(f"{optimizer} {key} must be true or false, got '{raw}'")
         return raw.lower() in ("true", "1")
-    parts = raw.split("/") if key == "betas" else [raw]
-    if key == "betas" and len(parts) != 2:
-        raise ValueError(f"{optimizer} betas takes two numbers as beta1/beta2 (e.g. betas=0.9/0.999), got '{raw}'")
+    parts = raw.split("/") if field_type == PAIR else [raw]
+    if len(parts) != (2 if field_type == PAIR else 1):
+        raise ValueError(f"{optimizer} {key} takes two numbers as a/b (e.g. betas=0.9/0.999), got '{raw}'")
     try:
-        numbers_ = [float(x) for x in parts]
+        values = tuple(float(x) for x in parts)
     except ValueError:
         raise ValueError(f"{optimizer} {key} must be a number, got '{raw}'") from None
-    return tuple(numbers_) if key == "betas" else numbers_[0]
+    return values if field_type == PAIR else values[0]
 
 
 def parse_optimizer(text: str):

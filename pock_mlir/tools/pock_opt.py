@@ -225,6 +225,10 @@ def _write(text: str, output: str) -> None:
         atomic_write(output, text)
 
 
+class InputError(ValueError):
+    pass
+
+
 def _read(path: str) -> str:
     data = sys.stdin.buffer.read() if path == "-" else Path(path).read_bytes()
     try:
@@ -233,9 +237,6 @@ def _read(path: str) -> str:
         raise InputError(f"{'<stdin>' if path == '-' else path}: not UTF-8 text (byte {e.start}); "
                          f"pock-opt reads MLIR assembly") from None
 
-
-class InputError(ValueError):
-    pass
 
 
 def _run(args) -> int:

@@ -11,8 +11,6 @@ window's divisor, folded back with col2im.
 
 from __future__ import annotations
 
-import math
-
 import numpy as np
 
 from pock_mlir.conv_forms import Window, convolution_gradient, fold
@@ -80,12 +78,10 @@ def avg_pool2d(b, g, out, x, kernel, stride, padding, ceil_mode, count_include_p
     """g over each window's divisor, folded back (col2im) onto every position of its window."""
     if min(kernel) < 1 or min(stride or kernel) < 1 or (divisor_override is not None and divisor_override < 1):
         raise ValueError(f"kernel {kernel}, stride {stride} and divisor_override {divisor_override} must be positive")
-    rounding = math.ceil if ceil_mode else math.floor
-    expected = [rounding((i + 2 * p - k) / s) + 1 if k <= i + 2 * p else None
-                for i, k, s, p in zip(b.shape(x)[2:], kernel, stride or kernel, padding)]
-    if not ceil_mode and expected != list(b.shape(out)[2:]):
-        raise ValueError(f"a {kernel} window over {list(b.shape(x)[2:])} gives {expected}, not the declared "
-                         f"{list(b.shape(out)[2:])}")
+    expected = Window.of(kernel, stride or kernel, padding, (1, 1), b.shape(x)[2:]).out_size
+    if not ceil_mode and expected != b.shape(out)[2:]:
+        raise ValueError(f"a {list(kernel)} window over {list(b.shape(x)[2:])} gives {list(expected)}, not the "
+                         f"declared {list(b.shape(out)[2:])}")
     window = Window(tuple(kernel), tuple(stride or kernel), tuple(padding), (1, 1),
                     tuple(b.shape(x)[2:]), tuple(b.shape(out)[2:]))
     if divisor_override:
