@@ -8,6 +8,8 @@ stopping the run.
 from __future__ import annotations
 
 import importlib
+import sys
+import types
 from dataclasses import dataclass
 from typing import Callable
 
@@ -27,6 +29,7 @@ class BenchModel:
     optimizer: object
     sparse: dict  # the "sparse" scheme: a pock_mlir.sparse preset, refined by patterns
     tokens_per_step: int | None = None  # for language models: report tokens/s
+    compile_target_s: float | None = None  # the full-BP compile time this model should stay within
 
 
 def _examples(module: str):
@@ -97,6 +100,39 @@ def _token_loss(logits, target):
     return _examples("transformer").token_cross_entropy(logits, target)
 
 
+def allow_torchvision() -> None:
+    """Let torchvision (which transformers and timm import too) load beside the CPU build of torch.
+    PyPI's torchvision registers meta kernels for its CUDA ops (nms, roi_align), which that torch
+    lacks: `import torchvision` dies with "operator torchvision::nms does not exist". The models
+    need none of those ops, so that module is left out."""
+    sys.modules.setdefault("torchvision._meta_registrations", types.ModuleType("torchvision._meta_registrations"))
+
+
+def library(name: str):
+    """torchvision, transformers or timm (see allow_torchvision)."""
+    allow_torchvision()
+    return importlib.import_module(name)
+
+
+HF_LLAMA_SEQ, HF_LLAMA_BATCH, HF_LLAMA_VOCAB = 128, 4, 8000
+
+
+def _torchvision_mobilenet():
+    return library("torchvision").models.mobilenet_v2(num_classes=10)
+
+
+def _hf_llama():
+    transformers = library("transformers")
+    return transformers.LlamaForCausalLM(transformers.LlamaConfig(
+        vocab_size=HF_LLAMA_VOCAB, hidden_size=256, intermediate_size=688, num_hidden_layers=2, num_attention_heads=4,
+        num_key_value_heads=2, max_position_embeddings=HF_LLAMA_SEQ, tie_word_embeddings=True))
+
+
+def _next_token_loss(output, target):
+    """As a user writes it for a Hugging Face model: on the ModelOutput's logits."""
+    return torch.nn.functional.cross_entropy(output.logits.flatten(0, 1), target.flatten())
+
+
 MOMENTUM_SGD = pock.SGD(lr=0.01, momentum=0.9)
 ADAMW = pock.AdamW(lr=1e-4, weight_decay=0.01)
 
@@ -119,6 +155,15 @@ MODELS = {m.name: m for m in (
                _tokens(LLAMA_BATCH, LLAMA_SEQ, LLAMA_VOCAB, "tokens"), _token_loss, ADAMW,
                {"preset": "transformer-last-2", "tokens": "frozen", "blocks.[0-3]": "frozen"},
                tokens_per_step=LLAMA_BATCH * LLAMA_SEQ),
+    # Library models as users have them (random init): compile time is what these rows are for.
+    BenchModel("tv-mobilenetv2", "torchvision MobileNetV2, 96 px, batch 8", _seeded(_torchvision_mobilenet),
+               _images(8, 96, 10), "cross_entropy", MOMENTUM_SGD,
+               {"preset": "mobilenet-last-4", "features.[0-9]": "frozen", "features.1[0-3]": "frozen"},
+               compile_target_s=30),
+    BenchModel("hf-llama", f"Hugging Face LLaMA, 2 layers, d=256, seq {HF_LLAMA_SEQ}, batch {HF_LLAMA_BATCH}",
+               _seeded(_hf_llama), _tokens(HF_LLAMA_BATCH, HF_LLAMA_SEQ, HF_LLAMA_VOCAB, "tokens"), _next_token_loss,
+               ADAMW, {"preset": "transformer-last-1", "model.embed_tokens": "frozen", "model.layers.0": "frozen"},
+               tokens_per_step=HF_LLAMA_BATCH * HF_LLAMA_SEQ, compile_target_s=10),
 )}
 QUICK_MODELS = ("mlp",)
 SCHEMES = ("full", "sparse")

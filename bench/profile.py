@@ -17,6 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
+from pock_mlir.abi import layout
 from pock_mlir.runtime.workspace import module_transient_bytes
 
 BIN = Path(sys.executable).parent
@@ -24,15 +25,16 @@ STEP = "train_step_into"
 
 
 def step_arguments(program, inputs, target) -> list[np.ndarray]:
-    """train_step_into's arguments in its ABI order (see pock_mlir.training): parameters, buffers,
-    optimizer state (zeros), step, inputs, target, then the buffers the new trainable parameters,
-    optimizer state, updated buffers and step count are written into."""
+    """train_step_into's arguments as pock_mlir.abi lays them out: the initial parameters and
+    buffers, zero optimizer state and step, the batch (with the dropout seed of a model with
+    dropout), then the buffers the step's results are written into (initial values or zeros)."""
     sig = program.signature
-    state = [np.zeros(s.shape, np.float32) for s in sig.state]
-    written = ([program.initial_params[p.name] for p in sig.params if p.name in sig.trainable] + state
-               + [program.initial_buffers[name] for name in sig.updated_buffers] + [np.zeros((), np.float32)])
-    return ([program.initial_params[p.name] for p in sig.params] + [program.initial_buffers[b.name] for b in sig.buffers]
-            + state + [np.zeros((), np.float32), *inputs, target] + written)
+    initial = {**program.initial_params, **program.initial_buffers}
+    batch = iter([*inputs, *([np.zeros((), np.int32)] if sig.seeded else []), target])
+    arguments, _ = layout(sig, STEP)
+    return [next(batch) if slot.role == "batch"
+            else initial[slot.spec.name] if slot.role in ("params", "buffers", "into") and slot.spec.name in initial
+            else np.zeros(slot.spec.shape, np.float32) for slot in arguments]
 
 
 def profile_step(program, inputs, target, iterations: int = 20, top: int = 10) -> dict:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from bench.models import MODELS
 from pock_mlir.files import atomic_save, atomic_write
 from pock_mlir.targets import DATA_TILING
 
@@ -75,6 +76,12 @@ def check_targets(rows: list[dict], peak_gflops: float | None) -> list[tuple[str
             speedup(f"{model}: pock-mlir sparse BP >= 2x faster than pock-mlir full BP", pock_full, pock_sparse, 2.0)
         if model in SPARSE_VS_EAGER_4X:
             speedup(f"{model}: pock-mlir sparse BP >= 4x faster than PyTorch eager full BP", eager_full, pock_sparse, 4.0)
+        limit = MODELS[model].compile_target_s if model in MODELS else None
+        if limit:
+            target = f"{model}: pock-mlir full BP compiles in <= {limit:.0f} s"
+            seconds = (pock_full or {}).get("compile_s")
+            checks.append((target, None, "not measured", "", "") if seconds is None else
+                          (target, seconds <= limit, f"{seconds:.1f} s", "", ""))
         target = f"{model}: pock-mlir sparse peak memory <= 0.5x PyTorch eager full BP"
         if eager_full and pock_sparse:
             value = pock_sparse["peak_mb"] / eager_full["peak_mb"]

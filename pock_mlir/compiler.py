@@ -31,7 +31,7 @@ def _diagnostics(e: ir.MLIRError) -> str:
 
 def compile_training(model, example_inputs, example_target, *, loss="cross_entropy", optimizer=None,
                      sparse=None, target="host", iree_flags=(), pipelines=None, verbose=False,
-                     output=None) -> TrainingProgram:
+                     output=None, cache=True) -> TrainingProgram:
     """Compile one training step of `model` (forward, loss, backward and optimizer) with IREE.
 
     example_inputs: a tensor or tuple of tensors (torch or numpy) with the batch shape to train on.
@@ -48,6 +48,8 @@ def compile_training(model, example_inputs, example_target, *, loss="cross_entro
         one of its passes (benchmarks do this for pock-reorder-updates).
     verbose: print each stage and its time on stderr as compilation goes (pock-compile does so on
         a terminal).
+    cache: reuse IREE's output for the same lowered IR and flags from the persistent compile
+        cache, and store it there (pock_mlir/cache.py; POCK_MLIR_CACHE=off turns it off everywhere).
     """
     optimizer = optimizer or SGD(lr=0.01)
     unknown = sorted(set(pipelines or {}) - set(STAGE_PIPELINES))
@@ -93,7 +95,7 @@ def compile_training(model, example_inputs, example_target, *, loss="cross_entro
     program = TrainingProgram(
         stages=stages, signature=signature, target=resolved_target, optimizer=optimizer, scheme=scheme,
         initial_params=imported.initial_params, initial_buffers=imported.initial_buffers,
-        extra_flags=tuple(iree_flags), timings=timings)
+        extra_flags=tuple(iree_flags), timings=timings, cache=cache)
     log(f"compiling with IREE for {resolved_target.name} (the longest stage)")
     start = time.perf_counter()
     program.vmfb  # compile now so that errors surface here, not at the first step (its steps time themselves)

@@ -130,10 +130,16 @@ def select_output(output, selector=None) -> torch.Tensor:
     tensor; else the entry `selector` names (a key or attribute of a dict, dataclass or Hugging
     Face ModelOutput, an index of a tuple or list), by default `logits` where there is one, else
     the first entry; nested structures are followed the same way."""
+    return _selected(output, selector)[1]
+
+
+def _selected(output, selector=None) -> tuple[str, torch.Tensor]:
+    """select_output's tensor and its path in the output ("output" for a tensor, else the keys
+    followed, e.g. "logits"), which the bundle records."""
     if isinstance(output, torch.Tensor):
         if selector is not None:
             raise FrontendError(f"output={selector!r}: the model returns a tensor, not a structure to select from")
-        return output
+        return "output", output
     if dataclasses.is_dataclass(output) and not isinstance(output, Mapping):
         output = {f.name: getattr(output, f.name) for f in dataclasses.fields(output)}
     if isinstance(output, Mapping):
@@ -146,7 +152,8 @@ def select_output(output, selector=None) -> torch.Tensor:
     key = selector if selector is not None else "logits" if "logits" in entries else next(iter(entries), None)
     if key not in entries:
         raise FrontendError(f"output={selector!r}: the model's output has {', '.join(map(repr, entries)) or 'nothing'}")
-    return select_output(entries[key])
+    path, tensor = _selected(entries[key])
+    return (str(key) if path == "output" else f"{key}.{path}"), tensor
 
 
 def _describe(output) -> str:
@@ -304,7 +311,7 @@ def import_model(model: torch.nn.Module, example_inputs, example_target, loss, c
         except Exception as e:
             raise FrontendError(f"the loss failed on the model's output {_describe(output)} and the target "
                                 f"{tuple(target.shape)}: {e}") from e
-    evaluated = select_output(output, selector=output_selector)
+    output_path, evaluated = _selected(output, selector=output_selector)
     if not isinstance(loss_value, torch.Tensor) or loss_value.dim() != 0:
         raise FrontendError("the loss must return a scalar tensor (use a mean or sum reduction)")
     updated = [n for n, copy in copies.items() if not torch.equal(copy, buffers[n])]
@@ -332,7 +339,7 @@ def import_model(model: torch.nn.Module, example_inputs, example_target, loss, c
         updated_buffers=updated,
         inputs=[spec_of(name, t) for name, t in zip(input_names, inputs)],
         target=spec_of("target", target),
-        output=spec_of("output", evaluated),
+        output=spec_of(output_path, evaluated),
         initial_params={n: t.numpy().copy() for n, t in params.items()},
         initial_buffers={n: t.numpy().copy() for n, t in buffers.items()},
         timings=timings,

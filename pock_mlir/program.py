@@ -24,6 +24,7 @@ class TrainingProgram:
     initial_buffers: dict[str, np.ndarray]
     extra_flags: tuple[str, ...] = ()
     timings: dict[str, float] = field(default_factory=dict)
+    cache: bool = True  # look up and store IREE's output in the compile cache (pock_mlir/cache.py)
 
     def ir(self, stage: str = "lowered") -> str:
         """The IR text after a stage: imported, training, autodiff, sparse or lowered."""
@@ -57,6 +58,22 @@ class TrainingProgram:
 
     @cached_property
     def _compiled(self) -> tuple[bytes, bool]:
+        from pock_mlir import cache
+
+        root = cache.directory() if self.cache else None
+        if root is None:
+            return self._compile()
+        start = time.perf_counter()
+        entry = cache.key(self.stages["lowered"], self.iree_flags())
+        hit = cache.load(root, entry)
+        if hit is not None:
+            self.timings["iree: from the compile cache"] = time.perf_counter() - start
+            return hit[0], hit[1]["state_in_place"]
+        vmfb, in_place = self._compile()
+        cache.store(root, entry, vmfb, {"state_in_place": in_place})
+        return vmfb, in_place
+
+    def _compile(self) -> tuple[bytes, bool]:
         # Two halves of one compilation: the stream-phase IR between them holds IREE's schedule.
         from iree.compiler import compile_str
         from iree.compiler.tools import CompilerToolError

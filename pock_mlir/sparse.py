@@ -24,17 +24,21 @@ Presets (following PockEngine's schemes), by name or `SparseUpdate.preset(family
     bias-only             every bias
     last-K                the last K layers: every parameter-holding module from the K-th last
                           layer that is not a normalization on (norms go with the layer before)
-    mobilenet-last-K      every bias, plus the first pointwise (1x1, ungrouped) conv of each of
-                          the last K blocks
+    mobilenet-last-K      every bias, plus the first pointwise layer of each of the last K blocks
+                          (torchvision MobileNetV2/V3, EfficientNet, ShuffleNetV2, ConvNeXt)
     transformer-last-K    every bias and normalization parameter, plus the attention
                           projections and the first FFN linear of each of the last K blocks
+                          (Hugging Face decoders and encoders, timm ViTs, nn.MultiheadAttention)
 
 Structure comes from module types and names, in definition order. A block is an element of
 an nn.Sequential or nn.ModuleList that contains exactly one depthwise conv (groups ==
 in_channels > 1; MobileNet's inverted residuals) or one attention module (a type whose name
 contains "Attention", e.g. nn.MultiheadAttention), not nested in another such block. A
-block's first FFN linear is its first nn.Linear outside the attention module. A
-normalization is a module whose type name contains "Norm". Presets other than `full` and
+block's first pointwise layer is its first 1x1 ungrouped conv or linear (ConvNeXt's, over
+channels) outside a squeeze-excite module (a type whose name contains "Squeeze", "Excit" or
+ends in "SEModule"). A block's first FFN linear is its first nn.Linear (or Hugging Face's
+Conv1D, GPT-2's linear) outside the attention module. A normalization is a module whose type
+name contains "Norm". Presets other than `full` and
 `bias-only` need the PyTorch model, so `pock-sparse-bp{config=FILE}` on bare IR takes only
 patterns and those two.
 """
@@ -163,8 +167,20 @@ def _is_depthwise(module: nn.Module) -> bool:
     return isinstance(module, nn.modules.conv._ConvNd) and module.groups > 1 and module.groups == module.in_channels
 
 
+def _is_linear(module: nn.Module) -> bool:
+    """nn.Linear, or Hugging Face's Conv1D (GPT-2's linear layer, its weight transposed)."""
+    return isinstance(module, nn.Linear) or type(module).__name__ == "Conv1D"
+
+
 def _is_pointwise(module: nn.Module) -> bool:
-    return isinstance(module, nn.modules.conv._ConvNd) and module.groups == 1 and all(k == 1 for k in module.kernel_size)
+    """A 1x1 ungrouped conv, or a linear over channels (ConvNeXt's, in channels-last)."""
+    return _is_linear(module) or (isinstance(module, nn.modules.conv._ConvNd) and module.groups == 1
+                                  and all(k == 1 for k in module.kernel_size))
+
+
+def _is_squeeze_excite(module: nn.Module) -> bool:
+    """torchvision's SqueezeExcitation, timm's SqueezeExcite, SEModule, EffectiveSEModule."""
+    return re.search(r"squeeze|excit|se(module|layer|block)$", type(module).__name__.lower()) is not None
 
 
 def _is_attention(module: nn.Module) -> bool:
@@ -221,14 +237,16 @@ def _block_parameters(model: nn.Module, family: str, k: int) -> list[str]:
     for block in blocks[-k:]:
         members = [(_qualified(block, n), m) for n, m in model.get_submodule(block).named_modules()]
         if family == "mobilenet":
-            pointwise = next((name for name, m in members if _is_pointwise(m)), None)
+            excite = [name for name, m in members if _is_squeeze_excite(m)]
+            pointwise = next((name for name, m in members if _is_pointwise(m)
+                              and not any(name.startswith(e + ".") for e in excite)), None)
             if pointwise is None:
                 raise SparseConfigError(f"preset 'mobilenet-last-{k}': block {block} has no pointwise (1x1) conv")
             chosen += _params_of(model, pointwise)
             continue
         attention = next(name for name, m in members if is_core(m))
         chosen += _params_of(model, attention)
-        ffn = next((name for name, m in members if isinstance(m, nn.Linear)
+        ffn = next((name for name, m in members if _is_linear(m)
                     and not name.startswith(attention + ".")), None)
         if ffn is not None:
             chosen += _params_of(model, ffn)

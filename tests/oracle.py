@@ -19,10 +19,20 @@ def assert_close_to_norm(actual, expected, rtol: float = 1e-4, what: str = "") -
     assert err <= rtol * scale, f"{what}: relative error {err / scale:.3e} > {rtol:.0e}"
 
 
-def torch_gradients(model: torch.nn.Module, inputs, target, loss="cross_entropy", trainable=None):
-    """Loss and {name: grad} from torch.autograd on a copy of the model."""
+def _double(model, inputs, target):
+    model = model.double()
+    inputs = tuple(x.double() if x.is_floating_point() else x for x in inputs)
+    return model, inputs, target.double() if target.is_floating_point() else target
+
+
+def torch_gradients(model: torch.nn.Module, inputs, target, loss="cross_entropy", trainable=None,
+                    float64: bool = False):
+    """Loss and {name: grad} from torch.autograd on a copy of the model (in double precision
+    with float64)."""
     model = copy.deepcopy(model)
     inputs = inputs if isinstance(inputs, tuple) else (inputs,)
+    if float64:
+        model, inputs, target = _double(model, inputs, target)
     for name, p in model.named_parameters():
         p.requires_grad_(trainable is None or name in trainable)
     value = resolve_loss(loss)(model(*inputs), target)
@@ -38,9 +48,7 @@ def torch_trajectory(model: torch.nn.Module, inputs, target, optimizer, steps: i
     model = copy.deepcopy(model)
     inputs = inputs if isinstance(inputs, tuple) else (inputs,)
     if float64:
-        model = model.double()
-        inputs = tuple(x.double() if x.is_floating_point() else x for x in inputs)
-        target = target.double() if target.is_floating_point() else target
+        model, inputs, target = _double(model, inputs, target)
     params = [p for n, p in model.named_parameters() if trainable is None or n in trainable]
     for n, p in model.named_parameters():
         p.requires_grad_(trainable is None or n in trainable)
@@ -72,8 +80,19 @@ def assert_gradients_close(actual: dict, expected: dict, rtol: float = 1e-4, wha
         assert err <= bound, f"{what} of {name}: error {err:.3e} > {bound:.3e}"
 
 
+def assert_gradients_close_to_float64(actual: dict, model, inputs, target, loss="cross_entropy", rtol: float = 1e-4,
+                                      slack: float = 2.0, what: str = "gradient", trainable=None) -> None:
+    """Gradients against float64 autograd, each within rtol or `slack` times torch float32's own
+    distance from float64 (train-mode BatchNorm on a small batch amplifies rounding)."""
+    _, want = torch_gradients(model, inputs, target, loss, trainable, float64=True)
+    _, f32 = torch_gradients(model, inputs, target, loss, trainable)
+    strays = {name: slack * np.linalg.norm(np.asarray(f32[name], np.float64) - want[name]) for name in want}
+    assert set(actual) == set(want), f"{what}: names {sorted(set(actual) ^ set(want))} differ"
+    assert_gradients_close(actual, want, rtol, what, allowed=strays)
+
+
 def assert_trajectory_close(losses, state: dict, model, inputs, target, optimizer, steps: int, rtol: float = 1e-4,
-                            slack: float = 10.0, what: str = "", loss="cross_entropy") -> None:
+                            slack: float = 10.0, what: str = "", loss="cross_entropy", trainable=None) -> None:
     """Losses and final parameters and buffers of `steps` updates against torch.optim in float64.
 
     A trajectory can amplify rounding (train-mode BatchNorm on a batch of 4, an activation's kink
@@ -82,8 +101,8 @@ def assert_trajectory_close(losses, state: dict, model, inputs, target, optimize
     loss and tensor may stray from float64 by rtol, or by `slack` times as far as torch's float32
     run strays there, whichever is larger: pock-mlir is held to PyTorch's own float32 accuracy
     rather than to where a sensitive trajectory lands in exact arithmetic."""
-    want_losses, want_state = torch_trajectory(model, inputs, target, optimizer, steps, loss, float64=True)
-    f32_losses, f32_state = torch_trajectory(model, inputs, target, optimizer, steps, loss)
+    want_losses, want_state = torch_trajectory(model, inputs, target, optimizer, steps, loss, trainable, float64=True)
+    f32_losses, f32_state = torch_trajectory(model, inputs, target, optimizer, steps, loss, trainable)
     for step, (got, want, f32) in enumerate(zip(losses, want_losses, f32_losses), 1):
         bound = max(rtol * abs(want), slack * abs(f32 - want))
         assert abs(got - want) <= bound, (f"{what} loss at step {step}: {got:.8g}, float64 {want:.8g}, "

@@ -53,7 +53,7 @@ def test_model_file_commands(name, tmp_path):
     losses = [float(x) for x in re.findall(r"epoch 1/1: loss ([0-9.naninf]+)", done.stdout)]
     assert len(losses) == 1 and np.isfinite(losses[0]), done.stdout
     bundle = tmp_path / compile_[compile_.index("-o") + 1]
-    model = load_model_file(str(REPO / "examples" / name))[0]
+    model = load_model_file(str(REPO / "examples" / name)).model
     model.load_state_dict(load_file(bundle / "tuned.safetensors"))  # strict: every name, every shape
     assert all(torch.isfinite(p).all() for p in model.state_dict().values() if p.is_floating_point())
 

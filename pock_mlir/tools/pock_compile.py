@@ -7,6 +7,9 @@ MODEL.py is a Python file defining, at module level:
     example_batch()  -> (inputs, target): one batch of the shape to train on; inputs is a tensor or a
                         tuple of tensors. The bundle trains on batches of exactly this shape.
     LOSS             "cross_entropy" (the default when absent), "mse", or a callable loss(output, target)
+                     receiving the model's output as it is (a tensor, tuple, dict, dataclass, ModelOutput)
+    OUTPUT           optional, for a model returning a structure: the entry evaluate returns (a key,
+                     attribute or index; by default `logits` where there is one, else the first entry)
 It is run with its own directory on sys.path, so it can import modules next to it. examples/ has
 ready ones. The bundle's layout is described in pock_mlir/bundle.py; run_step.sh in it runs one
 step with the stock iree-run-module. Errors print one message and exit with code 1.
@@ -21,6 +24,7 @@ import sys
 import time
 import traceback
 from pathlib import Path
+from typing import NamedTuple
 
 from pock_mlir.bundle import check_destination, kept_files, write_bundle
 from pock_mlir.optim import parse_optimizer
@@ -31,8 +35,16 @@ class ModelFileError(ValueError):
     pass
 
 
-def load_model_file(path: str):
-    """Run MODEL.py; returns (model, inputs, target, loss)."""
+class ModelFile(NamedTuple):
+    model: object
+    inputs: object
+    target: object
+    loss: object
+    output: object  # OUTPUT, None when absent
+
+
+def load_model_file(path: str) -> ModelFile:
+    """Run MODEL.py (see the module docstring)."""
     file = Path(path)
     if not file.is_file():
         raise ModelFileError(f"{path}: no such file")
@@ -54,7 +66,7 @@ def load_model_file(path: str):
         raise ModelFileError(f"{path} failed: {type(e).__name__}: {e} ({where.filename}:{where.lineno})") from None
     if not (isinstance(batch, (tuple, list)) and len(batch) == 2):
         raise ModelFileError(f"{path}: example_batch() must return (inputs, target), got {type(batch).__name__}")
-    return model, batch[0], batch[1], getattr(module, "LOSS", "cross_entropy")
+    return ModelFile(model, batch[0], batch[1], getattr(module, "LOSS", "cross_entropy"), getattr(module, "OUTPUT", None))
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -71,6 +83,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--sparse", default=None,
                         help="which parameters to train: a YAML/JSON sparse-update config or a preset (full, the default; "
                              "bias-only, last-K, mobilenet-last-K, transformer-last-K); see pock_mlir/sparse.py")
+    parser.add_argument("--no-cache", action="store_true",
+                        help="compile with IREE even if the compile cache holds this program (see pock_mlir/cache.py)")
     parser.add_argument("-v", "--verbose", action="store_true",
                         help="print each compilation stage as it goes and where the time went (compile_report) on stderr "
                              "(the default when stderr is a terminal)")
@@ -101,15 +115,16 @@ def _run(args) -> int:
     except (ValueError, TypeError) as e:
         raise ValueError(f"--optimizer {args.optimizer}: {e}") from None
     kept = kept_files(check_destination(args.output))
-    model, inputs, target, loss = load_model_file(args.model)
+    file = load_model_file(args.model)
 
     from pock_mlir.compiler import compile_training
 
     start = time.perf_counter()
-    program = compile_training(model, inputs, target, loss=loss, optimizer=optimizer, sparse=args.sparse,
-                               target=args.target, verbose=args.verbose or sys.stderr.isatty())
-    bundle = write_bundle(program, args.output, example_inputs=inputs, example_target=target, loss=loss, model=model,
-                          model_file=Path(args.model).name, sparse=args.sparse)
+    program = compile_training(file.model, file.inputs, file.target, loss=file.loss, optimizer=optimizer,
+                               sparse=args.sparse, target=args.target, output=file.output, cache=not args.no_cache,
+                               verbose=args.verbose or sys.stderr.isatty())
+    bundle = write_bundle(program, args.output, example_inputs=file.inputs, example_target=file.target, loss=file.loss,
+                          model=file.model, model_file=Path(args.model).name, sparse=args.sparse)
     sig = program.signature
     print(f"wrote {bundle}/ for target {program.target.name} in {time.perf_counter() - start:.1f}s: "
           f"{len(program.vmfb) / 1024:.0f} KiB module, {len(sig.trainable)} of {len(sig.params)} parameter tensors "

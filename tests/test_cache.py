@@ -1,0 +1,83 @@
+"""The compile cache (pock_mlir/cache.py): a second compilation of the same program takes IREE's
+output from the cache, identical and working; anything that changes IREE's input misses; a
+damaged entry is recompiled; the switch turns it off."""
+
+import numpy as np
+import pytest
+import torch
+import torch.nn as nn
+
+import pock_mlir as pock
+from pock_mlir import cache
+
+OPTIMIZER = pock.SGD(lr=0.1, momentum=0.9)
+X, Y = torch.randn(8, 6, generator=torch.Generator().manual_seed(0)), torch.tensor([0, 1, 2, 0, 1, 2, 0, 1])
+
+
+def compile_mlp(**options):
+    torch.manual_seed(0)
+    return pock.compile_training(nn.Sequential(nn.Linear(6, 8), nn.ReLU(), nn.Linear(8, 3)), X, Y,
+                                 optimizer=OPTIMIZER, **options)
+
+
+def entries(root):
+    return sorted(p.name for p in root.iterdir()) if root.exists() else []
+
+
+def test_a_second_compilation_comes_from_the_cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("POCK_MLIR_CACHE_DIR", str(tmp_path))
+    first = compile_mlp()
+    assert "iree: code generation" in first.timings and len(entries(tmp_path)) == 2
+    second = compile_mlp()
+    assert "iree: from the compile cache" in second.timings and "iree: code generation" not in second.timings
+    assert second.vmfb == first.vmfb and second.state_in_place == first.state_in_place
+    steps = [[program.trainer().step(X, Y) for _ in range(2)] for program in (first, second)]
+    assert steps[0] == steps[1]
+
+    changed = compile_mlp(iree_flags=("--iree-opt-const-eval=false",))  # other flags: another entry
+    assert "iree: code generation" in changed.timings and len(entries(tmp_path)) == 4
+
+
+def test_a_damaged_entry_is_compiled_again(tmp_path, monkeypatch):
+    monkeypatch.setenv("POCK_MLIR_CACHE_DIR", str(tmp_path))
+    good = compile_mlp().vmfb
+    module = next(tmp_path.glob("*.vmfb"))
+    module.write_bytes(good[: len(good) // 2])
+    again = compile_mlp()
+    assert "iree: code generation" in again.timings and again.vmfb == good
+    assert module.read_bytes() == good  # repaired
+    assert np.isfinite(again.trainer().step(X, Y))
+
+
+@pytest.mark.parametrize("switch", ["option", "environment"])
+def test_the_switch_turns_it_off(tmp_path, monkeypatch, switch):
+    monkeypatch.setenv("POCK_MLIR_CACHE_DIR", str(tmp_path / "cache"))
+    if switch == "environment":
+        monkeypatch.setenv("POCK_MLIR_CACHE", "off")
+    for _ in range(2):
+        program = compile_mlp(cache=switch != "option")
+        assert "iree: code generation" in program.timings
+    assert entries(tmp_path / "cache") == []
+
+
+def test_an_unwritable_cache_warns_and_compiles(tmp_path, monkeypatch):
+    (tmp_path / "file").write_text("")
+    monkeypatch.setenv("POCK_MLIR_CACHE_DIR", str(tmp_path / "file" / "cache"))  # under a file: cannot exist
+    with pytest.warns(UserWarning, match="compile cache .* cannot be written.*POCK_MLIR_CACHE"):
+        program = compile_mlp()
+    assert np.isfinite(program.trainer().step(X, Y))
+
+
+def test_the_default_location_follows_xdg(tmp_path, monkeypatch):
+    monkeypatch.delenv("POCK_MLIR_CACHE_DIR")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    assert cache.directory() == tmp_path / "pock-mlir"
+
+
+def test_host_code_is_keyed_by_this_cpu(monkeypatch):
+    """A cache directory shared by machines must not hand AVX-512 code to a CPU without it."""
+    host, aarch64 = ["--iree-llvmcpu-target-cpu=host"], ["--iree-llvmcpu-target-triple=aarch64-linux-gnu"]
+    here = {flags[0]: cache.key("module {}", flags) for flags in (host, aarch64)}
+    monkeypatch.setattr(cache, "_host_cpu", lambda: "another CPU")
+    assert cache.key("module {}", host) != here[host[0]]
+    assert cache.key("module {}", aarch64) == here[aarch64[0]]
