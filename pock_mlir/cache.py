@@ -63,10 +63,14 @@ def load(root: Path, entry: str) -> tuple[bytes, dict] | None:
         module = (root / f"{entry}.vmfb").read_bytes()
     except (OSError, ValueError):
         return None
-    if not isinstance(facts, dict) or facts.get("sha256") != hashlib.sha256(module).hexdigest():
+    if (not isinstance(facts, dict) or facts.get("sha256") != hashlib.sha256(module).hexdigest()
+            or not isinstance(facts.get("state_in_place"), bool)):
         return None
     for path in (root / f"{entry}.json", root / f"{entry}.vmfb"):
-        os.utime(path)  # most recently used: the last to go
+        try:
+            os.utime(path)  # most recently used: the last to go
+        except OSError:  # a read-only cache is still a cache
+            pass
     return module, facts
 
 
@@ -84,10 +88,16 @@ def store(root: Path, entry: str, module: bytes, facts: dict) -> None:
 
 
 def _trim(root: Path) -> None:
-    files = sorted((p for p in root.iterdir() if p.suffix in (".vmfb", ".json")), key=lambda p: p.stat().st_mtime,
-                   reverse=True)
+    """Delete the least recently used files beyond MAX_BYTES (another process may be trimming too)."""
+    files = []
+    for path in root.iterdir():
+        try:
+            if path.suffix in (".vmfb", ".json"):
+                files.append((path.stat(), path))
+        except FileNotFoundError:
+            continue
     total = 0
-    for path in files:
-        total += path.stat().st_size
+    for stat, path in sorted(files, key=lambda f: f[0].st_mtime, reverse=True):
+        total += stat.st_size
         if total > MAX_BYTES:
             path.unlink(missing_ok=True)

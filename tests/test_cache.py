@@ -2,6 +2,9 @@
 output from the cache, identical and working; anything that changes IREE's input misses; a
 damaged entry is recompiled; the switch turns it off."""
 
+import hashlib
+import os
+
 import numpy as np
 import pytest
 import torch
@@ -81,3 +84,14 @@ def test_host_code_is_keyed_by_this_cpu(monkeypatch):
     monkeypatch.setattr(cache, "_host_cpu", lambda: "another CPU")
     assert cache.key("module {}", host) != here[host[0]]
     assert cache.key("module {}", aarch64) == here[aarch64[0]]
+
+
+def test_the_cache_keeps_the_most_recently_used_within_its_size(tmp_path, monkeypatch):
+    monkeypatch.setattr(cache, "MAX_BYTES", 3000)
+    for i, entry in enumerate("abc"):
+        cache.store(tmp_path, entry, bytes(1000), {"state_in_place": True})
+        for path in tmp_path.glob(f"{entry}.*"):
+            os.utime(path, (i, i))  # a older than b older than c
+    assert cache.load(tmp_path, "a") is None and cache.load(tmp_path, "b") is not None
+    assert cache.load(tmp_path, "c") == (bytes(1000), {"state_in_place": True,
+                                                       "sha256": hashlib.sha256(bytes(1000)).hexdigest()})
