@@ -108,7 +108,8 @@ class ParamOp(_Verified, name="param"):
 
     policy is one of full, frozen, bias (a weight whose module updates only its bias is
     frozen; the bias itself is full) or channels (the first ceil(ratio * C) output channels
-    are updated). ratio is 1.0 for every policy but channels.
+    are updated). ratio is 1.0 for every policy but channels. A frozen value may be an integer
+    tensor (an int8 weight, pock_mlir/quantize.py).
     """
 
     value: ext.Operand[Any]
@@ -118,11 +119,12 @@ class ParamOp(_Verified, name="param"):
     result: ext.Result[Any]
 
     def verify_rules(self) -> bool:
-        if not self.check_float_tensor("value", self.value):
-            return False
         policy = self.str_attr("policy")
         if policy not in POLICIES:
             return self.fail(f"policy must be one of {', '.join(POLICIES)}, got '{policy}'")
+        value = parse_tensor_type(self.value.type)
+        if value is None or not (value.is_float or policy == "frozen"):  # frozen: int8 weights too
+            return self.fail(f"value must be a !torch.vtensor, floating-point unless frozen, got {self.value.type}")
         if not self.check_range("ratio", 0.0, 1.0, low_open=True):
             return False
         if policy != "channels" and self.float_attr("ratio") != 1.0:

@@ -25,6 +25,9 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
+from pock_mlir.lora import Adapter, merged
+from pock_mlir.quantize import QuantizedWeight, dequantized
+
 SEED_INPUT = "seed"
 FUNCTIONS = ("train_step", "train_step_into", "gradients", "loss", "evaluate")
 
@@ -100,6 +103,13 @@ class StepSignature:
     target: TensorSpec
     output: TensorSpec
     policies: dict[str, Policy] = field(default_factory=dict)
+    adapters: list[Adapter] = field(default_factory=list)  # LoRA adapters among the params (pock_mlir/lora.py)
+    quantized: list[QuantizedWeight] = field(default_factory=list)  # int8 weights (pock_mlir/quantize.py)
+
+    def model_state(self, state: dict) -> dict:
+        """Parameters by name as the PyTorch model holds them: int8 weights dequantized, LoRA
+        adapters merged into their weights (PEFT's merge_and_unload)."""
+        return merged(dequantized(state, self.quantized), self.adapters)
 
     def trainable_shape(self, name: str) -> tuple[int, ...]:
         spec = next(p for p in self.params if p.name == name)

@@ -31,13 +31,15 @@ import numpy as np
 from safetensors import SafetensorError
 from safetensors.numpy import load_file, save
 
+from pock_mlir import lora
+from pock_mlir.quantize import QuantizedWeight
 from pock_mlir.abi import FUNCTIONS, SEED_INPUT, STEP, Policy, StepSignature, TensorSpec, layout
 from pock_mlir.files import TEMPORARY_PREFIX, fsync_directory, is_temporary, staging_directory
 from pock_mlir.runtime.workspace import module_transient_bytes
 from pock_mlir.targets import Target, TargetError, resolve_target
 
 FORMAT = "pock-bundle"
-FORMAT_VERSION = 3  # 2: the module has a `loss` function; 3: every file's sha256
+FORMAT_VERSION = 4  # 2: the module has a `loss` function; 3: every file's sha256; 4: LoRA adapters, int8 weights
 MANIFEST, MODULE, PARAMS, OPTIMIZER, ARGS, RUN_STEP = (
     "manifest.json", "module.vmfb", "params.safetensors", "optimizer.safetensors", "args", "run_step.sh")
 VERSIONED_PACKAGES = ("pock-mlir", "iree-base-compiler", "iree-base-runtime", "torch", "torch-mlir")
@@ -88,9 +90,12 @@ def _as_array(value, spec) -> np.ndarray:
 
 
 def _state_dict_sources(model, signature) -> dict[str, str]:
-    """PyTorch state_dict name -> the parameter or buffer (as the module takes them) holding it: a tied
-    weight appears under each of its names, a non-persistent buffer under none."""
-    known = [s.name for s in signature.params + signature.buffers]
+    """PyTorch state_dict name -> the parameter or buffer holding it, in the model's own state
+    (StepSignature.model_state: no adapters, int8 weights dequantized): a tied weight appears under
+    each of its names, a non-persistent buffer under none."""
+    stored_only = lora.names(signature.adapters) | {n for w in signature.quantized for n in (w.values, w.scale)}
+    known = [s.name for s in signature.params + signature.buffers if s.name not in stored_only] + [
+        w.weight for w in signature.quantized]
     if model is None:
         return {name: name for name in known}
     first_name: dict[int, str] = {}
@@ -120,6 +125,8 @@ def _manifest(program, *, model, model_file: str | None, loss, sparse) -> dict:
         "sparse": {"scheme": program.scheme.source, "config": None if sparse is None else str(sparse),
                    "policies": {name: dataclasses.asdict(p) if p else {"kind": "full", "ratio": 1.0}
                                 for name, p in policies.items()}},
+        "lora": [adapter.to_json() for adapter in sig.adapters],
+        "quantized": [weight.to_json() for weight in sig.quantized],
         "params": [p.to_json() for p in sig.params],
         "buffers": [b.to_json() for b in sig.buffers],
         "updated_buffers": list(sig.updated_buffers),
@@ -314,7 +321,9 @@ class Bundle:
         return self.manifest["sha256"][MODULE]
 
     def torch_state_dict(self, state: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-        """Trainer.state_dict() in the layout the PyTorch model's load_state_dict expects."""
+        """Trainer.state_dict() in the layout the PyTorch model's load_state_dict expects, LoRA
+        adapters merged into their weights, int8 weights dequantized."""
+        state = self.signature.model_state(state)
         return {name: state[source] for name, source in self.manifest["state_dict"].items()}
 
     @property
@@ -397,6 +406,11 @@ def _check_names(path: Path, signature: StepSignature) -> None:
                  if s.name not in expected_state]
     problems += [f"optimizer state {s.name} has shape {s.shape}, its parameter trains {expected_state[s.name]}"
                  for s in signature.state if s.name in expected_state and s.shape != tuple(expected_state[s.name])]
+    shapes = {p.name: p.shape for p in signature.params}
+    problems += [f"LoRA adapter {a.module} does not match its parameters' shapes" for a in signature.adapters
+                 if (shapes.get(a.weight, a.weight_shape), shapes.get(a.a), shapes.get(a.b)) != (a.weight_shape, a.a_shape, a.b_shape)]
+    problems += [f"int8 weight {w.module} does not match its parameters' shapes" for w in signature.quantized
+                 if (shapes.get(w.values), shapes.get(w.scale)) != (w.weight_shape, (w.weight_shape[w.channel_axis],))]
     problems = [p for p in problems if p]
     if problems:
         raise BundleError(f"{path / MANIFEST} is inconsistent: {'; '.join(problems)}; rewrite the bundle with pock-compile")
@@ -413,9 +427,12 @@ def load_bundle(directory) -> Bundle:
             updated_buffers=list(manifest["updated_buffers"]), trainable=list(manifest["trainable"]),
             state=[spec(s) for s in manifest["optimizer_state"]], inputs=[spec(i) for i in manifest["batch"]["inputs"]],
             target=spec(manifest["batch"]["target"]), output=spec(manifest["output"]),
-            policies={name: Policy(**p) for name, p in manifest["sparse"]["policies"].items()})
+            policies={name: Policy(**p) for name, p in manifest["sparse"]["policies"].items()},
+            adapters=[lora.Adapter.from_json(entry) for entry in manifest["lora"]],
+            quantized=[QuantizedWeight.from_json(entry) for entry in manifest["quantized"]])
         target = dataclasses.replace(resolve_target(manifest["target"]["name"]), arch=manifest["target"]["arch"])
-        unknown_sources = set(manifest["state_dict"].values()) - {s.name for s in signature.params + signature.buffers}
+        unknown_sources = set(manifest["state_dict"].values()) - {s.name for s in signature.params + signature.buffers} - {
+            w.weight for w in signature.quantized}
         _check_files(path, manifest)
         _check_names(path, signature)
     except BundleError:

@@ -8,12 +8,13 @@ import time
 from torch_mlir import ir
 
 from pock_mlir.context import make_context
-from pock_mlir.frontend import import_model
+from pock_mlir.frontend import import_model, parameter_shapes
 from pock_mlir.optim import SGD
 from pock_mlir.passes import run_pipeline
+from pock_mlir.quantize import frozen_weights, stored_policies
 from pock_mlir.passes.pipeline import split_top_level
 from pock_mlir.program import TrainingProgram
-from pock_mlir.sparse import resolve_sparse
+from pock_mlir.sparse import lora_adapters, resolve_sparse
 from pock_mlir.stages import STAGE_PIPELINES
 from pock_mlir.targets import resolve_target
 from pock_mlir.training import build_training_functions
@@ -68,16 +69,22 @@ def compile_training(model, example_inputs, example_target, *, loss="cross_entro
     with context, ir.Location.unknown():
         log("exporting the model and its loss (torch.export) and importing them into MLIR")
         start = time.perf_counter()
-        imported = import_model(model, example_inputs, example_target, loss, context, output)
+        # The scheme is resolved on the model's parameters before tracing: LoRA adapters and
+        # int8 weights change the traced forward pass.
+        adapters = lora_adapters(sparse, model)
+        scheme = resolve_sparse(sparse, model, parameter_shapes(model, adapters))
+        quantized = frozen_weights(model, scheme.policies) if scheme.quantize else []
+        timings["sparse scheme"] = time.perf_counter() - start
+        imported = import_model(model, example_inputs, example_target, loss, context, output, adapters, quantized)
         stages["imported"] = str(imported.module)
         timings.update({f"import: {step}": seconds for step, seconds in imported.timings.items()})
         log(f"imported {len(imported.params)} parameters in {time.perf_counter() - start:.1f}s")
 
         start = time.perf_counter()
-        scheme = resolve_sparse(sparse, model, {p.name: p.shape for p in imported.params})
-        signature = build_training_functions(imported, optimizer, scheme.policies)
+        signature = build_training_functions(imported, optimizer, stored_policies(scheme.policies, quantized),
+                                             adapters, quantized)
         stages["training"] = str(imported.module)
-        timings["training: sparse scheme and step functions"] = time.perf_counter() - start
+        timings["training: step functions"] = time.perf_counter() - start
 
         for stage, pipeline in stage_pipelines.items():
             stage_start = time.perf_counter()

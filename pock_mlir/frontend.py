@@ -28,6 +28,7 @@ follows F.cross_entropy, whose class dimension is dim 1.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import itertools
@@ -46,6 +47,7 @@ from torch_mlir import ir
 from torch_mlir.extras.fx_decomp_util import get_decomposition_table
 from torch_mlir.extras.fx_importer import FxImporter
 
+from pock_mlir import lora, quantize
 from pock_mlir.abi import SEED_INPUT, TensorSpec
 from pock_mlir.dropout import SeededDropout
 
@@ -117,12 +119,50 @@ def _state_with_copies(names, values, updated) -> dict:
     return state
 
 
-def _call_model(model, state: dict, inputs: tuple, seeded: bool):
-    """model(*inputs) with `state`; a seeded call's last input is the seed of its dropout masks."""
-    if not seeded:
-        return functional_call(model, state, inputs)
-    with SeededDropout(inputs[-1]):
-        return functional_call(model, state, inputs[:-1])
+@dataclass(frozen=True)
+class Rewrites:
+    """What the traced forward computes differently from the model: LoRA adapters added to some
+    layers (pock_mlir/lora.py), int8 weights in others (pock_mlir/quantize.py). Their tensors are
+    parameters of the program, not of the model."""
+
+    adapters: tuple[lora.Adapter, ...] = ()
+    quantized: tuple[quantize.QuantizedWeight, ...] = ()
+
+    def initial_values(self, params: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        """The program's parameters from the model's: int8 weights in place of their float32
+        ones, then the adapters' initial values."""
+        result = {name: value for name, value in params.items() if name not in {w.weight for w in self.quantized}}
+        for weight in self.quantized:
+            result.update({n: torch.from_numpy(v) for n, v in weight.quantize(params[weight.weight].numpy()).items()})
+        result.update({n: torch.from_numpy(v) for n, v in lora.initial_values(list(self.adapters)).items()})
+        return result
+
+    @contextlib.contextmanager
+    def attached(self, model, state: dict):
+        """The model computes with the rewrites, their tensors read from `state`; yields the
+        entries of `state` that are the model's own."""
+        added = lora.names(self.adapters) | {n for w in self.quantized for n in (w.values, w.scale)}
+        with lora.attached(model, list(self.adapters), state), quantize.attached(model, list(self.quantized), state):
+            yield {name: value for name, value in state.items() if name not in added}
+
+
+def parameter_shapes(model, adapters: list[lora.Adapter]) -> dict[str, tuple[int, ...]]:
+    """The shapes of the model's parameters and of the adapters it will get, by name."""
+    if not isinstance(model, torch.nn.Module):
+        raise FrontendError(f"model must be a torch.nn.Module, got {type(model).__name__}")
+    shapes = {n: tuple(p.shape) for n, p in model.named_parameters()}
+    shapes.update({n: shape for a in adapters for n, shape in ((a.a, a.a_shape), (a.b, a.b_shape))})
+    return shapes
+
+
+def _call_model(model, state: dict, inputs: tuple, seeded: bool, rewrites: Rewrites):
+    """model(*inputs) with `state` (the rewrites' tensors included); a seeded call's last input is
+    the seed of its dropout masks."""
+    with rewrites.attached(model, state) as own:
+        if not seeded:
+            return functional_call(model, own, inputs)
+        with SeededDropout(inputs[-1]):
+            return functional_call(model, own, inputs[:-1])
 
 
 def select_output(output, selector=None) -> torch.Tensor:
@@ -176,29 +216,32 @@ def _widened(values, dtypes) -> tuple:
 class _ForwardLoss(torch.nn.Module):
     """(loss, new values of the updated buffers...) from (params..., buffers..., inputs..., target)."""
 
-    def __init__(self, model, names, updated, dtypes, seeded, loss_fn):
+    def __init__(self, model, names, updated, dtypes, seeded, rewrites, loss_fn):
         super().__init__()
         _hold_outside_module_tree(self, model)
         self.names, self.updated, self.dtypes, self.seeded, self.loss_fn = names, updated, dtypes, seeded, loss_fn
+        self.rewrites = rewrites
 
     def forward(self, *args):
         n = len(self.names)
         state = _state_with_copies(self.names, args[:n], self.updated)
         *inputs, target = _widened(args[n:], self.dtypes)
-        output = _call_model(self.model, state, tuple(inputs), self.seeded)
+        output = _call_model(self.model, state, tuple(inputs), self.seeded, self.rewrites)
         return (self.loss_fn(output, target), *(state[name] for name in self.updated))
 
 
 class _Forward(torch.nn.Module):
-    def __init__(self, model, names, updated, dtypes, seeded, selector):
+    def __init__(self, model, names, updated, dtypes, seeded, rewrites, selector):
         super().__init__()
         _hold_outside_module_tree(self, model)
         self.names, self.updated, self.dtypes, self.seeded, self.selector = names, updated, dtypes, seeded, selector
+        self.rewrites = rewrites
 
     def forward(self, *args):
         n = len(self.names)
-        return select_output(_call_model(self.model, _state_with_copies(self.names, args[:n], self.updated),
-                                         _widened(args[n:], self.dtypes), self.seeded), self.selector)
+        output = _call_model(self.model, _state_with_copies(self.names, args[:n], self.updated),
+                             _widened(args[n:], self.dtypes), self.seeded, self.rewrites)
+        return select_output(output, self.selector)
 
 
 def _split_into_slices(x, split_sizes, dim=0):
@@ -281,16 +324,20 @@ def _check_dtypes_and_sizes(params, buffers, inputs, target) -> None:
 
 
 def import_model(model: torch.nn.Module, example_inputs, example_target, loss, context: ir.Context,
-                 output_selector=None) -> ImportedModel:
+                 output_selector=None, adapters: list[lora.Adapter] = (),
+                 quantized: list[quantize.QuantizedWeight] = ()) -> ImportedModel:
     """output_selector: which entry of a structured model output `evaluate` returns (see
-    select_output); the loss always receives the model's output as it is."""
+    select_output); the loss always receives the model's output as it is. adapters: LoRA
+    adapters traced into the forward pass, as parameters after the model's own; quantized: the
+    layers whose weights are int8 parameters instead (see Rewrites)."""
     if not isinstance(model, torch.nn.Module):
         raise FrontendError(f"model must be a torch.nn.Module, got {type(model).__name__}")
+    rewrites = Rewrites(tuple(adapters), tuple(quantized))
     user_inputs, user_target = as_tensor_tuple(example_inputs), as_tensor(example_target)
     inputs, target = tuple(device_dtype(t) for t in user_inputs), device_dtype(user_target)
     loss_fn = resolve_loss(loss)
 
-    params = {n: p.detach() for n, p in model.named_parameters()}
+    params = rewrites.initial_values({n: p.detach() for n, p in model.named_parameters()})
     buffers = {n: b.detach() for n, b in model.named_buffers()}
     if not params:
         raise FrontendError("the model has no parameters to train")
@@ -305,7 +352,7 @@ def import_model(model: torch.nn.Module, example_inputs, example_target, loss, c
     dropout_probe = SeededDropout(torch.zeros((), dtype=torch.int32))
     with torch.no_grad():
         with dropout_probe:
-            output = functional_call(model, {**params, **copies}, user_inputs)
+            output = _call_model(model, {**params, **copies}, user_inputs, False, rewrites)
         try:
             loss_value = loss_fn(output, user_target)
         except Exception as e:
@@ -323,9 +370,9 @@ def import_model(model: torch.nn.Module, example_inputs, example_target, loss, c
 
     dtypes = [t.dtype for t in user_inputs] + ([torch.int32] if seeded else [])
     timings: dict[str, float] = {}
-    forward_loss = _export(_ForwardLoss(model, names, updated, dtypes + [user_target.dtype], seeded, loss_fn),
+    forward_loss = _export(_ForwardLoss(model, names, updated, dtypes + [user_target.dtype], seeded, rewrites, loss_fn),
                            state + inputs + (target,), "forward and loss", timings)
-    forward = _export(_Forward(model, names, updated, dtypes, seeded, output_selector), state + inputs,
+    forward = _export(_Forward(model, names, updated, dtypes, seeded, rewrites, output_selector), state + inputs,
                       "forward pass", timings)
     start = time.perf_counter()
     importer = FxImporter(context=context)

@@ -7,13 +7,17 @@ to policies; a pattern names parameters (`features.3.conv.0.weight`) or modules
 
     preset: mobilenet-last-2        # optional: start from a preset, the patterns refine it
     default: frozen                 # parameters no pattern names (frozen unless said otherwise)
+    quantize: {frozen: int8}        # optional: frozen layer weights stored as int8 (pock_mlir/quantize.py)
     "*.bias": full                  # quote patterns that start with * in YAML (an alias otherwise)
     features.16.conv.0: 0.25        # a ratio r in (0, 1]: the first ceil(r * C) output channels
     classifier: full
 
-Policies: `full`, `frozen`, `bias` (the matched modules update their biases only) or a
-ratio. Patterns apply in order, so a later, more specific pattern overrides an earlier,
-broader one. A wildcard pattern that matches nothing is listed as a warning in
+Policies: `full`, `frozen`, `bias` (the matched modules update their biases only), a
+ratio, or LoRA: `{lora: {r: 8, alpha: 16}}` or `lora:r=8,alpha=16` gives every nn.Linear,
+Hugging Face Conv1D and ungrouped nn.Conv2d the pattern names (or that a named module
+contains) a LoRA adapter; their own parameters freeze and the adapters train
+(pock_mlir/lora.py). Patterns apply in order, so a later, more specific pattern overrides an
+earlier, broader one. A wildcard pattern that matches nothing is listed as a warning in
 `program.report()` (one scheme file can serve a model family); an exact name that matches
 nothing, a ratio outside (0, 1], `bias` on modules without a bias and a ratio on a scalar are
 SparseConfigErrors naming the closest names.
@@ -55,6 +59,8 @@ from dataclasses import dataclass, field
 import torch.nn as nn
 
 from pock_mlir.abi import Policy
+from pock_mlir.lora import Adapter, LoraError, LoraPolicy, kind_of
+from pock_mlir.quantize import FORMATS
 
 
 class SparseConfigError(ValueError):
@@ -71,6 +77,7 @@ class SparseUpdate:
     rules: list[tuple[str, object]] = field(default_factory=list)
     default: object = "frozen"
     base_preset: str | None = None  # e.g. "mobilenet-last-4"; resolved against the model
+    quantize: str | None = None  # "int8": frozen layer weights stored so (pock_mlir/quantize.py)
 
     @staticmethod
     def preset(family: str, k: int | None = None) -> SparseUpdate:
@@ -88,10 +95,11 @@ class SparseUpdate:
         preset = mapping.pop("preset", None)
         if preset is not None:
             _parse_preset(preset, where)
+        quantize = _parse_quantize(mapping.pop("quantize", None), where)
         bad = [key for key in mapping if not isinstance(key, str)]
         if bad:
             raise SparseConfigError(f"{where}: patterns must be strings, got {bad[0]!r}")
-        return SparseUpdate(rules=list(mapping.items()), default=default, base_preset=preset)
+        return SparseUpdate(rules=list(mapping.items()), default=default, base_preset=preset, quantize=quantize)
 
 
 @dataclass
@@ -101,6 +109,7 @@ class SparseScheme:
     policies: dict[str, Policy]
     source: str = "full"
     unmatched: list[str] = field(default_factory=list)  # wildcard patterns this model has nothing for
+    quantize: str | None = None  # how frozen layer weights are stored (SparseUpdate.quantize)
 
 
 def _parse_preset(name, where: str = "sparse") -> tuple[str, int | None]:
@@ -115,6 +124,16 @@ def _parse_preset(name, where: str = "sparse") -> tuple[str, int | None]:
     if k < 1:
         raise SparseConfigError(f"{where}: preset {name!r} needs K >= 1")
     return m.group(2) or "last", k
+
+
+def _parse_quantize(value, where: str) -> str | None:
+    """`quantize: {frozen: int8}` -> "int8"."""
+    if value is None:
+        return None
+    if not (isinstance(value, dict) and set(value) == {"frozen"} and value["frozen"] in FORMATS):
+        raise SparseConfigError(f"{where}: quantize takes {{frozen: int8}} (frozen layer weights stored as int8), "
+                                f"got {value!r}")
+    return value["frozen"]
 
 
 def _load(sparse) -> tuple[SparseUpdate, str]:
@@ -296,11 +315,60 @@ def _module_names(names: list[str]) -> list[str]:
     return list(modules)
 
 
+def _lora_policy(value, where: str) -> LoraPolicy | None:
+    try:
+        return LoraPolicy.parse(value, where)
+    except LoraError as e:
+        raise SparseConfigError(str(e)) from None
+
+
+def _lora_targets(pattern: str, modules: list[str]) -> list[str]:
+    """The modules a LoRA pattern adapts: those it names, by themselves, by their weight or by a
+    module containing them."""
+    return [m for m in modules if _matches(pattern, m) or fnmatch.fnmatchcase(f"{m}.weight", pattern)]
+
+
+def lora_adapters(sparse, model: nn.Module | None) -> list[Adapter]:
+    """The LoRA adapters `sparse` asks for, in the model's module order (the last LoRA pattern
+    naming a module sets its r and alpha); [] for a scheme without LoRA."""
+    if sparse is None:
+        return []
+    scheme, _ = _load(sparse)
+    rules = [(pattern, _lora_policy(value, f"pattern '{pattern}'")) for pattern, value in scheme.rules]
+    rules = [(pattern, policy) for pattern, policy in rules if policy is not None]
+    if rules and not isinstance(model, nn.Module):
+        raise SparseConfigError("LoRA policies add adapters to the PyTorch model: compile with compile_training or "
+                                "pock-compile (pock-opt on bare IR takes patterns without LoRA)")
+    if not rules:
+        return []
+    kinds = {name: kind_of(m) for name, m in model.named_modules()}
+    adaptable = [name for name, kind in kinds.items() if kind]
+    chosen: dict[str, Adapter] = {}
+    for pattern, policy in rules:
+        targets = _lora_targets(pattern, adaptable)
+        if not targets and not _is_wildcard(pattern):
+            named = [n for n in kinds if _matches(pattern, n)]
+            found = ", ".join(f"{n} ({type(model.get_submodule(n)).__name__})" for n in named[:3]) or "nothing"
+            raise SparseConfigError(
+                f"pattern '{pattern}': LoRA applies to nn.Linear, Hugging Face Conv1D and ungrouped nn.Conv2d, and the "
+                f"pattern names {found}; closest adaptable modules: {_closest(pattern, adaptable)}")
+        for name in targets:
+            shape = tuple(model.get_submodule(name).weight.shape)
+            chosen[name] = Adapter(name, kinds[name], shape, policy.r, policy.alpha, policy.seed)
+    return [chosen[name] for name in adaptable if name in chosen]
+
+
 def _apply(value, matched: list[str], shapes: dict[str, tuple], pattern: str | None,
            policies: dict[str, Policy]) -> None:
     """Set the policy `value` on the `matched` parameters (by `pattern`, None for default)."""
     where = "default" if pattern is None else f"pattern '{pattern}'"
-    if value in ("full", "frozen"):
+    if _lora_policy(value, where) is not None:
+        if pattern is None:
+            raise SparseConfigError("default: LoRA is a policy for patterns; name the modules to adapt")
+        adapters = _lora_targets(pattern, [n.removesuffix(".lora_A.weight") for n in shapes if n.endswith(".lora_A.weight")])
+        trained = {f"{m}.lora_{part}.weight" for m in adapters for part in "AB"}
+        policies.update({n: Policy("full" if n in trained else "frozen") for n in {*matched, *trained}})
+    elif value in ("full", "frozen"):
         policies.update({n: Policy(value) for n in matched})
     elif value == "bias":
         if not any(_is_bias(n) for n in matched):
@@ -319,7 +387,8 @@ def _apply(value, matched: list[str], shapes: dict[str, tuple], pattern: str | N
             policy = Policy("channels", float(value))
             policies[n] = policy if policy.channels(shape) < shape[0] else Policy("full")
     else:
-        raise SparseConfigError(f"{where}: unknown policy {value!r}; use full, frozen, bias or a ratio in (0, 1]")
+        raise SparseConfigError(f"{where}: unknown policy {value!r}; use full, frozen, bias, a ratio in (0, 1] or "
+                                f"lora:r=8,alpha=16")
 
 
 def resolve_sparse(sparse, model: nn.Module | None, params: dict[str, tuple]) -> SparseScheme:
@@ -336,8 +405,11 @@ def resolve_sparse(sparse, model: nn.Module | None, params: dict[str, tuple]) ->
     _apply(scheme.default, names, params, None, policies)
     candidates = names + _module_names(names)
     unmatched = []
+    adapted = [n.removesuffix(".lora_A.weight") for n in names if n.endswith(".lora_A.weight")]
     for pattern, value in rules:
         matched = [n for n in names if _matches(pattern, n)]
+        if _lora_policy(value, f"pattern '{pattern}'") and not _lora_targets(pattern, adapted):
+            matched = []  # it adapts nothing here (lora_adapters rejected an exact name already)
         if not matched and _is_wildcard(pattern):  # one scheme serves a family: not every model has everything
             unmatched.append(pattern)
             continue
@@ -345,7 +417,7 @@ def resolve_sparse(sparse, model: nn.Module | None, params: dict[str, tuple]) ->
             raise SparseConfigError(f"pattern '{pattern}' matches no parameter or module; closest names: "
                                     f"{_closest(pattern, candidates)}")
         _apply(value, matched, params, pattern, policies)
-    return SparseScheme(policies, source, unmatched)
+    return SparseScheme(policies, source, unmatched, scheme.quantize)
 
 
 def _is_wildcard(pattern: str) -> bool:

@@ -54,7 +54,8 @@ def _call_forward_loss(forward_loss, params, buffers, batch, ip):
     return results[0], list(results[1:])
 
 
-def build_training_functions(imported: ImportedModel, optimizer, policies: dict[str, Policy]) -> StepSignature:
+def build_training_functions(imported: ImportedModel, optimizer, policies: dict[str, Policy],
+                             adapters=(), quantized=()) -> StepSignature:
     """Add train_step, gradients and loss to the imported module (in its context)."""
     trainable = [p.name for p in imported.params if policies.get(p.name, Policy()).kind != "frozen"]
     if not trainable:
@@ -62,7 +63,8 @@ def build_training_functions(imported: ImportedModel, optimizer, policies: dict[
     signature = StepSignature(
         params=imported.params, buffers=imported.buffers, updated_buffers=imported.updated_buffers,
         trainable=trainable, state=[],
-        inputs=imported.inputs, target=imported.target, output=imported.output, policies=dict(policies))
+        inputs=imported.inputs, target=imported.target, output=imported.output, policies=dict(policies),
+        adapters=list(adapters), quantized=list(quantized))
     signature.state = [
         TensorSpec(f"{name}.{slot}", signature.trainable_shape(name), "float32")
         for name in trainable for slot in optimizer.state_slots]

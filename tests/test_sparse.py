@@ -243,7 +243,7 @@ def test_last_k_counts_normalizations_with_the_layer_before():
     ({"features": 0.5}, r"pattern 'features' matches no parameter or module; closest names: "),
     ({"2": 0.0}, r"pattern '2': channel ratio must be in \(0, 1\], got 0.0"),
     ({"2": 1.5}, r"pattern '2': channel ratio must be in \(0, 1\], got 1.5"),
-    ({"2": "half"}, r"pattern '2': unknown policy 'half'; use full, frozen, bias or a ratio in \(0, 1\]"),
+    ({"2": "half"}, r"pattern '2': unknown policy 'half'; use full, frozen, bias, a ratio in \(0, 1\] or lora:r=8,alpha=16"),
     ({"2": True}, r"pattern '2': unknown policy True"),
     ({"default": 2}, r"default: channel ratio must be in \(0, 1\], got 2"),
     ("last-9", r"preset 'last-9': the model has only 3 layers \(0, 2, 4\)"),

@@ -45,11 +45,19 @@ def torch_loss(model, x, y) -> float:
 LEARNING_RATES = (1e-3, 3e-3, 1e-2)  # AdamW; each scheme keeps its best on the validation split
 REFERENCE = "pytorch full (reference)"
 
+LORA = "lora:r=8,alpha=16"
+INT8 = {"quantize": {"frozen": "int8"}}  # frozen linear weights stored as int8 (pock_mlir/quantize.py)
 SCHEMES = {
     "full": None,
     "sparse preset (last 2 blocks)": "transformer-last-2",
     "last block only": {"blocks.3.*": "full", "norm.*": "full", "default": "frozen"},
     "norms only": {"*norm*": "full", "default": "frozen"},
+    # PockEngine's comparison with LoRA (its Table 4), each also over an int8 frozen base
+    "LoRA r=8, attention": {"blocks.*.attention": LORA},
+    "LoRA r=8, all linears": {"blocks": LORA},
+    "sparse preset, int8 base": {"preset": "transformer-last-2", **INT8},
+    "LoRA r=8, attention, int8 base": {"blocks.*.attention": LORA, **INT8},
+    "LoRA r=8, all linears, int8 base": {"blocks": LORA, **INT8},
 }
 
 
@@ -71,10 +79,12 @@ def pock_finetune(base, scheme, train_batches, held_out, lr):
         t = time.perf_counter()
         losses.append(trainer.step(x, y))
         step_times.append(time.perf_counter() - t)
-    model.load_state_dict({k: torch.from_numpy(v) for k, v in trainer.state_dict().items()}, strict=False)
+    model.load_state_dict({k: torch.from_numpy(v) for k, v in trainer.merged_state_dict().items()}, strict=False)
+    signature = program.signature
     return {"lr": lr, "train_loss": losses, **held_out_losses(model, held_out),
             "tokens_per_s": x0.size / float(np.median(step_times[2:])), "compile_s": compile_s,
-            "trainable": len(program.signature.trainable), "trainer": trainer}
+            "trainable": sum(int(np.prod(signature.trainable_shape(n))) for n in signature.trainable),
+            "device_mb": trainer.device_bytes / 2**20, "trainer": trainer}
 
 
 def torch_finetune(base, train_batches, held_out, lr):
@@ -90,7 +100,8 @@ def torch_finetune(base, train_batches, held_out, lr):
         step_times.append(time.perf_counter() - t)
         losses.append(loss.item())
     return {"lr": lr, "train_loss": losses, **held_out_losses(model, held_out),
-            "tokens_per_s": train_batches[0][0].size / float(np.median(step_times[2:]))}
+            "tokens_per_s": train_batches[0][0].size / float(np.median(step_times[2:])),
+            "trainable": sum(p.numel() for p in model.parameters())}
 
 
 def plot(results: dict, path: Path):
@@ -102,12 +113,14 @@ def plot(results: dict, path: Path):
 def markdown_report(results: dict, samples: dict) -> str:
     """The table, then the greedy completion of the prompt before and after sparse fine-tuning."""
     full = results[REFERENCE]["test_loss"]
-    rows = ["| scheme | system | lr (best on val) | test loss | vs PyTorch full | tokens/s |",
-            "| --- | --- | ---: | ---: | ---: | ---: |"]
+    rows = ["| scheme | system | lr (best on val) | test loss | vs PyTorch full | tokens/s | trained values | device MB |",
+            "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |"]
     for name, r in results.items():
         system = "PyTorch eager" if name == REFERENCE else "pock-mlir"
+        trained = f"{r['trainable']:,}" if "trainable" in r else ""
+        memory = f"{r['device_mb']:.2f}" if "device_mb" in r else ""
         rows.append(f"| {name} | {system} | {r['lr']:g} | {r['test_loss']:.3f} | "
-                    f"{100 * (r['test_loss'] / full - 1):+.1f}% | {r['tokens_per_s']:.0f} |")
+                    f"{100 * (r['test_loss'] / full - 1):+.1f}% | {r['tokens_per_s']:.0f} | {trained} | {memory} |")
     rows += ["", f"Greedy completion of `{samples['prompt']!r}` through the compiled forward:", "",
              f"- before fine-tuning: `{samples['before']!r}`", f"- after (sparse preset): `{samples['after']!r}`"]
     return "\n".join(rows)

@@ -5,7 +5,7 @@
 // IRDL's own verifier rather than tripping over the Python rules.
 
 func.func @param_value_not_float(%w: !torch.vtensor<[3],si64>) {
-  // expected-error @+1 {{'pock.param' op value must be a floating-point !torch.vtensor, got !torch.vtensor<[3],si64>}}
+  // expected-error @+1 {{'pock.param' op value must be a !torch.vtensor, floating-point unless frozen, got !torch.vtensor<[3],si64>}}
   %p = "pock.param"(%w) {param_name = "w", policy = "full", ratio = 1.0 : f64} : (!torch.vtensor<[3],si64>) -> !torch.vtensor<[3],si64>
   return
 }

@@ -8,10 +8,13 @@ the host between steps.
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import numpy as np
 import iree.runtime as rt
 
+from pock_mlir import lora
+from pock_mlir.quantize import dequantized
 from pock_mlir.abi import TensorSpec, layout, runs
 from pock_mlir.runtime.memory import release_freed_memory, retain_freed_memory
 from pock_mlir.runtime.workspace import ModuleFunctions
@@ -134,6 +137,18 @@ class Trainer:
         return self._state_in_place
 
     @property
+    def device_bytes(self) -> int:
+        """The device memory the trainer holds: parameters, buffers, optimizer state, the second
+        set of what each step writes (see __init__) and the workspace."""
+        sig, by_name = self.signature, {s.name: s for s in self.signature.params + self.signature.buffers}
+
+        def size(specs) -> int:
+            return sum(np.dtype(s.dtype).itemsize * math.prod(s.shape) for s in specs)
+
+        written = [by_name[n] for n in [*sig.trainable, *sig.updated_buffers]] + ([] if self._state_in_place else sig.state)
+        return size(sig.params + sig.buffers + sig.state) + size(written) + (self.workspace_bytes or 0)
+
+    @property
     def workspace_bytes(self) -> int | None:
         """The device memory every call shares for its intermediate values (allocated once; see
         pock_mlir/runtime/workspace.py); None for a module compiled without a workspace."""
@@ -251,6 +266,19 @@ class Trainer:
         state = {name: self._host(v) for name, v in self._params.items()}
         state.update({name: self._host(v) for name, v in self._buffers.items()})
         return state
+
+    def merged_state_dict(self) -> dict[str, np.ndarray]:
+        """state_dict() as the PyTorch model holds it: LoRA adapters merged into their base weights
+        (PEFT's merge_and_unload) and left out, int8 weights dequantized."""
+        return self.signature.model_state(self.state_dict())
+
+    def export_adapters(self, directory) -> Path:
+        """Write the LoRA adapters (and any other module the scheme trains, as PEFT's
+        modules_to_save) as adapter_model.safetensors and adapter_config.json into `directory`,
+        which `peft.PeftModel.from_pretrained(model, directory)` loads onto the original model."""
+        params = dequantized({name: self._host(value) for name, value in self._params.items()}, self.signature.quantized)
+        tensors, config = lora.peft_adapter(params, self.signature.adapters, self.signature.trainable)
+        return lora.write_peft_adapter(directory, tensors, config)
 
     def load_state_dict(self, state: dict, strict: bool = True) -> None:
         """Replace parameters and buffers by state_dict name. strict (as in PyTorch): every one

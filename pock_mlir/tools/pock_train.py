@@ -2,7 +2,7 @@
 
     pock-train BUNDLE --data DATA.npz [--epochs N] [--batch-size B] [--device local-task|local-sync|vulkan|cuda]
                [--checkpoint PATH [--resume] [--checkpoint-every N]] [--max-steps N] [--seed S] [--export PATH]
-               [--on-nonfinite stop|skip]
+               [--export-adapters DIR] [--on-nonfinite stop|skip]
 
 DATA.npz (numpy.savez) holds, first dimension = samples:
     x_train, y_train   the training inputs and targets
@@ -27,6 +27,9 @@ training stops (atomically, see pock_mlir/files.py); --resume continues from it 
 results an uninterrupted run would have had. --epochs and --max-steps count from the start of
 training, resumed runs included. The tuned weights are exported as a PyTorch state_dict
 (--export, default BUNDLE/tuned.safetensors): model.load_state_dict(safetensors.torch.load_file(PATH)).
+A bundle with LoRA adapters exports its weights with the adapters merged in (PEFT's
+merge_and_unload); --export-adapters DIR also writes the adapters in PEFT's own format, which
+peft.PeftModel.from_pretrained(model, DIR) loads onto the original model.
 
 Input that does not fit (data, bundle, device, checkpoint, output paths) is reported, naming what
 differs, with exit code 1 before anything is written; class labels are checked against the
@@ -56,6 +59,7 @@ from pathlib import Path
 import numpy as np
 from safetensors.numpy import save
 
+from pock_mlir import lora
 from pock_mlir.bundle import Bundle, BundleError, load_bundle
 from pock_mlir.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
 from pock_mlir.files import OutputError, atomic_write, check_writable
@@ -312,7 +316,11 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--checkpoint-every", type=int, metavar="N", help="also write the checkpoint every N steps")
     parser.add_argument("--max-steps", type=int, metavar="N", help="stop once N steps are taken in all")
     parser.add_argument("--seed", type=int, help="seed of the data order (default 0; a resumed run keeps its own)")
-    parser.add_argument("--export", help="where to write the tuned state_dict (default BUNDLE/tuned.safetensors)")
+    parser.add_argument("--export", help="where to write the tuned state_dict (default BUNDLE/tuned.safetensors; "
+                                         "LoRA adapters merged into their weights)")
+    parser.add_argument("--export-adapters", metavar="DIR",
+                        help="also write the LoRA adapters in PEFT's format (adapter_model.safetensors, "
+                             "adapter_config.json) into DIR, for peft.PeftModel.from_pretrained")
     parser.add_argument("--on-nonfinite", choices=("stop", "skip"), default="stop",
                         help="a batch whose loss is NaN or infinite (the step is never applied): stop with an error, "
                              "keeping the last checkpoint and export (default), or skip the batch and count it")
@@ -324,7 +332,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return _run(args)
     except (BundleError, TargetError, DataError, CheckpointError, InputError, ModuleError, NonFiniteLossError,
-            OSError) as e:
+            lora.LoraError, OSError) as e:
         if os.environ.get("POCK_DEBUG"):
             raise
         print(f"pock-train: error: {e}", file=sys.stderr)
@@ -348,8 +356,10 @@ def interrupt_after():
         raise KeyboardInterrupt
 
 
-def _export(trainer: Trainer, bundle: Bundle, path: Path) -> None:
+def _export(trainer: Trainer, bundle: Bundle, path: Path, adapters: str | None) -> None:
     atomic_write(path, save(bundle.torch_state_dict(trainer.state_dict()), metadata={"format": "pt"}))
+    if adapters:
+        trainer.export_adapters(adapters)
 
 
 def _export_path(args, bundle: Bundle) -> Path:
@@ -378,6 +388,10 @@ def _check_arguments(args, bundle: Bundle) -> None:
             raise CheckpointError(f"{path} exists: pass --resume to continue from it, or remove it to start over")
         check_writable(path)
     check_writable(_export_path(args, bundle))
+    if args.export_adapters:
+        signature = bundle.signature
+        lora.check_exportable([p.name for p in signature.params], signature.adapters, signature.trainable)
+        lora.check_adapter_directory(args.export_adapters)
 
 
 def _resume(args, bundle: Bundle, train: Split) -> tuple[dict | None, dict]:
@@ -490,14 +504,14 @@ def _train(args, bundle: Bundle, device: str, train: Split, val: Split | None, c
             epoch += 1
             write_checkpoint(epoch, 0)
         try:
-            _export(trainer, bundle, export)
+            _export(trainer, bundle, export, args.export_adapters)
         except OSError as e:
             raise OutputError(f"{e}; {_where_the_state_is(args, saved_at, export)}") from None
     except KeyboardInterrupt:
         print(f"\npock-train: interrupted at step {steps}; exporting its weights (Ctrl-C again to skip)",
               file=sys.stderr, flush=True)
         try:
-            _export(trainer, bundle, export)
+            _export(trainer, bundle, export, args.export_adapters)
             weights = f"the tuned weights of step {steps} are in {export}"
         except KeyboardInterrupt:
             weights = f"the weights were not exported ({export} is as it was)"
