@@ -21,7 +21,7 @@ import threading
 import time
 from pathlib import Path
 
-from bench.models import MODELS, QUICK_MODELS, SCHEMES
+from bench.models import MODELS, PEFT_SCHEMES, QUICK_MODELS, SCHEMES, scheme_spec
 from bench.report import add_ratios, write_markdown, write_plot
 from pock_mlir.files import atomic_write
 
@@ -209,7 +209,10 @@ def main(argv=None) -> int:
     with tempfile.TemporaryDirectory(prefix="pock-bench-") as workdir:
         for model in args.models:
             for scheme in args.schemes:
-                systems = [s for s in args.systems if s not in ABLATIONS or (model, scheme) in ABLATIONS[s]]
+                if scheme_spec(MODELS[model], scheme) is None:
+                    continue
+                systems = [s for s in args.systems if (s not in ABLATIONS or (model, scheme) in ABLATIONS[s])
+                           and (s.startswith("pock-mlir") or scheme in ("full", "sparse", *PEFT_SCHEMES))]
                 for system, measured in measure(model, scheme, systems, args, Path(workdir)).items():
                     row = {"model": model, "scheme": scheme, "system": system, **measured}
                     rows.append(row)

@@ -27,7 +27,7 @@ import torch
 
 import pock_mlir as pock
 from bench.memory import reset_peak, rss_kb
-from bench.models import MODELS, sparse_spec, trainable_names
+from bench.models import MODELS, scheme_spec, trainable_names
 from pock_mlir.frontend import resolve_loss
 
 
@@ -73,13 +73,31 @@ def _setup(spec):
     model_def = MODELS[spec["model"]]
     module = model_def.build()
     inputs, target = model_def.batch()
-    scheme, label = ("full", "full") if spec["scheme"] == "full" else sparse_spec(model_def)
+    scheme, label = scheme_spec(model_def, spec["scheme"])
     return model_def, module, inputs, target, scheme, label
+
+
+def with_peft_adapters(scheme: dict, module):
+    """`module` under PEFT's LoRA, with the adapters and the other trained modules the pock-mlir
+    scheme names (PyTorch's LoRA baseline)."""
+    import peft
+
+    from pock_mlir.sparse import lora_adapters
+
+    adapters = lora_adapters(scheme, module)
+    others = trainable_names({k: v for k, v in scheme.items() if not str(v).startswith("lora")}, module)
+    config = peft.LoraConfig(r=adapters[0].r, lora_alpha=adapters[0].alpha, target_modules=[a.module for a in adapters],
+                             modules_to_save=sorted({n.rpartition(".")[0] for n in others}) or None)
+    return peft.get_peft_model(module, config)
 
 
 def run_torch(spec, compiled: bool) -> dict:
     model_def, module, inputs, target, scheme, label = _setup(spec)
-    trainable = trainable_names(scheme, module)
+    if spec["scheme"] == "lora":
+        module = with_peft_adapters(scheme, module)
+        trainable = {n for n, p in module.named_parameters() if p.requires_grad}
+    else:
+        trainable = trainable_names(scheme, module)
     for name, p in module.named_parameters():
         p.requires_grad_(name in trainable)
     params = [p for n, p in module.named_parameters() if n in trainable]

@@ -28,6 +28,7 @@ class BenchModel:
     loss: object  # a pock loss name or a callable
     optimizer: object
     sparse: dict  # the "sparse" scheme: a pock_mlir.sparse preset, refined by patterns
+    lora: dict | None = None  # the "lora" scheme's patterns (also "lora-int8", over an int8 frozen base)
     tokens_per_step: int | None = None  # for language models: report tokens/s
     compile_target_s: float | None = None  # the full-BP compile time this model should stay within
 
@@ -136,6 +137,7 @@ def _next_token_loss(output, target):
 MOMENTUM_SGD = pock.SGD(lr=0.01, momentum=0.9)
 ADAMW = pock.AdamW(lr=1e-4, weight_decay=0.01)
 
+LORA = "lora:r=8,alpha=16"  # PockEngine's LoRA baseline: r = 8 on the attention projections
 # Sparse schemes: PockEngine's presets, with the blocks before the updated ones frozen entirely
 # (the presets also train every bias and norm, which keeps the backward running through the
 # whole network; freezing them lets it stop at the first updated block).
@@ -150,11 +152,12 @@ MODELS = {m.name: m for m in (
     BenchModel("bert", f"BERT-like, 4 layers, d=256, seq {BERT_SEQ}, batch {BERT_BATCH}", _seeded(_bert),
                _tokens(BERT_BATCH, BERT_SEQ, BERT_VOCAB, "class"), "cross_entropy", ADAMW,
                {"preset": "transformer-last-2", "tokens": "frozen", "positions": "frozen", "norm": "frozen",
-                "blocks.0": "frozen", "blocks.1": "frozen"}),
+                "blocks.0": "frozen", "blocks.1": "frozen"},
+               lora={"blocks.*.attention": LORA, "classifier": "full"}),
     BenchModel("llama", f"LLaMA-like, 6 layers, d=384, seq {LLAMA_SEQ}, batch {LLAMA_BATCH}", _seeded(_llama),
                _tokens(LLAMA_BATCH, LLAMA_SEQ, LLAMA_VOCAB, "tokens"), _token_loss, ADAMW,
                {"preset": "transformer-last-2", "tokens": "frozen", "blocks.[0-3]": "frozen"},
-               tokens_per_step=LLAMA_BATCH * LLAMA_SEQ),
+               lora={"blocks.*.attention": LORA}, tokens_per_step=LLAMA_BATCH * LLAMA_SEQ),
     # Library models as users have them (random init): compile time is what these rows are for.
     BenchModel("tv-mobilenetv2", "torchvision MobileNetV2, 96 px, batch 8", _seeded(_torchvision_mobilenet),
                _images(8, 96, 10), "cross_entropy", MOMENTUM_SGD,
@@ -163,15 +166,23 @@ MODELS = {m.name: m for m in (
     BenchModel("hf-llama", f"Hugging Face LLaMA, 2 layers, d=256, seq {HF_LLAMA_SEQ}, batch {HF_LLAMA_BATCH}",
                _seeded(_hf_llama), _tokens(HF_LLAMA_BATCH, HF_LLAMA_SEQ, HF_LLAMA_VOCAB, "tokens"), _next_token_loss,
                ADAMW, {"preset": "transformer-last-1", "model.embed_tokens": "frozen", "model.layers.0": "frozen"},
-               tokens_per_step=HF_LLAMA_BATCH * HF_LLAMA_SEQ, compile_target_s=10),
+               lora={"model.layers.*.self_attn": LORA}, tokens_per_step=HF_LLAMA_BATCH * HF_LLAMA_SEQ, compile_target_s=10),
 )}
 QUICK_MODELS = ("mlp",)
-SCHEMES = ("full", "sparse")
+SCHEMES = ("full", "sparse", "lora", "lora-int8")
+PEFT_SCHEMES = ("lora",)  # the schemes PyTorch runs too, through PEFT (it has no int8 base on the CPU)
+INT8 = {"quantize": {"frozen": "int8"}}
 
 
-def sparse_spec(model: BenchModel) -> tuple[dict, str]:
-    """The scheme compile_training gets for 'sparse', and how the results name it."""
-    return dict(model.sparse), ", ".join(f"{k}={v}" if k != "preset" else v for k, v in model.sparse.items())
+def scheme_spec(model: BenchModel, scheme: str) -> tuple[dict | str, str] | None:
+    """What compile_training gets as `sparse=` for a scheme, and how the results name it; None for
+    a scheme this model does not run."""
+    if scheme == "full":
+        return "full", "full"
+    spec = {"sparse": model.sparse, "lora": model.lora, "lora-int8": model.lora and {**model.lora, **INT8}}[scheme]
+    if not spec:
+        return None
+    return dict(spec), ", ".join(f"{k}={v}" if k != "preset" else v for k, v in spec.items())
 
 
 def trainable_names(spec, module: nn.Module) -> set[str]:

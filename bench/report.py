@@ -134,14 +134,14 @@ def write_markdown(results: dict, path: Path) -> None:
         f"numpy {_fmt(m.get('sgemm_gflops', {}).get('numpy'), '{:.0f}')}).",
         f"pock-mlir IREE flags: `{' '.join(s['pock_iree_flags'])}`{_data_tiled_rows(results['rows'])}.",
         "",
-        "| model | scheme | system | step ms | fastest step ms | speed-up vs eager full | sparse vs own full | peak MB | "
+        "| model | scheme | system | step ms | fastest step ms | speed-up vs eager full | vs own full | peak MB | "
         "memory vs eager full | loss | GFLOP/s (% peak) | tokens/s | compile s |",
         "| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
     ]
     for r in results["rows"]:
         model = s["models"].get(r["model"], r["model"])
         system = SYSTEM_TITLES.get(r["system"], r["system"])
-        scheme = r["scheme"] if r["scheme"] == "full" else f"sparse ({r.get('scheme_used', '?')})"
+        scheme = r["scheme"] if r["scheme"] == "full" else f"{r['scheme']} ({r.get('scheme_used', '?')})"
         if r["status"] != "ok":
             lines.append(f"| {model} | {scheme} | {system} | {r['status']} |  |  |  |  |  |  |  |  |  |")
             continue

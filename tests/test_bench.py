@@ -125,3 +125,23 @@ def test_profile_runs_the_step_of_a_model_with_dropout():
     assert program.signature.seeded
     profile = profile_step(program, (x.numpy(),), y.numpy().astype(np.int32), iterations=2)
     assert profile["dispatch_runs_per_step"] >= profile["dispatches"] > 0
+
+
+def test_the_lora_rows_train_the_same_tensors_in_pytorch_and_pock_mlir():
+    """PyTorch's LoRA row (PEFT, built from the scheme) trains what pock-mlir's scheme trains."""
+    from bench.child import with_peft_adapters
+    from bench.models import MODELS, scheme_spec
+    from pock_mlir import lora
+    from pock_mlir.sparse import lora_adapters, resolve_sparse
+
+    for name in ("bert", "hf-llama"):
+        model = MODELS[name].build()
+        scheme, _ = scheme_spec(MODELS[name], "lora")
+        adapters = lora_adapters(scheme, model)
+        shapes = {n: tuple(p.shape) for n, p in model.named_parameters()}
+        shapes.update({n: v.shape for n, v in lora.initial_values(adapters).items()})
+        ours = {n for n, p in resolve_sparse(scheme, model, shapes).policies.items() if p.kind != "frozen"}
+        peft_model = with_peft_adapters(scheme, model)
+        theirs = {n.removeprefix("base_model.model.").replace(".default.", ".").replace("modules_to_save.", "")
+                  for n, p in peft_model.named_parameters() if p.requires_grad}
+        assert ours == theirs and any(".lora_A." in n for n in ours), name
