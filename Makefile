@@ -15,10 +15,12 @@ demo: $(STAMP)
 	$(PY) examples/demo.py
 
 # The device tests need qemu, lavapipe and IREE's aarch64 runtime; the script installs them or says
-# why not (those tests then skip; -rs prints the reasons).
+# why not (those tests then skip; -rs prints the reasons). Two workers, each test file in one of them
+# (its compiled-once fixtures stay in one process): most of the suite's time is single-threaded
+# export and passes, which the second core would otherwise leave idle.
 test: $(STAMP)
 	sh tools/setup_device_deps.sh $(PY)
-	$(PY) -m pytest -rs tests
+	$(PY) -m pytest -rs -n 2 --dist loadfile tests
 
 lit: $(STAMP)
 	$(VENV)/bin/lit -v lit_tests
