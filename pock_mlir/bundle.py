@@ -453,3 +453,36 @@ def load_bundle(directory) -> Bundle:
                   initial_params={p.name: state[p.name] for p in signature.params},
                   initial_buffers={b.name: state[b.name] for b in signature.buffers},
                   optimizer_state=optimizer_state)
+
+
+def write_trained_bundle(bundle: Bundle, state: dict[str, np.ndarray], directory) -> Path:
+    """A copy of `bundle` at `directory` that starts from `state` (a Trainer.state_dict(), e.g. a
+    federation's global model) instead of the compiled weights: params.safetensors and args/
+    rewritten, the hashes recomputed, the optimizer state as compiled. Staged and moved into place
+    as write_bundle does, so nothing appears at `directory` unless the whole bundle was written."""
+    destination = check_destination(directory)
+    if destination.resolve() == bundle.path.resolve():
+        raise BundleError(f"{destination} is the bundle being copied; give another directory")
+    destination.parent.mkdir(parents=True, exist_ok=True)
+    sig = bundle.signature
+    names = [s.name for s in sig.params + sig.buffers]
+    if sorted(state) != sorted(names):
+        raise BundleError("the state to write does not hold exactly the bundle's parameters and buffers")
+    manifest = json.loads(json.dumps(bundle.manifest))
+    staged = staging_directory(destination)
+    try:
+        for name in manifest["sha256"]:
+            (staged / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(bundle.path / name, staged / name)
+        (staged / PARAMS).write_bytes(save({n: np.require(state[n], requirements="C") for n in names}))
+        for argument in manifest["functions"]["train_step"]["arguments"]:
+            group, name = argument["path"].split("/", 1)
+            if group in ("params", "buffers"):
+                np.save(staged / ARGS / argument["path"], state[name.removesuffix(".npy")])
+        manifest["sha256"] = {name: _sha256(staged / name) for name in manifest["sha256"]}
+        (staged / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n")
+        _replace_directory(staged, destination)
+    except BaseException:
+        shutil.rmtree(staged, ignore_errors=True)
+        raise
+    return destination

@@ -116,8 +116,9 @@ def _fit(array: np.ndarray, key: str, spec, problems: list[str], classes: int | 
     return array
 
 
-def load_data(path: str, bundle: Bundle) -> tuple[Split, Split | None]:
-    """The training and (if present) held-out splits, checked against the bundle's batch."""
+def load_data(path: str, bundle: Bundle, need_train: bool = True) -> tuple[Split | None, Split | None]:
+    """The training and (if present) held-out splits, checked against the bundle's batch.
+    need_train=False: the training split may be absent (data held out for evaluation only)."""
     try:
         npz = np.load(path, allow_pickle=False)
     except (OSError, ValueError, zipfile.BadZipFile) as e:
@@ -126,14 +127,14 @@ def load_data(path: str, bundle: Bundle) -> tuple[Split, Split | None]:
         raise DataError(f"{path} is a single array; pock-train reads an .npz archive (numpy.savez) with x_train, "
                         f"y_train, x_val, y_val (or tokens_train, tokens_val)")
     if any(key in npz.files for key in TOKEN_KEYS):
-        return load_token_data(npz, path, bundle)
+        return load_token_data(npz, path, bundle, need_train)
     sig, keys, batch_size = bundle.signature, _input_keys(bundle), bundle.batch_size
     problems: list[str] = []
 
     def split(name: str) -> Split | None:
         wanted = [f"{k}_{name}" for k in keys] + [f"y_{name}"]
         present = [k for k in wanted if k in npz.files]
-        if not present and name == "val":
+        if not present and (name == "val" or not need_train):
             return None
         if len(present) < len(wanted):
             problems.append(f"{path} lacks {', '.join(k for k in wanted if k not in present)} (it holds "
@@ -189,9 +190,9 @@ def token_windows(tokens: np.ndarray, seq: int, input_dtype: str, target_dtype: 
     return Split([inputs], target, tokens_per_sample=seq)
 
 
-def load_token_data(npz, path: str, bundle: Bundle) -> tuple[Split, Split | None]:
+def load_token_data(npz, path: str, bundle: Bundle, need_train: bool = True) -> tuple[Split | None, Split | None]:
     """The windows of tokens_train and (if present) tokens_val, checked against a next-token bundle."""
-    if "tokens_train" not in npz.files:
+    if "tokens_train" not in npz.files and need_train:
         raise DataError(f"{path} holds tokens_val but no tokens_train, the text to train on")
     samples = [key for key in npz.files if SAMPLE_KEY.fullmatch(key)]
     if samples:
@@ -356,8 +357,14 @@ def interrupt_after():
         raise KeyboardInterrupt
 
 
+def export_state_dict(bundle: Bundle, state: dict[str, np.ndarray], path: Path) -> None:
+    """Write `state` (a Trainer.state_dict()) as the PyTorch model's state_dict, atomically:
+    model.load_state_dict(safetensors.torch.load_file(path))."""
+    atomic_write(path, save(bundle.torch_state_dict(state), metadata={"format": "pt"}))
+
+
 def _export(trainer: Trainer, bundle: Bundle, path: Path, adapters: str | None) -> None:
-    atomic_write(path, save(bundle.torch_state_dict(trainer.state_dict()), metadata={"format": "pt"}))
+    export_state_dict(bundle, trainer.state_dict(), path)
     if adapters:
         trainer.export_adapters(adapters)
 
@@ -419,7 +426,7 @@ def _resume(args, bundle: Bundle, train: Split) -> tuple[dict | None, dict]:
     return checkpoint, progress
 
 
-def _open_trainer(bundle: Bundle, device: str, on_nonfinite: str) -> Trainer:
+def open_trainer(bundle: Bundle, device: str, on_nonfinite: str) -> Trainer:
     try:
         return Trainer.from_bundle(bundle, device, on_nonfinite={"stop": "raise", "skip": "skip"}[on_nonfinite])
     except ModuleError:
@@ -447,7 +454,7 @@ def _run(args) -> int:
 
 def _train(args, bundle: Bundle, device: str, train: Split, val: Split | None, checkpoint, progress: dict,
            export: Path) -> int:
-    trainer = _open_trainer(bundle, device, args.on_nonfinite)
+    trainer = open_trainer(bundle, device, args.on_nonfinite)
     if checkpoint:
         trainer.load_state_dict(checkpoint.state_dict)
         trainer.load_optimizer_state(checkpoint.optimizer_state)
