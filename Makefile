@@ -3,7 +3,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lit bench clean
+.PHONY: demo test lit bench federated-demo clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)
@@ -21,6 +21,11 @@ demo: $(STAMP)
 test: $(STAMP)
 	sh tools/setup_device_deps.sh $(PY)
 	$(PY) -m pytest -rs -n 2 --dist loadfile tests
+
+# Sparse and full-model FedAvg of the vision task on a local Flower federation, against centralised
+# fine-tuning (README: Federated fine-tuning); the README's table is examples/quality/federated.py's.
+federated-demo: $(STAMP)
+	$(PY) examples/quality/federated.py --out federated_demo
 
 lit: $(STAMP)
 	$(VENV)/bin/lit -v lit_tests

@@ -78,11 +78,18 @@ class Federation:
         self.local = LocalFederation(clients, work, sent_logs=True)
         self.pids: set[int] = set()
         self.shown: list[str] = []
+        self.client_libraries: dict[int, str] = {}  # each ClientApp process's last seen memory map
 
     def record(self) -> None:
         for process in [self.local.superlink, *self.local.supernodes]:
             if process.poll() is None:
                 self.pids.update(process_tree(process.pid))
+        for pid in self.pids:
+            try:
+                if b"flwr-clientapp" in Path(f"/proc/{pid}/cmdline").read_bytes():
+                    self.client_libraries[pid] = Path(f"/proc/{pid}/maps").read_text()
+            except OSError:
+                pass  # it has ended
 
     def run(self, config: dict) -> int:
         with self.local:
@@ -159,6 +166,14 @@ def test_frozen_tensors_never_cross_the_wire(federation, bundles):
     assert results["wire_payload_bytes"] == payload
 
 
+def test_clients_train_without_torch(federation):
+    fed, _, _ = federation
+    assert fed.client_libraries, "no ClientApp process was seen"
+    for pid, maps in fed.client_libraries.items():
+        assert "iree/_runtime_libs" in maps, "the ClientApp had not loaded IREE yet"
+        assert "libtorch" not in maps, f"ClientApp process {pid} loaded PyTorch"
+
+
 def test_a_client_with_another_bundle_is_refused_by_name(federation):
     fed, _, _ = federation
     refusals = [line for line in fed.shown if "BundleMismatchError" in line]
@@ -189,7 +204,7 @@ def test_a_client_killed_mid_round_does_not_stop_the_run(bundles, data, tmp_path
 
     killer = threading.Thread(target=kill_in_round_two, daemon=True)
     killer.start()
-    code = fed.run(run_config(sparse, test, tmp_path, **{"min-clients": 1, "round-timeout": 15}))
+    code = fed.run(run_config(sparse, test, tmp_path, **{"min-clients": 1, "round-timeout": 25}))
     killer.join()
     assert killed, "SuperNode 1 never started round 2's ClientApp"
     assert code == 0 and launch.finished(tmp_path), "\n".join(fed.shown)

@@ -1,10 +1,12 @@
-"""The README's command blocks run as written: the pock-opt walkthrough and the Deploying block.
+"""The README's command blocks run as written: the pock-opt walkthrough, the Deploying block and the
+Federated fine-tuning block.
 
 Each test reads its block from README.md and runs every command line in a shell, in a scratch
 directory that mirrors the repository root (examples/, lit_tests/ and .cache/ linked in), with the
 venv's bin directory first on PATH, as for a user who activated the venv.
 """
 
+import json
 import os
 import re
 import shutil
@@ -162,3 +164,18 @@ def test_run_step_names_a_missing_runtime(deployed, tmp_path):
                               text=True, env=dict(env, IREE_RUN_MODULE=runtime))
         assert done.returncode == code and said in done.stderr and runtime in done.stderr, done.stderr
         assert not (tmp_path / "out" / "loss.npy").exists()
+
+
+def test_federated_block(tmp_path):
+    """The quick comparison, then a federation of its bundle and client files with pock-federate."""
+    commands = readme_block("## Federated fine-tuning")
+    assert [c.split()[:2] for c in commands] == [["python", "examples/quality/federated.py"], ["pock-federate", "fed/bundles/sparse"]]
+    cwd = user_directory(tmp_path)
+    for command in commands:
+        done = run(command, cwd)
+        assert done.returncode == 0 and "Traceback" not in done.stderr, f"{command}\n{done.stdout[-2000:]}{done.stderr[-2000:]}"
+    assert "sparse | FedAvg, 2 clients" in (cwd / "quality_quick" / "federated.md").read_text()
+    assert "round 2/2: accuracy" in done.stdout
+    results = json.loads((cwd / "fed" / "again" / "federated.json").read_text())
+    assert results["finished"] and [row["replies"] for row in results["rounds"][1:]] == [2, 2]
+    assert (cwd / "fed" / "again" / "global.safetensors").is_file()

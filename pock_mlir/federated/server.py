@@ -24,7 +24,7 @@ from flwr.supercore.inflatable.inflatable_object import get_all_nested_objects
 
 from pock_mlir.bundle import Bundle, BundleError, load_bundle, write_trained_bundle
 from pock_mlir.federated.client import arrays_of, record_of
-from pock_mlir.federated.wire import WireError, check_wire, from_wire, to_wire, wire_bytes
+from pock_mlir.federated.wire import WireError, check_wire, from_wire, in_bundle_dtypes, to_wire, wire_bytes
 from pock_mlir.files import atomic_write
 from pock_mlir.runtime import InputError
 from pock_mlir.tools.pock_train import DataError, evaluate, export_state_dict, load_data, open_trainer
@@ -59,6 +59,7 @@ class WireAccounting:
         self.bundle, self.rounds = bundle, {}
 
     def configure_train(self, server_round, arrays, config, grid):
+        arrays = record_of(in_bundle_dtypes(self.bundle, arrays_of(arrays)))
         messages = list(super().configure_train(server_round, arrays, config, grid))
         self.rounds[server_round] = {"round": server_round, "clients": len(messages),
                                      "bytes_to_clients": sum(message_bytes(m) for m in messages)}

@@ -60,8 +60,19 @@ def from_wire(bundle: Bundle, state: dict[str, np.ndarray], arrays: dict[str, np
     return updated
 
 
+def _dtypes(bundle: Bundle) -> dict[str, np.dtype]:
+    sig = bundle.signature
+    return {s.name: np.dtype(s.dtype) for s in sig.params + sig.buffers}
+
+
+def in_bundle_dtypes(bundle: Bundle, arrays: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """`arrays` as the bundle stores them: a server optimizer (FedAdam) computes in float64, which
+    would double the bytes of every message after the first."""
+    dtypes = _dtypes(bundle)
+    return {name: np.asarray(array, dtypes[name]) for name, array in arrays.items()}
+
+
 def wire_bytes(bundle: Bundle) -> int:
     """The bytes of tensor data one message of a round carries (its wire_shapes in the bundle's dtypes)."""
-    sig = bundle.signature
-    dtypes = {s.name: np.dtype(s.dtype) for s in sig.params + sig.buffers}
+    dtypes = _dtypes(bundle)
     return sum(int(np.prod(shape)) * dtypes[name].itemsize for name, shape in wire_shapes(bundle).items())
