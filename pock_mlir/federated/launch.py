@@ -207,7 +207,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--local-epochs", type=int, default=1)
     parser.add_argument("--strategy", choices=("fedavg", "fedadam"), default="fedavg")
-    parser.add_argument("--server-lr", type=float, default=0.01, help="FedAdam's learning rates (default 0.01)")
+    parser.add_argument("--server-lr", type=float, default=0.01, help="FedAdam's server learning rate (default 0.01)")
     parser.add_argument("--min-clients", type=int, help="the fewest replies a round aggregates (default: every client)")
     parser.add_argument("--round-timeout", type=float, default=600, help="seconds a round waits for replies")
     return parser

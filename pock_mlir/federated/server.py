@@ -132,7 +132,7 @@ def federate(grid: Grid, run) -> None:
     if strategy_name not in STRATEGIES:
         raise ValueError(f"strategy {strategy_name!r}: choose one of {', '.join(STRATEGIES)}")
     minimum = int(run["min-clients"])
-    options = {"eta": float(run["server-lr"]), "eta_l": float(run["server-lr"])} if strategy_name == "fedadam" else {}
+    options = {"eta": float(run["server-lr"])} if strategy_name == "fedadam" else {}
     strategy = STRATEGIES[strategy_name](bundle=bundle, fraction_evaluate=0.0, min_train_nodes=minimum,
                                          min_available_nodes=minimum, **options)
     initial = to_wire(bundle, {**bundle.initial_params, **bundle.initial_buffers})
