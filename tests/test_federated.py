@@ -22,7 +22,7 @@ pytest.importorskip("flwr", reason="the federated extra (pip install 'pock-mlir[
 
 import pock_mlir as pock  # noqa: E402
 from pock_mlir.bundle import load_bundle, write_bundle  # noqa: E402
-from pock_mlir.federated import launch  # noqa: E402
+from pock_mlir.federated import launch, wire  # noqa: E402
 from pock_mlir.federated.launch import LocalFederation, process_tree  # noqa: E402
 from pock_mlir.runtime import Trainer  # noqa: E402
 from test_tools import load_example  # noqa: E402
@@ -266,3 +266,23 @@ def test_bad_input_is_named_before_anything_starts(bundles, data, tmp_path, caps
     err = capsys.readouterr().err
     assert code == 1 and err.startswith("pock-federate: error: ") and message in err and "Traceback" not in err, err
     assert not (tmp_path / "out").exists()
+
+
+def test_wire_round_trip_and_refusals(bundles):
+    """to_wire keeps the trained rows only, from_wire writes them back over the rest, and a set of
+    tensors that is not this bundle's is refused naming each difference."""
+    bundle = load_bundle(bundles[0])
+    state = {**bundle.initial_params, **bundle.initial_buffers}
+    sent = wire.to_wire(bundle, state)
+    np.testing.assert_array_equal(sent["2.weight"], state["2.weight"][:16])
+    changed = {name: value + 1 for name, value in sent.items()}
+    back = wire.from_wire(bundle, state, changed)
+    assert sorted(back) == sorted(sent)
+    np.testing.assert_array_equal(back["2.weight"][:16], state["2.weight"][:16] + 1)
+    np.testing.assert_array_equal(back["2.weight"][16:], state["2.weight"][16:])
+    wrong = {**{k: v for k, v in sent.items() if k != "4.bias"}, "0.weight": state["0.weight"],
+             "2.weight": state["2.weight"]}
+    with pytest.raises(wire.WireError) as refused:
+        wire.from_wire(bundle, state, wrong)
+    assert str(refused.value) == ("missing 4.bias; unexpected 0.weight; "
+                                  "wrong shape: 2.weight (64, 128) (expected (16, 128))")
