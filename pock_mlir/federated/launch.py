@@ -108,7 +108,8 @@ class LocalFederation:
     def __init__(self, clients: list[tuple[Path, Path]], work: Path, sent_logs: bool = False):
         self.clients, self.work, self.sent_logs = clients, Path(work), sent_logs
         self.port = free_port()
-        self.env = {**os.environ, "FLWR_HOME": str(self.work / "flower-home"),
+        # Flower reports usage events to its makers unless told not to: a local federation sends nothing.
+        self.env = {**os.environ, "FLWR_HOME": str(self.work / "flower-home"), "FLWR_TELEMETRY_ENABLED": "0",
                     "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}"}
         self.log_path = self.work / "flower.log"
         self.superlink: subprocess.Popen | None = None
