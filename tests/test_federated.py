@@ -168,9 +168,9 @@ def test_frozen_tensors_never_cross_the_wire(federation, bundles):
 
 def test_clients_train_without_torch(federation):
     fed, _, _ = federation
-    assert fed.client_libraries, "no ClientApp process was seen"
-    for pid, maps in fed.client_libraries.items():
-        assert "iree/_runtime_libs" in maps, "the ClientApp had not loaded IREE yet"
+    trained = [pid for pid, maps in fed.client_libraries.items() if "iree/_runtime_libs" in maps]
+    assert len(trained) >= 2 * ROUNDS, "too few ClientApp processes were seen with IREE loaded"
+    for pid, maps in fed.client_libraries.items():  # some are seen only as they start or end
         assert "libtorch" not in maps, f"ClientApp process {pid} loaded PyTorch"
 
 
