@@ -224,7 +224,9 @@ def test_ctrl_c_stops_every_process(bundles, data, tmp_path):
     (sparse, _), (clients, test) = bundles, data
     command = [sys.executable, "-m", "pock_mlir.federated.launch", str(sparse), "--data", *map(str, clients),
                "--test-data", str(test), "--out", str(tmp_path / "out"), "--rounds", "20", "--strategy", "fedadam"]
-    runner = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    # started with SIGINT ignored, as a non-interactive shell starts a `cmd &` job: Ctrl-C must still stop it
+    runner = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                              preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN))
     pids: set[int] = set()
     try:
         lines = []

@@ -250,7 +250,10 @@ def main(argv: list[str] | None = None) -> int:
                   "out": str(out), "num-server-rounds": args.rounds, "local-epochs": args.local_epochs,
                   "strategy": args.strategy, "server-lr": args.server_lr, "clients": len(clients),
                   "min-clients": args.min_clients or len(clients), "round-timeout": args.round_timeout}
-    signal.signal(signal.SIGTERM, signal.default_int_handler)  # a kill stops the federation like Ctrl-C
+    # Ctrl-C and a kill stop the federation. Python leaves SIGINT ignored when its parent started it
+    # so (a non-interactive shell does for `cmd &` jobs), which would leave a federation running.
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(signum, signal.default_int_handler)
     try:
         with LocalFederation(clients, out) as federation:
             print(f"pock-federate: SuperLink on 127.0.0.1:{federation.port}, {len(clients)} SuperNodes; "
