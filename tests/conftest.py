@@ -14,3 +14,13 @@ allow_torchvision()  # for the library models of test_zoo (transformers and timm
 # run: a session compiles nothing twice, and nothing from an earlier run decides its results.
 os.environ["POCK_MLIR_CACHE_DIR"] = tempfile.mkdtemp(prefix="pock-test-cache-")
 atexit.register(shutil.rmtree, os.environ["POCK_MLIR_CACHE_DIR"], ignore_errors=True)
+
+# The longest files first: `make test` runs a file per worker (pytest-xdist --dist loadfile), and a
+# long file started last leaves the other worker idle while it runs.
+LONGEST_FIRST = ("test_zoo.py", "test_readme_commands.py", "test_examples.py", "test_federated.py",
+                 "test_targets.py", "test_lora.py")
+
+
+def pytest_collection_modifyitems(items):
+    rank = {name: i for i, name in enumerate(LONGEST_FIRST)}
+    items.sort(key=lambda item: rank.get(item.path.name, len(rank)))  # stable: file order kept otherwise
