@@ -9,7 +9,7 @@ from functools import cached_property
 
 import numpy as np
 
-from pock_mlir.targets import DATA_TILING, Target
+from pock_mlir.targets import DATA_TILING, FUSE_MATMUL_PRODUCERS, Target
 from pock_mlir.abi import StepSignature
 
 
@@ -33,10 +33,12 @@ class TrainingProgram:
         return self.stages[stage]
 
     def iree_flags(self) -> list[str]:
-        """The target's flags, data tiling if pock-backend-switch chose it, then extra_flags (which
-        win: `--iree-global-opt-data-tiling=false` turns it off)."""
+        """The target's flags, data tiling if pock-backend-switch chose it, matmul-producer fusion
+        for int8 weights (see targets.FUSE_MATMUL_PRODUCERS), then extra_flags (which win:
+        `--iree-global-opt-data-tiling=false` turns data tiling off)."""
         tiling = [DATA_TILING] if self.data_tiling[0] == "data-tiled" else []
-        return ["--iree-input-type=torch", *self.target.compile_flags(), *tiling, *self.extra_flags]
+        dequantization = [FUSE_MATMUL_PRODUCERS] if self.signature.quantized else []
+        return ["--iree-input-type=torch", *self.target.compile_flags(), *tiling, *dequantization, *self.extra_flags]
 
     @property
     def data_tiling(self) -> tuple[str, str]:

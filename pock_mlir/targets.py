@@ -69,6 +69,11 @@ _CPU_COMMON = ("--iree-global-opt-use-im2col-for-convs",)
 # tiling through the global-optimization phase. Its default path (--iree-opt-data-tiling) fails
 # in IREE 3.13 on bool tensors passed between dispatches, e.g. attention's masked-row guard.
 DATA_TILING = "--iree-global-opt-data-tiling"
+# Per program, when it holds int8 weights (TrainingProgram.iree_flags): IREE 3.13 keeps elementwise
+# producers out of matmul and convolution dispatches on the CPU, so each int8 weight's cast to
+# float32 would be a dispatch of its own writing the whole float32 weight to the workspace.
+# Allowing the fusion computes the cast tile by tile inside the consumer.
+FUSE_MATMUL_PRODUCERS = "--iree-dispatch-creation-block-matmul-producer-fusion=false"
 
 
 # IREE 3.13's reduction vector-distribution pipeline fails ("failed to distribute") on reductions

@@ -5,6 +5,7 @@ pock-mlir load into `peft.PeftModel.from_pretrained`, and the merged weights equ
 merge_and_unload. Each model compiles once (module fixture)."""
 
 import copy
+import math
 import json
 from types import SimpleNamespace
 
@@ -395,6 +396,25 @@ def test_an_int8_bundle_stores_int8_and_exports_the_model_it_trains(tmp_path):
         assert torch.equal(tuned.get_submodule(n).weight, want.get_submodule(n).weight)
     with torch.no_grad():
         np.testing.assert_allclose(trainer.evaluate(x.numpy()), tuned(x).numpy(), rtol=1e-5, atol=1e-6)
+
+
+def test_an_int8_base_saves_the_float32_weights_on_the_device():
+    """The int8-to-float32 cast is computed inside the matmuls (forward and input gradient), so
+    the step's workspace holds no float32 copy of a weight: the device memory drops by exactly
+    what the stored weights shrink (without the fusion it would hold each weight in float32)."""
+    from pock_mlir.runtime import Trainer
+
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(256, 512), nn.ReLU(), nn.Linear(512, 256), nn.ReLU(), nn.Linear(256, 10))
+    x, y = torch.randn(8, 256), torch.randint(0, 10, (8,))
+    scheme = {"default": "frozen", "2": "full"}  # the backward crosses the last layer's int8 weight
+    plain = Trainer(pock.compile_training(model, x, y, sparse=scheme))
+    int8 = Trainer(pock.compile_training(model, x, y, sparse={"quantize": {"frozen": "int8"}, **scheme}))
+    quantized = int8.signature.quantized
+    assert [w.module for w in quantized] == ["0", "4"]
+    assert int8.workspace_bytes <= plain.workspace_bytes
+    shrink = sum(3 * math.prod(w.weight_shape) - 4 * w.weight_shape[0] for w in quantized)
+    assert plain.device_bytes - int8.device_bytes == shrink + plain.workspace_bytes - int8.workspace_bytes
 
 
 def test_quantize_takes_frozen_int8_only():

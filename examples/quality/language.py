@@ -6,7 +6,7 @@ documentation prose (pydoc text), under several update schemes, with PyTorch ful
 fine-tuning as the reference row. Each scheme trains at every rate of LEARNING_RATES and keeps
 the one with the lowest loss on a validation split of the documentation; the reported loss is
 on a separate test split. Everything comes from this machine's Python installation; nothing is
-downloaded. Deterministic for a seed; writes a JSON result and a PNG plot.
+downloaded. Seeded (data, splits, initialisations); writes a JSON result and a PNG plot.
 
     python examples/quality/language.py [--quick] [--out examples/quality/results]
 """
