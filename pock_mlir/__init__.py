@@ -14,6 +14,7 @@ _EXPORTS = {
     "compile_training": "pock_mlir.compiler", "CompileError": "pock_mlir.compiler", "STAGES": "pock_mlir.stages",
     "FrontendError": "pock_mlir.frontend", "SGD": "pock_mlir.optim", "AdamW": "pock_mlir.optim",
     "TrainingProgram": "pock_mlir.program", "SparseUpdate": "pock_mlir.sparse", "SparseConfigError": "pock_mlir.sparse",
+    "Budget": "pock_mlir.search", "search_sparse": "pock_mlir.search", "SearchError": "pock_mlir.search",
 }
 
 __all__ = list(_EXPORTS)

@@ -15,6 +15,7 @@
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass
 
 from torch_mlir import ir
@@ -61,20 +62,84 @@ def ancestors(values) -> set[ir.Operation]:
     return seen
 
 
-def backward_cost(function) -> BackwardCost:
-    """The cost of the backward of a function returning (loss, gradients...)."""
+def _backward_of(function):
+    """(block ops, the forward: ancestors of the loss, values that depend on the batch, returned values)."""
     block = function.regions[0].blocks[0]
     ops = [op.operation for op in block.operations]
     returned = list(ops[-1].operands)
-    forward, needed = ancestors(returned[:1]), ancestors(returned[1:])
-    backward = [op for op in ops if op in needed and op not in forward and not op.name.startswith(_NOT_OPS)]
     parameter_args = {op.operands[0] for op in ops if op.name == "pock.param"}
     batch = {arg for arg in block.arguments if arg not in parameter_args}  # values that depend on the batch
     for op in ops:
         if op.name != "pock.param" and any(v in batch for v in op.operands):
             batch.update(op.results)
-    saved = {v for op in backward for v in op.operands
-             if v in batch and not isinstance(v.owner, ir.Block) and v.owner.operation in forward}
+    return ops, ancestors(returned[:1]), batch, returned
+
+
+def _backward_ops(ops, forward, needed) -> list[ir.Operation]:
+    return [op for op in ops if op in needed and op not in forward and not op.name.startswith(_NOT_OPS)]
+
+
+def _saved(backward, forward, batch) -> set[ir.Value]:
+    return {v for op in backward for v in op.operands
+            if v in batch and not isinstance(v.owner, ir.Block) and v.owner.operation in forward}
+
+
+def backward_cost(function) -> BackwardCost:
+    """The cost of the backward of a function returning (loss, gradients...)."""
+    ops, forward, batch, returned = _backward_of(function)
+    backward = _backward_ops(ops, forward, ancestors(returned[1:]))
     return BackwardCost(ops=len(backward), flops=sum(op_flops(op) for op in backward),
-                        saved_activation_bytes=sum(_bytes(v) for v in saved),
+                        saved_activation_bytes=sum(_bytes(v) for v in _saved(backward, forward, batch)),
                         gradient_bytes=sum(_bytes(v) for v in returned[1:]))
+
+
+@dataclass(frozen=True)
+class GradientShares:
+    """Each gradient's share of a full backward (a function returning the loss and every parameter's
+    gradient), so that the backward of any subset of the gradients costs a union of shares, as
+    pock-dce would cut it (the sparse-scheme search costs thousands of schemes so). A gradient's
+    share is every backward op it needs and the saved activations those ops read. A channel ratio
+    narrows its own ops, those no other gradient needs (the weight-gradient op): pock-sparse-bp
+    narrows also the ops that lead there when no other gradient of the scheme needs them, so the
+    FLOPs of a channel ratio are an upper bound; saved activations and gradient bytes are exact."""
+
+    flops: tuple[int, ...]  # by backward op index
+    activation_bytes: tuple[int, ...]  # by saved-activation index
+    ops: tuple[frozenset[int], ...]  # by gradient, in the function's result order
+    saved: tuple[frozenset[int], ...]
+    own_flops: tuple[int, ...]
+    gradient_bytes: tuple[int, ...]
+    forward_flops: int
+
+    def cost(self, rows: dict[int, float]) -> BackwardCost:
+        """The backward of the gradients `rows` names (gradient index -> the share of its output
+        channels kept, 1.0 for all), the others dropped."""
+        ops = frozenset().union(*(self.ops[i] for i in rows))
+        saved = frozenset().union(*(self.saved[i] for i in rows))
+        narrowed = sum((1.0 - share) * self.own_flops[i] for i, share in rows.items())
+        return BackwardCost(ops=len(ops), flops=round(sum(self.flops[op] for op in ops) - narrowed),
+                            saved_activation_bytes=sum(self.activation_bytes[v] for v in saved),
+                            gradient_bytes=round(sum(share * self.gradient_bytes[i] for i, share in rows.items())))
+
+
+def gradient_shares(function) -> GradientShares:
+    """The GradientShares of a function returning (loss, every gradient...)."""
+    ops, forward, batch, returned = _backward_of(function)
+    backward = _backward_ops(ops, forward, ancestors(returned[1:]))
+    op_index = {op: i for i, op in enumerate(backward)}
+    saved_values = list(_saved(backward, forward, batch))
+    value_index = {v: i for i, v in enumerate(saved_values)}
+    shares, saved = [], []
+    for gradient in returned[1:]:
+        wanted = ancestors([gradient])
+        needed = [op for op in backward if op in wanted]
+        shares.append(frozenset(op_index[op] for op in needed))
+        saved.append(frozenset(value_index[v] for v in _saved(needed, forward, batch)))
+    flops = tuple(op_flops(op) for op in backward)
+    needed_by = Counter(op for share in shares for op in share)
+    own = [[op for op in share if needed_by[op] == 1] for share in shares]
+    return GradientShares(
+        flops=flops, activation_bytes=tuple(_bytes(v) for v in saved_values), ops=tuple(shares), saved=tuple(saved),
+        own_flops=tuple(sum(flops[op] for op in share) for share in own),
+        gradient_bytes=tuple(_bytes(v) for v in returned[1:]),
+        forward_flops=sum(op_flops(op) for op in ops if op in forward and not op.name.startswith(_NOT_OPS)))

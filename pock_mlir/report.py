@@ -19,7 +19,7 @@ from torch_mlir import ir
 from torch_mlir.dialects import func
 
 from pock_mlir.context import make_context
-from pock_mlir.cost import BackwardCost, ancestors, backward_cost
+from pock_mlir.cost import BackwardCost, GradientShares, ancestors, backward_cost, gradient_shares
 from pock_mlir.dialects.pock import GradOp
 from pock_mlir.op_facts import param_name
 from pock_mlir.passes import run_pipeline
@@ -102,13 +102,26 @@ def _gradient_function(module: ir.Module, name: str, full: bool) -> None:
         [a.type for a in block.arguments], [loss.type, *(g.type for g in gradients)]))
 
 
-def _cost(text: str, function: str, full: bool) -> BackwardCost:
+def _backward(text: str, function: str, full: bool, measure):
+    """`measure` of the backward of `function` (see the module docstring)."""
     with make_context(), ir.Location.unknown():
         module = ir.Module.parse(text)
         _gradient_function(module, function, full)
         run_pipeline(module, f"{STAGE_PIPELINES['autodiff']},{STAGE_PIPELINES['sparse']}")
         target = next(op for op in module.body.operations if ir.StringAttr(op.attributes["sym_name"]).value == function)
-        return backward_cost(target)
+        return measure(target)
+
+
+def _cost(text: str, function: str, full: bool) -> BackwardCost:
+    return _backward(text, function, full, backward_cost)
+
+
+def full_backward_shares(text: str, function: str = "train_step") -> tuple[list[str], GradientShares]:
+    """Every parameter's name and its gradient's share of the full-BP backward of `function`
+    (pock_mlir.cost.GradientShares: the cost of any subset of gradients, the sparse-scheme search's
+    cost model), in one run of the autodiff and sparse stages."""
+    names = [p.name for p in training_functions(text)[function]]
+    return names, _backward(text, function, True, gradient_shares)
 
 
 def training_functions(text: str) -> dict[str, list[ParameterPolicy]]:

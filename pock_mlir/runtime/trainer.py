@@ -246,10 +246,15 @@ class Trainer:
             self.skipped_steps += 1
         return value
 
-    def gradients(self, inputs, target) -> tuple[float, dict[str, np.ndarray]]:
-        """The loss and the gradients of the trainable parameters, without updating them."""
+    def gradients(self, inputs, target, names=None) -> tuple[float, dict[str, np.ndarray]]:
+        """The loss and the gradients of the trainable parameters, without updating them; `names`:
+        copy only these gradients to the host (all by default)."""
+        unknown = sorted(set(names or ()) - set(self.signature.trainable))
+        if unknown:
+            raise InputError(f"no gradient for {', '.join(unknown)}: trainable are {', '.join(self.signature.trainable)}")
         results = self._call("gradients", batch=self._batch(inputs, target))
-        grads = {name: self._host(g) for name, g in zip(self.signature.trainable, results[1:])}
+        grads = {name: self._host(g) for name, g in zip(self.signature.trainable, results[1:])
+                 if names is None or name in names}
         return float(self._host(results[0])), grads
 
     def loss(self, inputs, target) -> float:

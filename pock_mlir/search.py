@@ -1,0 +1,539 @@
+"""Searching the sparse-update scheme under a memory and time budget: PockEngine's contribution
+analysis (which layers and channels are worth training) and a selection under the device's budget.
+
+    result = pock.search_sparse(model, (x_train, y_train), (x_val, y_val), loss="cross_entropy",
+                                optimizer=pock.SGD(lr=0.05), budget=pock.Budget(memory_mb=40, step_time=0.5))
+    result.sparse                # a SparseUpdate: compile_training(..., sparse=result.sparse)
+    print(result.table())        # every candidate's measured gain and cost, and the scheme's
+    result.write("scheme.yaml")  # for compile_training(sparse="scheme.yaml") and pock-compile --sparse
+
+How, and what it costs:
+  1. One compilation, of the model with every parameter trained (full BP). Its step is timed and
+     its memory measured (Trainer.device_bytes, and the workspace IREE records per function):
+     they calibrate the cost model.
+  2. Contribution analysis. A candidate unit is one parameter tensor at one channel ratio r (its
+     first ceil(r * C) output channels, as the sparse config's ratio means); a 1-D tensor (a
+     bias, a norm's scale) is one unit. Each candidate fine-tunes alone for `steps` steps from
+     the model's weights, on the same batches: the full-BP program's `gradients` gives its
+     gradient and torch.optim updates its rows on the host (the other parameters keep their
+     start values); its gain is the drop of the validation loss. That costs candidates x steps
+     `gradients` calls of full BP, one gradient copied to the host and one tensor back per call,
+     and one validation pass per candidate: no compilation per candidate.
+  3. Cost model. One run of the autodiff and sparse stages on the full-BP training IR splits the
+     backward into each gradient's share (pock_mlir.cost.GradientShares): the backward of any
+     scheme is the union of its gradients' shares, so a scheme's saved activations, gradient
+     bytes and FLOPs cost a set union, and are not additive (layers share the activations
+     between them). Memory: what the Trainer holds as parameters, buffers, optimizer state and
+     the second set each step writes (exact, from the shapes), plus the workspace, from the
+     forward's (measured) up to the full step's (measured) in proportion to the backward's saved
+     activations and gradients. Step time: the forward's and backward's FLOPs over full BP's.
+  4. Selection: a greedy knapsack over the measured gains per byte the combined scheme's memory
+     grows by (a tensor may move up to a larger ratio for the gain that adds), or the best single
+     unit when that alone gains more. Gains are taken as additive there; step 5 measures the
+     chosen scheme's real gain.
+  5. Verification: the chosen scheme is compiled and its Trainer's device_bytes measured. Above
+     the budget, the selection runs again with the budget lowered by the excess (at most
+     MAX_COMPILES compilations of chosen schemes). The chosen scheme then fine-tunes for `steps`
+     steps on the same batches (its measured gain) and its steps are timed.
+Deterministic for a seed: the batches, the candidates' order, ties, and the selection, which
+reads FLOPs and bytes, never a time.
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from pock_mlir.abi import Policy
+from pock_mlir.cost import BackwardCost
+from pock_mlir.files import OutputError, atomic_write, check_writable
+from pock_mlir.report import full_backward_shares
+from pock_mlir.runtime.trainer import CALLED, _to_numpy
+from pock_mlir.runtime.workspace import module_transient_bytes
+from pock_mlir.sparse import SparseUpdate
+from pock_mlir.tools.pock_train import Split, batch_order, evaluate
+
+MB = 2 ** 20  # as the quality tables' "device MB"
+RATIOS = (1 / 8, 1 / 4, 1 / 2, 1.0)
+MAX_COMPILES = 3  # compilations of chosen schemes (step 5 of the module docstring)
+TIMED_STEPS = 6  # full-BP steps timed; the first is left out (warm-up)
+PROGRESS_SECONDS = 5.0
+YAML_HEADER = "# pock-search:"  # the first line of every scheme file it writes
+
+
+class SearchError(ValueError):
+    """The search cannot run as asked (data, budget, candidates), or no scheme meets the budget."""
+
+
+@dataclass(frozen=True)
+class Budget:
+    """memory_mb: the device memory training may hold (Trainer.device_bytes), in MB of 2**20 bytes;
+    step_time: the step's time as a fraction of the full-BP step. None is no limit; give one or both."""
+
+    memory_mb: float | None = None
+    step_time: float | None = None
+
+    def __post_init__(self):
+        if self.memory_mb is None and self.step_time is None:
+            raise SearchError("Budget needs memory_mb, step_time or both")
+        if self.memory_mb is not None and not self.memory_mb > 0:
+            raise SearchError(f"Budget memory_mb must be > 0, got {self.memory_mb}")
+        if self.step_time is not None and not 0 < self.step_time <= 1:
+            raise SearchError(f"Budget step_time is a fraction of the full-BP step, in (0, 1]; got {self.step_time}")
+
+    @property
+    def memory_bytes(self) -> float:
+        return math.inf if self.memory_mb is None else self.memory_mb * MB
+
+    @property
+    def time_fraction(self) -> float:
+        return math.inf if self.step_time is None else self.step_time
+
+    def __str__(self) -> str:
+        parts = ([f"memory {self.memory_mb:g} MB"] if self.memory_mb is not None else []) + \
+                ([f"step {self.step_time:g} of full BP"] if self.step_time is not None else [])
+        return ", ".join(parts)
+
+
+@dataclass(frozen=True)
+class Unit:
+    """A candidate: one parameter tensor, its first `ratio` of output channels (1.0: all of it)."""
+
+    parameter: str
+    ratio: float = 1.0
+
+    @property
+    def policy(self):
+        """Its policy in a sparse config."""
+        return "full" if self.ratio == 1.0 else self.ratio
+
+    def rows(self, shape: tuple[int, ...]) -> int:
+        """The output channels it trains (a scalar counts as one)."""
+        return Policy("channels", self.ratio).channels(shape) if self.ratio < 1.0 else (shape[0] if shape else 1)
+
+    def __str__(self) -> str:
+        return self.parameter if self.ratio == 1.0 else f"{self.parameter} @{self.ratio:g}"
+
+
+def candidate_units(shapes: dict[str, tuple[int, ...]], ratios=RATIOS) -> list[Unit]:
+    """Every tensor of two or more dimensions at each ratio (ratios that keep the same channels
+    counted once), every other tensor whole; in parameter order, smaller ratios first."""
+    units = []
+    for name, shape in shapes.items():
+        if len(shape) < 2 or shape[0] == 1:
+            units.append(Unit(name))
+            continue
+        rows_seen = set()
+        for ratio in sorted(ratios):
+            unit = Unit(name, ratio if Policy("channels", ratio).channels(shape) < shape[0] else 1.0)
+            if unit.rows(shape) not in rows_seen:
+                rows_seen.add(unit.rows(shape))
+                units.append(unit)
+    return units
+
+
+# -- the cost model ---------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Estimate:
+    device_bytes: int  # what the Trainer would hold (see CostModel)
+    time_fraction: float  # the step's FLOPs over full BP's
+    backward: BackwardCost
+
+    def fits(self, memory_bytes: float, time_fraction: float) -> bool:
+        return self.device_bytes <= memory_bytes and self.time_fraction <= time_fraction
+
+
+def _bytes(spec) -> int:
+    return np.dtype(spec.dtype).itemsize * math.prod(spec.shape)
+
+
+class CostModel:
+    """A scheme's device memory and step time, from the compiler's backward of the full-BP program
+    and that program's measured workspace (see the module docstring, 3)."""
+
+    def __init__(self, program):
+        sig = program.signature
+        self.names, self.shares = full_backward_shares(program.ir("training"))
+        self.index = {name: i for i, name in enumerate(self.names)}
+        self.specs = {p.name: p for p in sig.params}
+        buffers = {b.name: b for b in sig.buffers}
+        self.slots = len(program.optimizer.state_slots)
+        # Parameters and buffers, and the second set of the buffers each step updates.
+        self.fixed_bytes = sum(map(_bytes, sig.params + sig.buffers)) + sum(_bytes(buffers[n]) for n in sig.updated_buffers)
+        transient = {function: module_transient_bytes(program.vmfb, function) or 0 for function in CALLED}
+        self.forward_workspace = max(transient["loss"], transient["evaluate"])
+        self.full_workspace = max(transient["train_step_into"], transient["gradients"])
+        full = self.shares.cost({i: 1.0 for i in range(len(self.names))})
+        self.full_activity = max(full.saved_activation_bytes + full.gradient_bytes, 1)
+        self.full_flops = max(self.shares.forward_flops + full.flops, 1)
+
+    def estimate(self, units) -> Estimate:
+        """The Estimate of training `units` (at most one per parameter), the rest frozen."""
+        rows, trained, state = {}, 0, 0
+        for unit in units:
+            spec = self.specs[unit.parameter]
+            share = unit.rows(spec.shape) / (spec.shape[0] if spec.shape else 1)
+            rows[self.index[unit.parameter]] = share
+            trained += _bytes(spec)  # the second set a step writes holds whole tensors
+            state += round(share * self.slots * 4 * math.prod(spec.shape))  # float32 state of the trained rows
+        backward = self.shares.cost(rows)
+        activity = backward.saved_activation_bytes + backward.gradient_bytes
+        workspace = max(self.forward_workspace, self.forward_workspace
+                        + (self.full_workspace - self.forward_workspace) * activity / self.full_activity)
+        # Two sets of optimizer state: the Trainer keeps one only where IREE's schedule allows it.
+        device = self.fixed_bytes + trained + 2 * state + round(workspace)
+        return Estimate(device, (self.shares.forward_flops + backward.flops) / self.full_flops, backward)
+
+
+# -- the contribution analysis ------------------------------------------------------------------
+
+def as_split(data, what: str) -> Split:
+    """(inputs, target), inputs an array or a tuple of arrays (torch or numpy), as a Split."""
+    if isinstance(data, Split):
+        return data
+    if not (isinstance(data, (tuple, list)) and len(data) == 2):
+        raise SearchError(f"{what} must be (inputs, target) with samples along the first dimension, "
+                          f"got {type(data).__name__}")
+    inputs, target = data
+    inputs = [_to_numpy(x) for x in (inputs if isinstance(inputs, (tuple, list)) else (inputs,))]
+    target = _to_numpy(target)
+    lengths = sorted({len(x) if x.ndim else 0 for x in [*inputs, target]})
+    if len(lengths) > 1:
+        raise SearchError(f"{what}: inputs and target must have the same number of samples, got {lengths}")
+    return Split(inputs, target)
+
+
+def training_batches(seed: int, samples: int, batch_size: int, steps: int) -> list[np.ndarray]:
+    """`steps` batches of sample indices, epoch after epoch of pock-train's order for `seed`."""
+    batches: list[np.ndarray] = []
+    epoch = 0
+    while len(batches) < steps:
+        batches.extend(batch_order(seed, epoch, samples, batch_size))
+        epoch += 1
+    return batches[:steps]
+
+
+def host_fine_tune(trainer, unit: Unit, train: Split, batches, optimizer) -> np.ndarray:
+    """Fine-tune `unit` alone, one step per batch: the trainer's `gradients` (of a program that
+    trains the unit's parameter in full) and torch.optim on the unit's rows. The trainer holds the
+    result, which is returned; every other parameter stays as it was."""
+    value = trainer.state_dict()[unit.parameter]
+    rows = (slice(0, unit.rows(value.shape)),) if value.ndim else ()
+    kept = torch.from_numpy(value[rows].copy()).requires_grad_()
+    torch_optimizer = optimizer.torch_optimizer([kept])
+    for index in batches:
+        _, grads = trainer.gradients(*train.batch(index), names=[unit.parameter])
+        kept.grad = torch.from_numpy(grads[unit.parameter][rows].copy())
+        torch_optimizer.step()
+        value[rows] = kept.detach().numpy()
+        trainer.load_state_dict({unit.parameter: value}, strict=False)
+    return value
+
+
+@dataclass(frozen=True)
+class Measurement:
+    unit: Unit
+    val_loss: float  # after fine-tuning the unit alone
+    gain: float  # the validation loss it removed
+    alone: Estimate  # the cost of training it alone
+
+
+class Progress:
+    """Lines on stderr while the search runs (every PROGRESS_SECONDS at most), or nothing."""
+
+    def __init__(self, enabled: bool):
+        self.enabled, self.started, self.shown = enabled, time.perf_counter(), 0.0
+
+    def say(self, message: str) -> None:
+        if self.enabled:
+            print(f"[pock-search] {message}", file=sys.stderr, flush=True)
+
+    def measured(self, done: int, total: int, best: Measurement | None) -> None:
+        now = time.perf_counter()
+        if now - self.shown < PROGRESS_SECONDS and done < total:
+            return
+        self.shown = now
+        left = (now - self.started) * (total - done) / done
+        best_text = f"best so far {best.unit} (validation loss {-best.gain:+.4f})" if best else "no gain yet"
+        self.say(f"contribution: {done}/{total} candidates measured, {best_text}, about {left:.0f}s left")
+
+
+def measure_contributions(trainer, costs: CostModel, units: list[Unit], train: Split, val: Split, optimizer,
+                          batches, batch_size: int, progress: Progress) -> tuple[float, list[Measurement]]:
+    """The validation loss at the start, and each unit's Measurement (see the module docstring, 2)."""
+    start = trainer.state_dict()
+    base = evaluate(trainer, val, batch_size)["val_loss"]
+    measurements: list[Measurement] = []
+    progress.started = time.perf_counter()
+    for unit in units:
+        host_fine_tune(trainer, unit, train, batches, optimizer)
+        val_loss = evaluate(trainer, val, batch_size)["val_loss"]
+        trainer.load_state_dict({unit.parameter: start[unit.parameter]}, strict=False)
+        measurements.append(Measurement(unit, val_loss, base - val_loss, costs.estimate([unit])))
+        progress.measured(len(measurements), len(units), max(measurements, key=lambda m: m.gain))
+    return base, measurements
+
+
+# -- the selection ------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Choice:
+    unit: Unit
+    gain: float  # measured alone
+    added_bytes: int  # what the scheme's estimated memory grew by when the unit came in
+    added_time: float  # and its step time, as a fraction of the full-BP step
+
+
+def _cheapest(measurements: list[Measurement]) -> str:
+    cheapest = min(measurements, key=lambda m: (m.alone.device_bytes, m.alone.time_fraction))
+    return (f"the cheapest scheme, training {cheapest.unit} alone, needs {cheapest.alone.device_bytes / MB:.3f} MB "
+            f"and a step of {cheapest.alone.time_fraction:.3f} of full BP (estimated)")
+
+
+def select(measurements: list[Measurement], costs: CostModel, memory_bytes: float, time_fraction: float) -> list[Choice]:
+    """The scheme under the budget (see the module docstring, 4); SearchError when nothing fits."""
+    if not any(m.alone.fits(memory_bytes, time_fraction) for m in measurements):
+        raise SearchError(f"no scheme fits the budget ({memory_bytes / MB:.3f} MB, step {time_fraction:g} of full BP): "
+                          f"{_cheapest(measurements)}")
+    gains = {m.unit: m.gain for m in measurements if m.gain > 0}
+    if not gains:
+        raise SearchError("no candidate lowered the validation loss when fine-tuned alone: raise the learning rate "
+                          "or the steps of the contribution analysis")
+    chosen: dict[str, Choice] = {}
+    current = costs.estimate([])
+    while True:
+        best = None
+        for unit, gain in gains.items():
+            held = chosen.get(unit.parameter)
+            extra = gain - (held.gain if held else 0.0)
+            if extra <= 0 or (held and unit.ratio <= held.unit.ratio):
+                continue
+            estimate = costs.estimate([*(c.unit for c in chosen.values() if c.unit.parameter != unit.parameter), unit])
+            if not estimate.fits(memory_bytes, time_fraction):
+                continue
+            score = extra / max(estimate.device_bytes - current.device_bytes, 1)
+            if best is None or score > best[0]:
+                best = (score, unit, estimate)
+        if best is None:
+            break
+        _, unit, estimate = best
+        held = chosen.get(unit.parameter)
+        chosen[unit.parameter] = Choice(unit, gains[unit],
+                                        (held.added_bytes if held else 0) + estimate.device_bytes - current.device_bytes,
+                                        (held.added_time if held else 0.0) + estimate.time_fraction - current.time_fraction)
+        current = estimate
+    single = max((m for m in measurements if m.gain > 0 and m.alone.fits(memory_bytes, time_fraction)),
+                 key=lambda m: m.gain, default=None)
+    if single is not None and single.gain > sum(c.gain for c in chosen.values()):
+        empty = costs.estimate([])
+        return [Choice(single.unit, single.gain, single.alone.device_bytes - empty.device_bytes,
+                       single.alone.time_fraction - empty.time_fraction)]
+    return list(chosen.values())
+
+
+def scheme_of(choices: list[Choice]) -> SparseUpdate:
+    return SparseUpdate(rules=[(c.unit.parameter, c.unit.policy) for c in choices], default="frozen")
+
+
+# -- the result ---------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Run:
+    """A compiled program's measured device memory, step time and fine-tuning result."""
+
+    device_bytes: int
+    step_seconds: float  # median over its timed steps
+    val_loss: float  # after its fine-tuning steps (the start's, for full BP)
+
+
+@dataclass
+class SearchResult:
+    """What search_sparse chose and measured; `sparse` is the scheme."""
+
+    budget: Budget
+    choices: list[Choice]
+    measurements: list[Measurement]
+    estimate: Estimate  # the chosen scheme's, by the cost model
+    full: Run  # full BP, measured; val_loss is the start's
+    chosen: Run  # the chosen scheme compiled and fine-tuned for `steps` steps
+    steps: int
+    seed: int
+    compilations: int
+    attempts: list[int] = field(default_factory=list)  # measured device bytes of each chosen scheme compiled
+    seconds: dict[str, float] = field(default_factory=dict)  # by phase
+
+    @property
+    def sparse(self) -> SparseUpdate:
+        """The chosen scheme (compile_training's sparse=)."""
+        return scheme_of(self.choices)
+
+    @property
+    def measured_gain(self) -> float:
+        """The validation loss the chosen scheme removed in `steps` steps, compiled."""
+        return self.full.val_loss - self.chosen.val_loss
+
+    def table(self) -> str:
+        """Every candidate's measured gain and cost alone, then the chosen scheme against the budget."""
+        picked = {c.unit for c in self.choices}
+        width = max([len("candidate")] + [len(str(m.unit)) for m in self.measurements])
+        lines = [f"  {'candidate':<{width}}  {'val loss gain':>13}  {'MB alone':>9}  {'step alone':>10}  chosen",
+                 *(f"  {str(m.unit):<{width}}  {m.gain:>13.5f}  {m.alone.device_bytes / MB:>9.3f}  "
+                   f"{m.alone.time_fraction:>10.3f}  {'yes' if m.unit in picked else ''}" for m in self.measurements)]
+        return "\n".join([f"sparse-scheme search, budget {self.budget} (seed {self.seed})", *lines, "", *self.summary()])
+
+    def summary(self) -> list[str]:
+        """The chosen scheme against the budget: memory, step time and gain, estimated and measured."""
+        full_ms = 1000 * self.full.step_seconds
+        analysis = len(self.measurements) * self.steps
+        return [
+            f"scheme: {len(self.choices)} tensor(s) trained; device memory estimated {self.estimate.device_bytes / MB:.3f} MB, "
+            f"measured {self.chosen.device_bytes / MB:.3f} MB (budget {self.budget.memory_bytes / MB:.3f} MB; "
+            f"full BP {self.full.device_bytes / MB:.3f} MB)",
+            f"step: estimated {self.estimate.time_fraction:.3f}, measured {self.chosen.step_seconds / self.full.step_seconds:.3f} "
+            f"of full BP's {full_ms:.2f} ms (budget {self.budget.time_fraction:g})",
+            f"validation loss gain in {self.steps} steps: {sum(c.gain for c in self.choices):.5f} predicted (the sum of "
+            f"the entries' gains alone), {self.measured_gain:.5f} measured",
+            f"search: {len(self.measurements)} candidates x {self.steps} steps = {analysis} full-BP gradients calls; "
+            f"{self.compilations} compilations (full BP, then {self.compilations - 1} of chosen schemes); "
+            + ", ".join(f"{phase} {seconds:.1f}s" for phase, seconds in self.seconds.items())]
+
+    def to_yaml(self) -> str:
+        """The scheme as a sparse config, a comment per entry with its cost and its measured gain."""
+        lines = [f"{YAML_HEADER} a sparse-update scheme searched under {self.budget}",
+                 *(f"# {line}" for line in self.summary()), "default: frozen"]
+        for c in self.choices:
+            # JSON strings are YAML strings: a name is never read as a number or an alias.
+            lines.append(f'"{c.unit.parameter}": {c.unit.policy}  # validation loss -{c.gain:.5f} trained alone; '
+                         f"+{c.added_bytes / MB:.4f} MB, +{c.added_time:.3f} of the full-BP step")
+        return "\n".join(lines) + "\n"
+
+    def write(self, path) -> Path:
+        """Write to_yaml() to `path` atomically (check_scheme_path says what it refuses)."""
+        path = check_scheme_path(path)
+        atomic_write(path, self.to_yaml())
+        return path
+
+
+def check_scheme_path(path) -> Path:
+    """A .yaml/.yml path that is writable and holds nothing but a scheme pock-search wrote."""
+    path = Path(path)
+    if path.suffix not in (".yaml", ".yml"):
+        raise OutputError(f"{path}: a scheme file ends in .yaml or .yml")
+    check_writable(path)
+    if path.is_symlink() or path.exists():
+        try:
+            first = path.read_text(errors="replace").split("\n", 1)[0] if path.is_file() else ""
+        except OSError:
+            first = ""
+        if not first.startswith(YAML_HEADER):
+            raise OutputError(f"{path} exists and is not a scheme pock-search wrote; remove it or choose another path")
+    return path
+
+
+# -- the search ---------------------------------------------------------------------------------
+
+def _check(model, train: Split, val: Split, budget, steps: int, ratios, batch_size: int) -> None:
+    if not isinstance(budget, Budget):
+        raise SearchError(f"budget must be a pock.Budget(memory_mb=..., step_time=...), got {type(budget).__name__}")
+    if not isinstance(steps, int) or steps < 1:
+        raise SearchError(f"steps must be an integer >= 1, got {steps!r}")
+    if not ratios or not all(isinstance(r, (int, float)) and 0 < r <= 1 for r in ratios):
+        raise SearchError(f"ratios must be channel ratios in (0, 1], got {ratios!r}")
+    for what, split in (("train_data", train), ("val_data", val)):
+        if len(split) < batch_size:
+            raise SearchError(f"{what} has {len(split)} samples, fewer than one batch ({batch_size})")
+    resident = sum(t.numel() * t.element_size() for t in [*model.parameters(), *model.buffers()])
+    if resident > budget.memory_bytes:
+        raise SearchError(f"the memory budget {budget.memory_mb:g} MB is below the model's parameters and buffers "
+                          f"alone ({resident / MB:.3f} MB): no scheme fits")
+
+
+def _timed_steps(trainer, train: Split, batches) -> float:
+    """The median seconds of a training step over `batches`, the first left out."""
+    seconds = []
+    for index in batches:
+        started = time.perf_counter()
+        trainer.step(*train.batch(index))
+        seconds.append(time.perf_counter() - started)
+    return float(np.median(seconds[1:] or seconds))
+
+
+def search_sparse(model, train_data, val_data, *, budget: Budget, loss="cross_entropy", optimizer=None, steps: int = 10,
+                  ratios=RATIOS, batch_size: int = 32, seed: int = 0, output=None, target: str = "host",
+                  progress: bool = False) -> SearchResult:
+    """Search which parameters (and output channels) to train under `budget` (see the module
+    docstring): a SearchResult, whose `sparse` is the scheme.
+
+    train_data, val_data: (inputs, target), inputs an array or a tuple of arrays (torch or numpy)
+        with samples along the first dimension; the program trains on batches of `batch_size`.
+    loss, optimizer, output, target: as compile_training's; the optimizer fine-tunes candidates too.
+    steps: fine-tuning steps per candidate (and of the chosen scheme's check).
+    ratios: the channel ratios tried on each tensor of two or more dimensions.
+    seed: the batches' order. progress: lines on stderr (candidates measured, best so far, time left).
+    Raises SearchError when nothing fits the budget, naming the cheapest scheme's cost."""
+    from pock_mlir.compiler import compile_training
+    from pock_mlir.optim import SGD
+
+    optimizer = optimizer or SGD(lr=0.01)
+    train, val = as_split(train_data, "train_data"), as_split(val_data, "val_data")
+    _check(model, train, val, budget, steps, ratios, batch_size)
+    say, seconds = Progress(progress), {}
+    example = train.batch(np.arange(batch_size))
+
+    def compile_scheme(sparse):
+        return compile_training(model, tuple(example[0]), example[1], loss=loss, optimizer=optimizer, sparse=sparse,
+                                output=output, target=target)
+
+    started = time.perf_counter()
+    say.say("compiling the full-BP step (every parameter trained)")
+    program = compile_scheme(None)
+    trainer = program.trainer()
+    batches = training_batches(seed, len(train), batch_size, steps)
+    start = trainer.state_dict()
+    full_step = _timed_steps(trainer, train, training_batches(seed, len(train), batch_size, TIMED_STEPS))
+    trainer.load_state_dict(start)
+    costs = CostModel(program)
+    full_bytes = trainer.device_bytes
+    seconds["full BP"] = time.perf_counter() - started
+    say.say(f"full BP: {full_bytes / MB:.3f} MB on the device, {1000 * full_step:.2f} ms a step")
+
+    units = candidate_units({p.name: p.shape for p in program.signature.params}, ratios)
+    alone = [Measurement(u, math.nan, math.nan, costs.estimate([u])) for u in units]
+    if not any(m.alone.fits(budget.memory_bytes, budget.time_fraction) for m in alone):  # before the long part
+        raise SearchError(f"no scheme fits the budget ({budget}): {_cheapest(alone)}")
+    started = time.perf_counter()
+    say.say(f"contribution analysis: {len(units)} candidates x {steps} steps of full-BP gradients")
+    base, measurements = measure_contributions(trainer, costs, units, train, val, optimizer, batches, batch_size, say)
+    seconds["contribution analysis"] = time.perf_counter() - started
+    del trainer
+
+    started = time.perf_counter()
+    attempts, memory = [], budget.memory_bytes
+    for _ in range(MAX_COMPILES):
+        choices = select(measurements, costs, memory, budget.time_fraction)
+        estimate = costs.estimate([c.unit for c in choices])
+        say.say(f"compiling the chosen scheme: {len(choices)} tensor(s), estimated {estimate.device_bytes / MB:.3f} MB")
+        chosen = compile_scheme(scheme_of(choices)).trainer()
+        attempts.append(chosen.device_bytes)
+        if chosen.device_bytes <= budget.memory_bytes:
+            break
+        memory -= chosen.device_bytes - budget.memory_bytes
+        say.say(f"it measures {chosen.device_bytes / MB:.3f} MB, above the budget: selecting again under "
+                f"{memory / MB:.3f} MB")
+    else:
+        raise SearchError(f"the chosen schemes measured {', '.join(f'{b / MB:.3f}' for b in attempts)} MB on the device, "
+                          f"above the budget of {budget.memory_mb:g} MB, in {MAX_COMPILES} attempts; give a larger budget")
+    chosen_step = _timed_steps(chosen, train, batches)
+    chosen_run = Run(chosen.device_bytes, chosen_step, evaluate(chosen, val, batch_size)["val_loss"])
+    seconds["selection and check"] = time.perf_counter() - started
+    result = SearchResult(budget, choices, measurements, estimate, Run(full_bytes, full_step, base), chosen_run,
+                          steps, seed, 1 + len(attempts), attempts, seconds)
+    say.say("done: " + result.summary()[0])
+    return result

@@ -1,0 +1,121 @@
+"""pock-search: search which parameters and channels to train under a memory and time budget.
+
+    pock-search MODEL.py --data DATA.npz --memory-budget 40MB [--time-budget 0.5] [--optimizer sgd:lr=0.01]
+                [--steps 10] [--seed 0] -o scheme.yaml
+
+MODEL.py is a model file as pock-compile reads it (model(), example_batch(), optionally LOSS and
+OUTPUT); the example batch sets the batch size. DATA.npz is laid out as pock-train reads it
+(x_train, y_train, x_val, y_val; or tokens_train, tokens_val): every candidate fine-tunes on the
+training split and is judged on the held-out one, which it needs. --memory-budget is the device
+memory training may hold (as Trainer.device_bytes counts it): bytes, or a number with KB, MB or GB
+(powers of 1024). --time-budget is the step's time as a fraction of the full-BP step. The scheme is
+written as a sparse config (pock-compile --sparse, compile_training(sparse=)) with a comment per
+entry; the table of what was measured goes to stdout, progress to stderr. How the search works and
+what it costs: pock_mlir/search.py. Errors print one message and exit with code 1, before any
+compilation where they can be known then; an existing -o file is replaced only if pock-search wrote it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import os
+import re
+import sys
+
+import torch
+
+from pock_mlir.abi import StepSignature
+from pock_mlir.tools.pock_compile import load_model_file
+from pock_mlir.tools.pock_train import load_data
+
+UNITS = {"": 1, "b": 1, "kb": 2 ** 10, "kib": 2 ** 10, "mb": 2 ** 20, "mib": 2 ** 20, "gb": 2 ** 30, "gib": 2 ** 30}
+
+
+def parse_size(text: str) -> float:
+    """'40MB', '512KB', '1.5GiB' or bytes ('2000000'), in MB of 2**20 bytes."""
+    match = re.fullmatch(r"\s*(\d+(?:\.\d*)?|\.\d+)\s*([a-zA-Z]*)\s*", text)
+    if not match or match.group(2).lower() not in UNITS or float(match.group(1)) <= 0:
+        raise ValueError(f"--memory-budget {text!r}: give a size such as 40MB, 512KB, 1.5GB or a number of bytes")
+    return float(match.group(1)) * UNITS[match.group(2).lower()] / 2 ** 20
+
+
+class ExampleBatch:
+    """What pock-train's load_data checks data against, read off the model file's example batch
+    (the bundle the data would train, before it is compiled)."""
+
+    def __init__(self, file, path: str):
+        from pock_mlir.frontend import as_tensor, as_tensor_tuple, device_dtype, select_output, spec_of
+
+        inputs = as_tensor_tuple(file.inputs)
+        with torch.no_grad():  # on a copy: a forward in train mode would move BatchNorm's statistics
+            output = select_output(copy.deepcopy(file.model)(*inputs), file.output)
+        self.signature = StepSignature(
+            params=[], buffers=[], updated_buffers=[], trainable=[], state=[],
+            inputs=[spec_of(f"input{i}", device_dtype(t)) for i, t in enumerate(inputs)],
+            target=spec_of("target", device_dtype(as_tensor(file.target))), output=spec_of("output", output))
+        self.batch_size = self.signature.target.shape[0] if self.signature.target.shape else 1
+        self.path = f"{path} (its example batch)"
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="pock-search", description=__doc__.split("\n\n")[0],
+                                     epilog=__doc__.split("\n\n", 2)[2], formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("model", help="the model file (MODEL.py, as pock-compile reads it)")
+    parser.add_argument("--data", required=True, help="an .npz with x_train, y_train, x_val, y_val "
+                                                       "(or tokens_train, tokens_val), as pock-train reads it")
+    parser.add_argument("--memory-budget", help="device memory for training: 40MB, 512KB, bytes")
+    parser.add_argument("--time-budget", type=float, help="the step's time as a fraction of the full-BP step, in (0, 1]")
+    parser.add_argument("--optimizer", default="sgd:lr=0.01",
+                        help="the fine-tuning optimizer, as pock-compile takes it (default sgd:lr=0.01)")
+    parser.add_argument("--steps", type=int, default=10, help="fine-tuning steps per candidate (default 10)")
+    parser.add_argument("--seed", type=int, default=0, help="seed of the batches' order (default 0)")
+    parser.add_argument("-o", "--output", required=True, help="the scheme to write (.yaml)")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return _run(args)
+    except KeyboardInterrupt:
+        print("pock-search: interrupted; nothing written", file=sys.stderr)
+        return 130
+    except (ValueError, RuntimeError, OSError) as e:  # as pock-compile: every user-facing error is one of these
+        if os.environ.get("POCK_DEBUG"):
+            raise
+        print(f"pock-search: error: {e}", file=sys.stderr)
+        return 1
+
+
+def _run(args) -> int:
+    from pock_mlir.optim import parse_optimizer
+    from pock_mlir.search import Budget, check_scheme_path, search_sparse
+
+    if args.memory_budget is None and args.time_budget is None:
+        raise ValueError("give --memory-budget, --time-budget or both")
+    budget = Budget(memory_mb=None if args.memory_budget is None else parse_size(args.memory_budget),
+                    step_time=args.time_budget)
+    try:
+        optimizer = parse_optimizer(args.optimizer)
+    except (ValueError, TypeError) as e:
+        raise ValueError(f"--optimizer {args.optimizer}: {e}") from None
+    if args.seed < 0:
+        raise ValueError(f"--seed must be a non-negative integer, got {args.seed}")
+    check_scheme_path(args.output)
+    file = load_model_file(args.model)
+    shape = ExampleBatch(file, args.model)
+    train, val = load_data(args.data, shape)
+    if val is None:
+        raise ValueError(f"{args.data} has no held-out split (x_val, y_val or tokens_val): the search judges "
+                         f"every candidate on it")
+    result = search_sparse(file.model, train, val, budget=budget, loss=file.loss, optimizer=optimizer, steps=args.steps,
+                           batch_size=shape.batch_size, seed=args.seed, output=file.output, progress=True)
+    path = result.write(args.output)
+    print(result.table())
+    print(f"wrote {path}: pock-compile {args.model} --sparse {path} -o BUNDLE compiles it")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,291 @@
+"""The sparse-scheme search (pock_mlir/search.py, pock-search): it finds the one layer a planted
+task needs, its cost model agrees with the compiler's, its host-side fine-tuning with PyTorch, its
+scheme round-trips through compile_training within the memory budget, and bad input is refused."""
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+import torch.nn as nn
+import yaml
+
+import pock_mlir as pock
+from oracle import torch_trajectory
+from pock_mlir.abi import Policy
+from pock_mlir.context import make_context
+from pock_mlir.passes.pock_apply_sparse_config import reannotate
+from pock_mlir.report import report
+from pock_mlir.search import MB, YAML_HEADER, CostModel, SearchError, Unit, candidate_units, host_fine_tune
+from pock_mlir.tools import pock_search
+from pock_mlir.tools.pock_train import Split
+
+REPO = Path(__file__).resolve().parents[1]
+BATCH = 32
+FEATURES, CLASSES = 128, 32
+
+
+class Planted(nn.Module):
+    """Two linear experts summed into the logits, each reading its own half of the input; the
+    labels depend on one half only, so only that expert's weight can learn the task."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.a = nn.Linear(FEATURES, CLASSES)
+        self.b = nn.Linear(FEATURES, CLASSES)
+        for layer in (self.a, self.b):
+            nn.init.normal_(layer.weight, std=0.01)
+
+    def forward(self, x):
+        return self.a(x[:, :FEATURES]) + self.b(x[:, FEATURES:])
+
+
+def planted_data(informative: str, samples: int, seed: int):
+    """x: both halves standard normal; y: a fixed linear teacher's class on the `informative` half."""
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal((samples, 2 * FEATURES)).astype(np.float32)
+    teacher = np.random.default_rng(99).standard_normal((FEATURES, CLASSES))
+    half = x[:, :FEATURES] if informative == "a" else x[:, FEATURES:]
+    return x, np.argmax(half @ teacher, axis=1).astype(np.int64)
+
+
+def search(informative: str, budget: pock.Budget, **options):
+    return pock.search_sparse(Planted(), planted_data(informative, 512, 1), planted_data(informative, 128, 2),
+                              budget=budget, optimizer=pock.SGD(lr=0.5), steps=8, batch_size=BATCH, **options)
+
+
+@pytest.fixture(scope="module", params=["a", "b"])
+def planted(request):
+    """(the informative expert, its search under a budget every scheme fits)."""
+    return request.param, search(request.param, pock.Budget(memory_mb=64))
+
+
+def test_search_finds_the_planted_layer(planted):
+    informative, result = planted
+    other = "b" if informative == "a" else "a"
+    gains = {str(m.unit): m.gain for m in result.measurements}
+    best = max(result.measurements, key=lambda m: m.gain)
+    assert best.unit == Unit(f"{informative}.weight"), result.table()
+    # The other expert sees only noise: it gains next to nothing.
+    assert gains[f"{other}.weight"] < 0.05 * gains[f"{informative}.weight"], result.table()
+    assert {str(c.unit) for c in result.choices} >= {f"{informative}.weight"}
+    assert result.measured_gain > 0.5 * gains[f"{informative}.weight"], result.table()
+
+
+def test_a_tight_budget_keeps_the_planted_layer_only(planted, tmp_path):
+    """A budget of what training the planted weight alone measures on the device: the search keeps
+    it (perhaps at a ratio) and leaves the other expert out, within the budget."""
+    informative, _ = planted
+    x, y = planted_data(informative, BATCH, 1)
+    alone = pock.compile_training(Planted(), x, y, optimizer=pock.SGD(lr=0.5), sparse={f"{informative}.weight": "full"})
+    budget = pock.Budget(memory_mb=alone.trainer().device_bytes / MB)
+    result = search(informative, budget)
+    trained = {c.unit.parameter for c in result.choices}
+    assert f"{informative}.weight" in trained and not trained & {"a.weight", "b.weight"} - {f"{informative}.weight"}
+    assert result.chosen.device_bytes <= budget.memory_bytes, result.table()
+
+
+def test_the_scheme_round_trips_through_compile_training_within_the_budget(planted, tmp_path):
+    informative, result = planted
+    path = result.write(tmp_path / "scheme.yaml")
+    text = path.read_text()
+    assert text.startswith(YAML_HEADER)
+    assert yaml.safe_load(text) == {"default": "frozen", **{c.unit.parameter: c.unit.policy for c in result.choices}}
+    x, y = planted_data(informative, BATCH, 1)
+    program = pock.compile_training(Planted(), x, y, optimizer=pock.SGD(lr=0.5), sparse=str(path))
+    want = {name: Policy("frozen") for name, _ in Planted().named_parameters()}
+    want.update({c.unit.parameter: Policy("full") if c.unit.ratio == 1 else Policy("channels", c.unit.ratio)
+                 for c in result.choices})
+    assert program.signature.policies == want
+    trainer = program.trainer()
+    assert trainer.device_bytes == result.chosen.device_bytes <= result.budget.memory_bytes
+
+
+# -- the cost model against the compiler -----------------------------------------------------
+
+def make_mlp():
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Linear(12, 32), nn.ReLU(), nn.Linear(32, 16), nn.ReLU(), nn.Linear(16, 5))
+
+
+def mlp_batch(samples=BATCH, seed=1):
+    g = torch.Generator().manual_seed(seed)
+    return torch.randn(samples, 12, generator=g), torch.randint(0, 5, (samples,), generator=g)
+
+
+@pytest.fixture(scope="module")
+def mlp_program():
+    x, y = mlp_batch()
+    return pock.compile_training(make_mlp(), x, y, optimizer=pock.SGD(lr=0.1, momentum=0.9))
+
+
+def compiler_cost(training_text: str, scheme: dict):
+    """The sparse-BP report of the full-BP training IR re-annotated by pock-apply-sparse-config."""
+    from torch_mlir import ir
+
+    with make_context(), ir.Location.unknown():
+        module = ir.Module.parse(training_text)
+        reannotate(module.operation, scheme)
+        text = str(module)
+    return report(text, "train_step").sparse
+
+
+@pytest.mark.parametrize("scheme", [
+    {"4.weight": "full"}, {"0.bias": "full"}, {"2.weight": "full", "4.bias": "full"},
+    {"0.weight": "full", "2.weight": "full", "4.weight": "full"}, {"2.weight": 0.5, "4.weight": "full"},
+    {"0.weight": 0.25},
+])
+def test_cost_of_a_scheme_is_the_compilers(mlp_program, scheme):
+    costs = CostModel(mlp_program)
+    estimate = costs.estimate([Unit(name, 1.0 if policy == "full" else policy) for name, policy in scheme.items()])
+    want = compiler_cost(mlp_program.ir("training"), {"default": "frozen", **scheme})
+    got = estimate.backward
+    assert (got.saved_activation_bytes, got.gradient_bytes) == (want.saved_activation_bytes, want.gradient_bytes)
+    if all(policy == "full" for policy in scheme.values()):
+        assert got == want
+    else:  # the cost model narrows only a gradient's own ops, pock-sparse-bp also the chain of ops that leads there
+        whole = costs.estimate([Unit(name) for name in scheme]).backward
+        assert want.flops <= got.flops < whole.flops, (got, want, whole)
+
+
+def test_memory_estimate_of_full_bp_is_the_trainers(mlp_program):
+    costs = CostModel(mlp_program)
+    trainer = mlp_program.trainer()
+    units = [Unit(name) for name in costs.names]
+    state = sum(np.prod(s.shape) * 4 for s in mlp_program.signature.state)
+    assert costs.estimate(units).device_bytes == trainer.device_bytes + (state if trainer.state_in_place else 0)
+    assert costs.estimate(units).time_fraction == 1.0
+
+
+def test_candidates():
+    units = candidate_units({"w": (8, 3), "b": (8,), "s": (), "narrow": (3, 4), "row": (1, 5)})
+    assert [str(u) for u in units] == ["w @0.125", "w @0.25", "w @0.5", "w", "b", "s", "narrow @0.125", "narrow @0.5",
+                                       "narrow", "row"]
+
+
+# -- the host-side fine-tuning of the contribution analysis ---------------------------------------
+
+@pytest.mark.parametrize("optimizer", [pock.SGD(lr=0.1, momentum=0.9, weight_decay=0.01), pock.AdamW(lr=0.01)],
+                         ids=["sgd", "adamw"])
+def test_host_fine_tune_of_a_tensor_matches_torch_optim(mlp_program, optimizer):
+    x, y = mlp_batch()
+    trainer = mlp_program.trainer()
+    got = host_fine_tune(trainer, Unit("2.weight"), Split([x.numpy()], y.numpy()), [np.arange(BATCH)] * 4, optimizer)
+    _, want = torch_trajectory(make_mlp(), x, y, optimizer, 4, trainable={"2.weight"})
+    np.testing.assert_allclose(got, want["2.weight"], rtol=1e-4, atol=1e-6)
+    state = trainer.state_dict()
+    np.testing.assert_array_equal(state["0.weight"], make_mlp().state_dict()["0.weight"].numpy())
+
+
+def test_host_fine_tune_of_channels_matches_the_compiled_channel_sparse_step(mlp_program):
+    """Against pock-mlir's own channel-sparse program, whose rows tests/test_sparse.py holds to PyTorch."""
+    optimizer = pock.AdamW(lr=0.01)
+    batches = [mlp_batch(seed=s) for s in range(3)]
+    split = Split([torch.cat([b[0] for b in batches]).numpy()], torch.cat([b[1] for b in batches]).numpy())
+    order = [np.arange(i * BATCH, (i + 1) * BATCH) for i in range(3)]
+    got = host_fine_tune(mlp_program.trainer(), Unit("2.weight", 0.25), split, order, optimizer)
+    sparse = pock.compile_training(make_mlp(), *batches[0], optimizer=optimizer, sparse={"2.weight": 0.25}).trainer()
+    for inputs, target in batches:
+        sparse.step(inputs, target)
+    want = sparse.state_dict()["2.weight"]
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+    np.testing.assert_array_equal(got[4:], make_mlp().state_dict()["2.weight"].numpy()[4:])
+
+
+# -- errors ----------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("options, message", [
+    ({}, "Budget needs memory_mb, step_time or both"),
+    ({"memory_mb": 0}, "memory_mb must be > 0"),
+    ({"step_time": 1.5}, "in (0, 1]"),
+])
+def test_bad_budgets(options, message):
+    with pytest.raises(SearchError, match=message.replace("(", r"\(").replace(")", r"\)")):
+        pock.Budget(**options)
+
+
+def test_a_budget_below_the_parameters_is_refused_before_compiling():
+    with pytest.raises(SearchError, match=r"below the model's parameters and buffers alone \(0.002 MB\)"):
+        search("a", pock.Budget(memory_mb=0.001))
+
+
+def test_a_budget_nothing_meets_names_the_cheapest_scheme(planted):
+    _, result = planted
+    cheapest = min(result.measurements, key=lambda m: m.alone.device_bytes)
+    budget = pock.Budget(memory_mb=(cheapest.alone.device_bytes - 1) / MB)
+    with pytest.raises(SearchError) as raised:
+        search("a", budget)
+    message = str(raised.value)
+    assert f"the cheapest scheme, training {cheapest.unit} alone, needs {cheapest.alone.device_bytes / MB:.3f} MB" in message
+
+
+# -- pock-search ------------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def planted_files(tmp_path_factory):
+    root = tmp_path_factory.mktemp("search")
+    (root / "planted.py").write_text(
+        f"import sys\nsys.path.insert(0, {str(Path(__file__).parent)!r})\n"
+        "import torch\nfrom test_search import BATCH, Planted, planted_data\n\n"
+        "def model():\n    return Planted()\n\n"
+        "def example_batch():\n    x, y = planted_data('b', BATCH, 1)\n    return torch.from_numpy(x), torch.from_numpy(y)\n")
+    (x, y), (xv, yv) = planted_data("b", 512, 1), planted_data("b", 128, 2)
+    np.savez(root / "data.npz", x_train=x, y_train=y, x_val=xv, y_val=yv)
+    return root
+
+
+def test_pock_search_writes_a_scheme_and_shows_progress(planted_files, capsys):
+    root = planted_files
+    code = pock_search.main([str(root / "planted.py"), "--data", str(root / "data.npz"), "--memory-budget", "8MB",
+                             "--time-budget", "1", "--optimizer", "sgd:lr=0.5", "--steps", "8", "-o", str(root / "s.yaml")])
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    assert "candidates measured, best so far b.weight" in err and "s left" in err
+    assert "b.weight" in yaml.safe_load((root / "s.yaml").read_text())
+    assert "measured" in out and "wrote" in out
+
+
+@pytest.mark.parametrize("arguments, message", [
+    (["--memory-budget", "40XB"], "--memory-budget '40XB': give a size such as 40MB"),
+    (["--time-budget", "2"], "step_time is a fraction of the full-BP step, in (0, 1]"),
+    ([], "give --memory-budget, --time-budget or both"),
+    (["--memory-budget", "8MB", "--optimizer", "sgd:lr=-1"], "SGD lr must be > 0"),
+    (["--memory-budget", "8MB", "--steps", "0"], "steps must be an integer >= 1"),
+])
+def test_pock_search_refuses_bad_arguments(planted_files, capsys, arguments, message):
+    root = planted_files
+    output = root / "bad.yaml"
+    assert pock_search.main([str(root / "planted.py"), "--data", str(root / "data.npz"), *arguments, "-o", str(output)]) == 1
+    err = capsys.readouterr().err
+    assert message in err and "Traceback" not in err and len(err.strip().splitlines()) == 1, err
+    assert not output.exists()
+
+
+def test_pock_search_refuses_data_without_a_held_out_split_and_files_it_did_not_write(planted_files, tmp_path, capsys):
+    root = planted_files
+    x, y = planted_data("b", 64, 1)
+    np.savez(tmp_path / "train_only.npz", x_train=x, y_train=y)
+    arguments = [str(root / "planted.py"), "--memory-budget", "8MB"]
+    assert pock_search.main([*arguments, "--data", str(tmp_path / "train_only.npz"), "-o", str(tmp_path / "s.yaml")]) == 1
+    assert "has no held-out split" in capsys.readouterr().err
+    np.savez(tmp_path / "narrow.npz", x_train=x[:, :10], y_train=y, x_val=x[:, :10], y_val=y)
+    assert pock_search.main([*arguments, "--data", str(tmp_path / "narrow.npz"), "-o", str(tmp_path / "s.yaml")]) == 1
+    assert "x_train has samples of shape (10,), the bundle takes (64,)" in capsys.readouterr().err
+    (tmp_path / "notes.yaml").write_text("keep: me\n")
+    assert pock_search.main([*arguments, "--data", str(root / "data.npz"), "-o", str(tmp_path / "notes.yaml")]) == 1
+    assert "exists and is not a scheme pock-search wrote" in capsys.readouterr().err
+    assert (tmp_path / "notes.yaml").read_text() == "keep: me\n"
+
+
+def test_pock_search_runs_as_a_module(planted_files):
+    root = planted_files
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    done = subprocess.run([sys.executable, "-m", "pock_mlir.tools.pock_search", str(root / "planted.py"), "--data",
+                           str(root / "data.npz"), "--memory-budget", "0.001MB", "-o", str(root / "m.yaml")],
+                          capture_output=True, text=True, env=env, cwd=root)
+    assert done.returncode == 1 and done.stderr.startswith("pock-search: error: the memory budget 0.001 MB is below")
+    assert "Traceback" not in done.stderr and not (root / "m.yaml").exists()
