@@ -19,6 +19,7 @@ from pock_mlir.abi import Policy
 from pock_mlir.context import make_context
 from pock_mlir.passes.pock_apply_sparse_config import reannotate
 from pock_mlir.report import report
+from pock_mlir.runtime import Trainer
 from pock_mlir.search import MB, YAML_HEADER, CostModel, SearchError, Unit, candidate_units, host_fine_tune
 from pock_mlir.tools import pock_search
 from pock_mlir.tools.pock_train import Split
@@ -209,7 +210,8 @@ def test_bad_budgets(options, message):
 
 
 def test_a_budget_below_the_parameters_is_refused_before_compiling():
-    with pytest.raises(SearchError, match=r"below the model's parameters and buffers alone \(0.002 MB\)"):
+    resident = 4 * 2 * (FEATURES * CLASSES + CLASSES)  # two experts' weights and biases, float32
+    with pytest.raises(SearchError, match=rf"below the model's parameters and buffers alone \({resident / MB:.3f} MB\)"):
         search("a", pock.Budget(memory_mb=0.001))
 
 
@@ -289,3 +291,27 @@ def test_pock_search_runs_as_a_module(planted_files):
                           capture_output=True, text=True, env=env, cwd=root)
     assert done.returncode == 1 and done.stderr.startswith("pock-search: error: the memory budget 0.001 MB is below")
     assert "Traceback" not in done.stderr and not (root / "m.yaml").exists()
+
+
+def test_readme_block(tmp_path):
+    """The README's pock-search commands as written, in a scratch repository root; the compiled
+    bundle of the scheme holds no more device memory than the budget."""
+    from test_readme_commands import VENV_BIN, readme_block, user_directory
+
+    commands = readme_block("### Searching a sparse scheme")
+    assert [c.split()[0] for c in commands] == ["python", "pock-search", "pock-compile"]
+    cwd = user_directory(tmp_path)
+    path = [str(VENV_BIN)]
+    if not (VENV_BIN / "pock-search").exists():  # installed by `pip install -e .`; until then, what it runs
+        (tmp_path / "bin").mkdir()
+        (tmp_path / "bin" / "pock-search").write_text(f'#!/bin/sh\nexec {sys.executable} -m pock_mlir.tools.pock_search "$@"\n')
+        (tmp_path / "bin" / "pock-search").chmod(0o755)
+        path.insert(0, str(tmp_path / "bin"))
+    env = dict(os.environ, PATH=os.pathsep.join([*path, os.environ["PATH"]]), PYTHONPATH=str(REPO))
+    for command in commands:
+        done = subprocess.run(["bash", "-c", command], cwd=cwd, env=env, capture_output=True, text=True, timeout=600)
+        assert done.returncode == 0 and "Traceback" not in done.stderr, f"{command}\n{done.stderr[-2000:]}"
+    assert (cwd / "scheme.yaml").read_text().startswith(YAML_HEADER)
+    trainer = Trainer.from_bundle(cwd / "digits_searched")
+    assert trainer.device_bytes <= 300 * 1024
+    assert set(trainer.signature.trainable) == set(yaml.safe_load((cwd / "scheme.yaml").read_text())) - {"default"}

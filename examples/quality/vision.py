@@ -12,7 +12,11 @@ the resident set while training (parameters on the device, gradients, optimizer 
 activations), measured from just before the first step. Deterministic for a seed; writes a
 JSON result, a Markdown table and a PNG plot.
 
-    python examples/quality/vision.py [--quick] [--out examples/quality/results]
+--search 4,8 adds the schemes pock.search_sparse finds under each device-memory budget (MB, as
+Trainer.device_bytes counts it), searched on the fine-tuning training and validation splits and
+written to OUT/vision_search_<MB>MB.yaml; they then train like the hand-written schemes.
+
+    python examples/quality/vision.py [--quick] [--out examples/quality/results] [--search MB,...]
 """
 
 from __future__ import annotations
@@ -42,6 +46,7 @@ SIZE = 32
 STAGES = (Stage(1, 16, 1, 1), Stage(4, 24, 2, 2), Stage(4, 32, 2, 2), Stage(4, 64, 2, 2))
 LEARNING_RATES = (0.003, 0.01, 0.03, 0.1)  # SGD with momentum 0.9; each scheme keeps its best
 REFERENCE = "pytorch full (reference)"
+SEARCH_LR = 0.03  # the candidates' fine-tuning in the search (SGD with momentum 0.9)
 
 SCHEMES = {
     "full": None,
@@ -52,6 +57,24 @@ SCHEMES = {
     "channel-sparse (50%)": {"features.*.conv.0.0": 0.5, "features.*.conv.2": 0.5, "*bias": "full",
                              "classifier.*": "full", "default": "frozen"},
 }
+
+
+def searched_schemes(out: Path, budgets: list[float]) -> dict[str, str]:
+    """The searched schemes' names and their files, one per budget (MB)."""
+    return {f"searched ({mb:g} MB)": str(out / f"vision_search_{mb:g}MB.yaml") for mb in budgets}
+
+
+def search(path: Path, seed: int, budgets: list[float], out: Path) -> None:
+    """Write the scheme pock.search_sparse finds under each budget (see the module docstring)."""
+    import pock_mlir as pock
+
+    data = images(seed)
+    for mb, (name, file) in zip(budgets, searched_schemes(out, budgets).items()):
+        result = pock.search_sparse(fresh_head(path, seed), data["train"], data["val"], loss="cross_entropy",
+                                    optimizer=pock.SGD(lr=SEARCH_LR, momentum=0.9), budget=pock.Budget(memory_mb=mb),
+                                    batch_size=BATCH, seed=seed, progress=True)
+        result.write(file)
+        print(f"{name}: {file}\n{result.table()}", flush=True)
 
 
 def images(seed: int):
@@ -134,7 +157,7 @@ def run_scheme(name: str, lr: float, path: Path, seed: int, epochs: int) -> dict
         with torch.no_grad():
             predict = lambda xb: model(torch.from_numpy(xb)).numpy()  # noqa: E731
             val_acc, test_acc = accuracy(predict, x_val, y_val), accuracy(predict, x_test, y_test)
-        compile_s = 0.0
+        compile_s, device_mb = 0.0, None
     else:
         import pock_mlir as pock
 
@@ -150,7 +173,8 @@ def run_scheme(name: str, lr: float, path: Path, seed: int, epochs: int) -> dict
                 losses.append(trainer.step(xb, yb))
                 step_times.append(time.perf_counter() - t)
         val_acc, test_acc = accuracy(trainer.evaluate, x_val, y_val), accuracy(trainer.evaluate, x_test, y_test)
-    return {"lr": lr, "val_accuracy": val_acc, "accuracy": test_acc, "step_ms": 1000 * float(np.median(step_times[3:])),
+        device_mb = trainer.device_bytes / 2 ** 20  # what a search budget counts
+    return {"device_mb": device_mb, "lr": lr, "val_accuracy": val_acc, "accuracy": test_acc, "step_ms": 1000 * float(np.median(step_times[3:])),
             "loss": losses, "training_mb": (rss_kb("VmHWM") - before) / 1024, "compile_s": compile_s}
 
 
@@ -177,6 +201,7 @@ def markdown_table(results: dict) -> str:
 def run_in_child(name: str, lr: float, args) -> dict:
     command = [sys.executable, __file__, "--scheme", name, "--lr", str(lr), "--out", args.out, "--seed", str(args.seed)]
     command += ["--quick"] if args.quick else []
+    command += ["--search", args.search] if args.search else []
     done = subprocess.run(command, capture_output=True, text=True)
     if done.returncode != 0:
         raise SystemExit(f"scheme {name!r} at lr {lr} failed:\n{done.stderr[-3000:]}")
@@ -189,18 +214,26 @@ def main(argv=None):
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--scheme", help=argparse.SUPPRESS)  # internal: one run in this process
     parser.add_argument("--lr", type=float, help=argparse.SUPPRESS)
+    parser.add_argument("--search", metavar="MB,...", help="also train the schemes searched under these device-memory "
+                                                           "budgets (MB; see the module docstring)")
     args = parser.parse_args(argv)
+    try:
+        budgets = [float(mb) for mb in args.search.split(",")] if args.search else []
+    except ValueError:
+        parser.error(f"--search {args.search}: give budgets in MB separated by commas, e.g. 4,8")
     args.out = str(output_directory(parser, args))
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     pretrain_epochs, finetune_epochs = (2, 1) if args.quick else (12, 10)
     learning_rates = LEARNING_RATES[1:2] if args.quick else LEARNING_RATES
     checkpoint = out / "vision_pretrained.pt"
+    SCHEMES.update(searched_schemes(out, budgets))
 
     if args.scheme:
         print(json.dumps(run_scheme(args.scheme, args.lr, checkpoint, args.seed, finetune_epochs)))
         return
     pretrain(args.seed, pretrain_epochs, checkpoint)
+    search(checkpoint, args.seed, budgets, out)
     results, sweeps = {}, {}
     for name in [REFERENCE, *SCHEMES]:
         sweeps[name] = []
