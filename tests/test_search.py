@@ -276,7 +276,7 @@ def test_pock_search_refuses_data_without_a_held_out_split_and_files_it_did_not_
     assert "has no held-out split" in capsys.readouterr().err
     np.savez(tmp_path / "narrow.npz", x_train=x[:, :10], y_train=y, x_val=x[:, :10], y_val=y)
     assert pock_search.main([*arguments, "--data", str(tmp_path / "narrow.npz"), "-o", str(tmp_path / "s.yaml")]) == 1
-    assert "x_train has samples of shape (10,), the bundle takes (64,)" in capsys.readouterr().err
+    assert f"x_train has samples of shape (10,), the bundle takes ({2 * FEATURES},)" in capsys.readouterr().err
     (tmp_path / "notes.yaml").write_text("keep: me\n")
     assert pock_search.main([*arguments, "--data", str(root / "data.npz"), "-o", str(tmp_path / "notes.yaml")]) == 1
     assert "exists and is not a scheme pock-search wrote" in capsys.readouterr().err

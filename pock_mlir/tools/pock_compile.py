@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
-import os
 import sys
 import time
 import traceback
@@ -29,6 +28,9 @@ from typing import NamedTuple
 from pock_mlir.bundle import check_destination, kept_files, write_bundle
 from pock_mlir.optim import parse_optimizer
 from pock_mlir.targets import resolve_target
+from pock_mlir.tools.cli import run_tool, tool_parser
+
+USER_ERRORS = (ValueError, RuntimeError, OSError)
 
 
 class ModelFileError(ValueError):
@@ -70,8 +72,7 @@ def load_model_file(path: str) -> ModelFile:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="pock-compile", description=__doc__.split("\n\n")[0],
-                                     epilog=__doc__.split("\n\n", 2)[2], formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = tool_parser("pock-compile", __doc__)
     parser.add_argument("model", help="the model file (MODEL.py)")
     parser.add_argument("-o", "--output", required=True, help="the bundle directory to write (replaced if it is a bundle)")
     parser.add_argument("--target", default="host",
@@ -92,19 +93,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    try:
-        return _run(args)
-    except KeyboardInterrupt:
-        print("pock-compile: interrupted; nothing written", file=sys.stderr)
-        return 130
     # User-facing errors (bad model file, target, optimizer, sparse config, a model the frontend or
     # IREE rejects) are ValueError, RuntimeError (CompileError, IREE) or OSError subclasses.
-    except (ValueError, RuntimeError, OSError) as e:
-        if os.environ.get("POCK_DEBUG"):
-            raise
-        print(f"pock-compile: error: {e}", file=sys.stderr)
-        return 1
+    return run_tool("pock-compile", _run, build_parser().parse_args(argv), USER_ERRORS, "interrupted; nothing written")
 
 
 def _run(args) -> int:

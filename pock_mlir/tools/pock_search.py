@@ -19,14 +19,14 @@ from __future__ import annotations
 
 import argparse
 import copy
-import os
 import re
 import sys
 
 import torch
 
 from pock_mlir.abi import StepSignature
-from pock_mlir.tools.pock_compile import load_model_file
+from pock_mlir.tools.cli import run_tool, tool_parser
+from pock_mlir.tools.pock_compile import USER_ERRORS, load_model_file
 from pock_mlir.tools.pock_train import load_data
 
 UNITS = {"": 1, "b": 1, "kb": 2 ** 10, "kib": 2 ** 10, "mb": 2 ** 20, "mib": 2 ** 20, "gb": 2 ** 30, "gib": 2 ** 30}
@@ -59,8 +59,7 @@ class ExampleBatch:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="pock-search", description=__doc__.split("\n\n")[0],
-                                     epilog=__doc__.split("\n\n", 2)[2], formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = tool_parser("pock-search", __doc__)
     parser.add_argument("model", help="the model file (MODEL.py, as pock-compile reads it)")
     parser.add_argument("--data", required=True, help="an .npz with x_train, y_train, x_val, y_val "
                                                        "(or tokens_train, tokens_val), as pock-train reads it")
@@ -75,17 +74,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    try:
-        return _run(args)
-    except KeyboardInterrupt:
-        print("pock-search: interrupted; nothing written", file=sys.stderr)
-        return 130
-    except (ValueError, RuntimeError, OSError) as e:  # as pock-compile: every user-facing error is one of these
-        if os.environ.get("POCK_DEBUG"):
-            raise
-        print(f"pock-search: error: {e}", file=sys.stderr)
-        return 1
+    return run_tool("pock-search", _run, build_parser().parse_args(argv), USER_ERRORS, "interrupted; nothing written")
 
 
 def _run(args) -> int:

@@ -66,6 +66,7 @@ from pock_mlir.files import OutputError, atomic_write, check_writable
 from pock_mlir.runtime import InputError, ModuleError, NonFiniteLossError, Trainer
 from pock_mlir.runtime.trainer import check_class_indices
 from pock_mlir.targets import CPU_DRIVERS, TargetError
+from pock_mlir.tools.cli import run_tool, tool_parser
 
 DEVICES = (*CPU_DRIVERS, "vulkan", "cuda")
 # A checkpoint's "progress": the next batch (epoch, batch), the data order's seed and size, and
@@ -304,8 +305,7 @@ class ProgressBar:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="pock-train", description=__doc__.split("\n\n")[0],
-                                     epilog=__doc__.split("\n\n", 2)[2], formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = tool_parser("pock-train", __doc__)
     parser.add_argument("bundle", help="a bundle directory written by pock-compile")
     parser.add_argument("--data", required=True, help="an .npz with x_train, y_train and optionally x_val, y_val; "
                                                        "for a next-token model, tokens_train and optionally tokens_val")
@@ -329,15 +329,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    try:
-        return _run(args)
-    except (BundleError, TargetError, DataError, CheckpointError, InputError, ModuleError, NonFiniteLossError,
-            lora.LoraError, OSError) as e:
-        if os.environ.get("POCK_DEBUG"):
-            raise
-        print(f"pock-train: error: {e}", file=sys.stderr)
-        return 1
+    return run_tool("pock-train", _run, build_parser().parse_args(argv),
+                    (BundleError, TargetError, DataError, CheckpointError, InputError, ModuleError, NonFiniteLossError,
+                     lora.LoraError, OSError))
 
 
 @contextmanager
