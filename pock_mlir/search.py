@@ -26,7 +26,8 @@ How, and what it costs:
      between them). Memory: what the Trainer holds as parameters, buffers, optimizer state and
      the second set each step writes (exact, from the shapes), plus the workspace, from the
      forward's (measured) up to the full step's (measured) in proportion to the backward's saved
-     activations and gradients. Step time: the forward's and backward's FLOPs over full BP's.
+     activations and gradients, plus the largest channel-sparse tensor, which the step assembles
+     whole there. Step time: the forward's and backward's FLOPs over full BP's.
   4. Selection: a greedy knapsack over the measured gains per byte the combined scheme's memory
      grows by (a tensor may move up to a larger ratio for the gain that adds), or the best single
      unit when that alone gains more. Gains are taken as additive there; step 5 measures the
@@ -176,17 +177,19 @@ class CostModel:
 
     def estimate(self, units) -> Estimate:
         """The Estimate of training `units` (at most one per parameter), the rest frozen."""
-        rows, trained, state = {}, 0, 0
+        rows, trained, state, written_back = {}, 0, 0, 0
         for unit in units:
             spec = self.specs[unit.parameter]
             share = unit.rows(spec.shape) / (spec.shape[0] if spec.shape else 1)
             rows[self.index[unit.parameter]] = share
             trained += _bytes(spec)  # the second set a step writes holds whole tensors
             state += round(share * self.slots * 4 * math.prod(spec.shape))  # float32 state of the trained rows
+            if share < 1:  # pock.channel_update assembles the whole tensor in the workspace
+                written_back = max(written_back, _bytes(spec))
         backward = self.shares.cost(rows)
         activity = backward.saved_activation_bytes + backward.gradient_bytes
-        workspace = max(self.forward_workspace, self.forward_workspace
-                        + (self.full_workspace - self.forward_workspace) * activity / self.full_activity)
+        workspace = written_back + max(self.forward_workspace, self.forward_workspace
+                                       + (self.full_workspace - self.forward_workspace) * activity / self.full_activity)
         # Two sets of optimizer state: the Trainer keeps one only where IREE's schedule allows it.
         device = self.fixed_bytes + trained + 2 * state + round(workspace)
         return Estimate(device, (self.shares.forward_flops + backward.flops) / self.full_flops, backward)
