@@ -39,7 +39,7 @@ from bench.memory import reset_peak, rss_kb  # noqa: E402
 from pock_mlir.files import atomic_write  # noqa: E402
 from examples.models.cnn import MobileNetV2Like, Stage  # noqa: E402
 from examples.quality.cli import add_output_options, output_directory  # noqa: E402
-from examples.quality.plots import save_loss_curves  # noqa: E402
+from examples.quality.plots import save_accuracy_memory, save_loss_curves  # noqa: E402
 
 BATCH = 32
 SIZE = 32
@@ -251,6 +251,9 @@ def main(argv=None):
                                                  "finetune_epochs": finetune_epochs}, indent=1))
     atomic_write(out / "vision.md", table + "\n")
     plot(results, out / "vision.png")
+    save_accuracy_memory({name: (r["device_mb"], r["accuracy"]) for name, r in results.items() if r["device_mb"]},
+                         "test accuracy", "Vision fine-tuning: accuracy against training memory",
+                         out / "vision_memory.png")
     checkpoint.unlink()
 
 
