@@ -45,7 +45,7 @@ from __future__ import annotations
 import math
 import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
@@ -268,19 +268,21 @@ class Progress:
         self.say(f"contribution: {done}/{total} candidates measured, {best_text}, about {left:.0f}s left")
 
 
-def measure_contributions(trainer, costs: CostModel, units: list[Unit], train: Split, val: Split, optimizer,
-                          batches, batch_size: int, progress: Progress) -> tuple[float, list[Measurement]]:
-    """The validation loss at the start, and each unit's Measurement (see the module docstring, 2)."""
+def measure_contributions(trainer, candidates: list[Measurement], train: Split, val: Split, optimizer, batches,
+                          batch_size: int, progress: Progress) -> tuple[float, list[Measurement]]:
+    """The validation loss at the start, and the candidates (their cost known) measured (see the
+    module docstring, 2)."""
     start = trainer.state_dict()
     base = evaluate(trainer, val, batch_size)["val_loss"]
     measurements: list[Measurement] = []
     progress.started = time.perf_counter()
-    for unit in units:
+    for candidate in candidates:
+        unit = candidate.unit
         host_fine_tune(trainer, unit, train, batches, optimizer)
         val_loss = evaluate(trainer, val, batch_size)["val_loss"]
         trainer.load_state_dict({unit.parameter: start[unit.parameter]}, strict=False)
-        measurements.append(Measurement(unit, val_loss, base - val_loss, costs.estimate([unit])))
-        progress.measured(len(measurements), len(units), max(measurements, key=lambda m: m.gain))
+        measurements.append(replace(candidate, val_loss=val_loss, gain=base - val_loss))
+        progress.measured(len(measurements), len(candidates), max(measurements, key=lambda m: m.gain))
     return base, measurements
 
 
@@ -294,17 +296,19 @@ class Choice:
     added_time: float  # and its step time, as a fraction of the full-BP step
 
 
-def _cheapest(measurements: list[Measurement]) -> str:
-    cheapest = min(measurements, key=lambda m: (m.alone.device_bytes, m.alone.time_fraction))
-    return (f"the cheapest scheme, training {cheapest.unit} alone, needs {cheapest.alone.device_bytes / MB:.3f} MB "
-            f"and a step of {cheapest.alone.time_fraction:.3f} of full BP (estimated)")
+def check_something_fits(candidates: list[Measurement], memory_bytes: float, time_fraction: float) -> None:
+    """SearchError naming the cheapest candidate's cost when none fits the budget alone."""
+    if any(m.alone.fits(memory_bytes, time_fraction) for m in candidates):
+        return
+    cheapest = min(candidates, key=lambda m: (m.alone.device_bytes, m.alone.time_fraction))
+    raise SearchError(f"no scheme fits the budget ({memory_bytes / MB:.3f} MB, step {time_fraction:g} of full BP): "
+                      f"the cheapest scheme, training {cheapest.unit} alone, needs {cheapest.alone.device_bytes / MB:.3f} "
+                      f"MB and a step of {cheapest.alone.time_fraction:.3f} of full BP (estimated)")
 
 
 def select(measurements: list[Measurement], costs: CostModel, memory_bytes: float, time_fraction: float) -> list[Choice]:
     """The scheme under the budget (see the module docstring, 4); SearchError when nothing fits."""
-    if not any(m.alone.fits(memory_bytes, time_fraction) for m in measurements):
-        raise SearchError(f"no scheme fits the budget ({memory_bytes / MB:.3f} MB, step {time_fraction:g} of full BP): "
-                          f"{_cheapest(measurements)}")
+    check_something_fits(measurements, memory_bytes, time_fraction)
     gains = {m.unit: m.gain for m in measurements if m.gain > 0}
     if not gains:
         raise SearchError("no candidate lowered the validation loss when fine-tuned alone: raise the learning rate "
@@ -368,7 +372,6 @@ class SearchResult:
     chosen: Run  # the chosen scheme compiled and fine-tuned for `steps` steps
     steps: int
     seed: int
-    compilations: int
     attempts: list[int] = field(default_factory=list)  # measured device bytes of each chosen scheme compiled
     seconds: dict[str, float] = field(default_factory=dict)  # by phase
 
@@ -376,6 +379,11 @@ class SearchResult:
     def sparse(self) -> SparseUpdate:
         """The chosen scheme (compile_training's sparse=)."""
         return scheme_of(self.choices)
+
+    @property
+    def compilations(self) -> int:
+        """The full-BP program's and each chosen scheme's."""
+        return 1 + len(self.attempts)
 
     @property
     def measured_gain(self) -> float:
@@ -397,15 +405,15 @@ class SearchResult:
         analysis = len(self.measurements) * self.steps
         return [
             f"scheme: {len(self.choices)} tensor(s) trained; device memory estimated {self.estimate.device_bytes / MB:.3f} MB, "
-            f"measured {self.chosen.device_bytes / MB:.3f} MB (budget {self.budget.memory_bytes / MB:.3f} MB; "
-            f"full BP {self.full.device_bytes / MB:.3f} MB)",
+            f"measured {self.chosen.device_bytes / MB:.3f} MB (full BP {self.full.device_bytes / MB:.3f} MB; budget: "
+            f"{self.budget})",
             f"step: estimated {self.estimate.time_fraction:.3f}, measured {self.chosen.step_seconds / self.full.step_seconds:.3f} "
-            f"of full BP's {full_ms:.2f} ms (budget {self.budget.time_fraction:g})",
+            f"of full BP's {full_ms:.2f} ms",
             f"validation loss gain in {self.steps} steps: {sum(c.gain for c in self.choices):.5f} predicted (the sum of "
             f"the entries' gains alone), {self.measured_gain:.5f} measured",
             f"search: {len(self.measurements)} candidates x {self.steps} steps = {analysis} full-BP gradients calls; "
             f"{self.compilations} compilations (full BP, then {self.compilations - 1} of chosen schemes); "
-            + ", ".join(f"{phase} {seconds:.1f}s" for phase, seconds in self.seconds.items())]
+            f"{sum(self.seconds.values()):.0f}s in all: " + ", ".join(f"{phase} {s:.1f}s" for phase, s in self.seconds.items())]
 
     def to_yaml(self) -> str:
         """The scheme as a sparse config, a comment per entry with its cost and its measured gain."""
@@ -508,12 +516,11 @@ def search_sparse(model, train_data, val_data, *, budget: Budget, loss="cross_en
     say.say(f"full BP: {full_bytes / MB:.3f} MB on the device, {1000 * full_step:.2f} ms a step")
 
     units = candidate_units({p.name: p.shape for p in program.signature.params}, ratios)
-    alone = [Measurement(u, math.nan, math.nan, costs.estimate([u])) for u in units]
-    if not any(m.alone.fits(budget.memory_bytes, budget.time_fraction) for m in alone):  # before the long part
-        raise SearchError(f"no scheme fits the budget ({budget}): {_cheapest(alone)}")
+    candidates = [Measurement(u, math.nan, math.nan, costs.estimate([u])) for u in units]
+    check_something_fits(candidates, budget.memory_bytes, budget.time_fraction)  # before the long part
     started = time.perf_counter()
     say.say(f"contribution analysis: {len(units)} candidates x {steps} steps of full-BP gradients")
-    base, measurements = measure_contributions(trainer, costs, units, train, val, optimizer, batches, batch_size, say)
+    base, measurements = measure_contributions(trainer, candidates, train, val, optimizer, batches, batch_size, say)
     seconds["contribution analysis"] = time.perf_counter() - started
     del trainer
 
@@ -537,6 +544,6 @@ def search_sparse(model, train_data, val_data, *, budget: Budget, loss="cross_en
     chosen_run = Run(chosen.device_bytes, chosen_step, evaluate(chosen, val, batch_size)["val_loss"])
     seconds["selection and check"] = time.perf_counter() - started
     result = SearchResult(budget, choices, measurements, estimate, Run(full_bytes, full_step, base), chosen_run,
-                          steps, seed, 1 + len(attempts), attempts, seconds)
+                          steps, seed, attempts, seconds)
     say.say("done: " + result.summary()[0])
     return result
