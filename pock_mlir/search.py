@@ -32,10 +32,12 @@ How, and what it costs:
      grows by (a tensor may move up to a larger ratio for the gain that adds), or the best single
      unit when that alone gains more. Gains are taken as additive there; step 5 measures the
      chosen scheme's real gain.
-  5. Verification: the chosen scheme is compiled and its Trainer's device_bytes measured. Above
-     the budget, the selection runs again with the budget lowered by the excess (at most
-     MAX_COMPILES compilations of chosen schemes). The chosen scheme then fine-tunes for `steps`
-     steps on the same batches (its measured gain) and its steps are timed.
+  5. Verification: the chosen scheme is compiled and its Trainer's device_bytes measured, which
+     calibrates the cost model where it matters: above the budget, or more than SLACK below it,
+     the selection runs again with its budget moved by the difference (at most MAX_COMPILES
+     compilations of chosen schemes; the best that measured within the budget wins). The chosen
+     scheme then fine-tunes for `steps` steps on the same batches (its measured gain) and its
+     steps are timed.
 Deterministic for a seed: the batches, the candidates' order, ties, and the selection, which
 reads FLOPs and bytes, never a time.
 """
@@ -63,6 +65,7 @@ from pock_mlir.tools.pock_train import Split, batch_order, evaluate
 MB = 2 ** 20  # as the quality tables' "device MB"
 RATIOS = (1 / 8, 1 / 4, 1 / 2, 1.0)
 MAX_COMPILES = 3  # compilations of chosen schemes (step 5 of the module docstring)
+SLACK = 0.05  # a chosen scheme measured this far below the memory budget (a share of it) is not refined
 TIMED_STEPS = 6  # full-BP steps timed; the first is left out (warm-up)
 PROGRESS_SECONDS = 5.0
 YAML_HEADER = "# pock-search:"  # the first line of every scheme file it writes
@@ -345,6 +348,42 @@ def select(measurements: list[Measurement], costs: CostModel, memory_bytes: floa
     return list(chosen.values())
 
 
+def fit_to_budget(measurements: list[Measurement], costs: CostModel, budget: Budget, trainer_for, attempts: list[int],
+                  say: Progress):
+    """(choices, their Trainer): the selection compiled (`trainer_for(choices)`) and measured, within
+    the memory budget. The measurement calibrates the next selection: its budget moves by the
+    measured slack or excess, until the slack is under SLACK of the budget, a selection repeats or
+    MAX_COMPILES are spent; of the schemes that measured within the budget, the one with the most
+    gain. `attempts` receives each measured device_bytes."""
+    fitted, tried, memory = None, [], budget.memory_bytes
+    while len(tried) < MAX_COMPILES:
+        try:
+            choices = select(measurements, costs, memory, budget.time_fraction)
+        except SearchError:
+            if not tried:
+                raise
+            break  # a budget lowered for an excess that nothing fits
+        if {c.unit for c in choices} in tried:
+            break
+        tried.append({c.unit for c in choices})
+        say.say(f"compiling the chosen scheme: {len(choices)} tensor(s), estimated "
+                f"{costs.estimate([c.unit for c in choices]).device_bytes / MB:.3f} MB")
+        trainer = trainer_for(choices)
+        attempts.append(trainer.device_bytes)
+        slack = budget.memory_bytes - trainer.device_bytes
+        if slack >= 0 and (fitted is None or sum(c.gain for c in choices) > sum(c.gain for c in fitted[0])):
+            fitted = choices, trainer
+        if budget.memory_mb is None or 0 <= slack <= SLACK * budget.memory_bytes:
+            break
+        memory += slack
+        say.say(f"it measures {trainer.device_bytes / MB:.3f} MB against the budget's {budget.memory_bytes / MB:.3f}: "
+                f"selecting again as if the budget were {memory / MB:.3f} MB")
+    if fitted is None:
+        raise SearchError(f"the chosen schemes measured {', '.join(f'{b / MB:.3f}' for b in attempts)} MB on the device, "
+                          f"above the budget of {budget.memory_mb:g} MB; give a larger budget")
+    return fitted
+
+
 def scheme_of(choices: list[Choice]) -> SparseUpdate:
     return SparseUpdate(rules=[(c.unit.parameter, c.unit.policy) for c in choices], default="frozen")
 
@@ -525,21 +564,10 @@ def search_sparse(model, train_data, val_data, *, budget: Budget, loss="cross_en
     del trainer
 
     started = time.perf_counter()
-    attempts, memory = [], budget.memory_bytes
-    for _ in range(MAX_COMPILES):
-        choices = select(measurements, costs, memory, budget.time_fraction)
-        estimate = costs.estimate([c.unit for c in choices])
-        say.say(f"compiling the chosen scheme: {len(choices)} tensor(s), estimated {estimate.device_bytes / MB:.3f} MB")
-        chosen = compile_scheme(scheme_of(choices)).trainer()
-        attempts.append(chosen.device_bytes)
-        if chosen.device_bytes <= budget.memory_bytes:
-            break
-        memory -= chosen.device_bytes - budget.memory_bytes
-        say.say(f"it measures {chosen.device_bytes / MB:.3f} MB, above the budget: selecting again under "
-                f"{memory / MB:.3f} MB")
-    else:
-        raise SearchError(f"the chosen schemes measured {', '.join(f'{b / MB:.3f}' for b in attempts)} MB on the device, "
-                          f"above the budget of {budget.memory_mb:g} MB, in {MAX_COMPILES} attempts; give a larger budget")
+    attempts: list[int] = []
+    choices, chosen = fit_to_budget(measurements, costs, budget, lambda c: compile_scheme(scheme_of(c)).trainer(),
+                                    attempts, say)
+    estimate = costs.estimate([c.unit for c in choices])
     chosen_step = _timed_steps(chosen, train, batches)
     chosen_run = Run(chosen.device_bytes, chosen_step, evaluate(chosen, val, batch_size)["val_loss"])
     seconds["selection and check"] = time.perf_counter() - started

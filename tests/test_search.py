@@ -2,10 +2,12 @@
 task needs, its cost model agrees with the compiler's, its host-side fine-tuning with PyTorch, its
 scheme round-trips through compile_training within the memory budget, and bad input is refused."""
 
+import math
 import os
 import subprocess
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -20,7 +22,8 @@ from pock_mlir.context import make_context
 from pock_mlir.passes.pock_apply_sparse_config import reannotate
 from pock_mlir.report import report
 from pock_mlir.runtime import Trainer
-from pock_mlir.search import MB, YAML_HEADER, CostModel, SearchError, Unit, candidate_units, host_fine_tune
+from pock_mlir.search import (MB, YAML_HEADER, CostModel, Measurement, Progress, SearchError, Unit, candidate_units,
+                              fit_to_budget, host_fine_tune, select)
 from pock_mlir.tools import pock_search
 from pock_mlir.tools.pock_train import Split
 
@@ -317,3 +320,31 @@ def test_readme_block(tmp_path):
     trainer = Trainer.from_bundle(cwd / "digits_searched")
     assert trainer.device_bytes <= 300 * 1024
     assert set(trainer.signature.trainable) == set(yaml.safe_load((cwd / "scheme.yaml").read_text())) - {"default"}
+
+
+class Device:
+    """A stand-in for compiling a scheme: it measures the cost model's estimate times `scale`."""
+
+    def __init__(self, costs, scale):
+        self.costs, self.scale, self.compiled = costs, scale, 0
+
+    def __call__(self, choices):
+        self.compiled += 1
+        return SimpleNamespace(device_bytes=round(self.scale * self.costs.estimate([c.unit for c in choices]).device_bytes))
+
+
+@pytest.mark.parametrize("scale", [0.8, 1.25])
+def test_measured_memory_calibrates_the_selection(mlp_program, scale):
+    """A device that measures less than the estimate lets the selection use the slack; one that
+    measures more makes it select again below the budget; either way what it keeps measured within."""
+    costs = CostModel(mlp_program)
+    units = candidate_units({name: costs.specs[name].shape for name in costs.names})
+    measured = [Measurement(u, 0.0, 1.0 + i, costs.estimate([u])) for i, u in enumerate(units)]
+    budget = pock.Budget(memory_mb=costs.estimate([Unit("4.weight"), Unit("2.weight")]).device_bytes / MB)
+    first = select(measured, costs, budget.memory_bytes, math.inf)
+    device, attempts = Device(costs, scale), []
+    choices, trainer = fit_to_budget(measured, costs, budget, device, attempts, Progress(False))
+    assert device.compiled == len(attempts) >= 2 and trainer.device_bytes <= budget.memory_bytes
+    assert trainer.device_bytes in attempts
+    used = costs.estimate([c.unit for c in choices]).device_bytes
+    assert used > costs.estimate([c.unit for c in first]).device_bytes if scale < 1 else used < budget.memory_bytes
