@@ -304,7 +304,9 @@ def check_something_fits(candidates: list[Measurement], memory_bytes: float, tim
     if any(m.alone.fits(memory_bytes, time_fraction) for m in candidates):
         return
     cheapest = min(candidates, key=lambda m: (m.alone.device_bytes, m.alone.time_fraction))
-    raise SearchError(f"no scheme fits the budget ({memory_bytes / MB:.3f} MB, step {time_fraction:g} of full BP): "
+    budget = ", ".join([f"{memory_bytes / MB:.3f} MB"] * math.isfinite(memory_bytes)
+                       + [f"a step of {time_fraction:g} of full BP"] * math.isfinite(time_fraction))
+    raise SearchError(f"no scheme fits the budget ({budget}): "
                       f"the cheapest scheme, training {cheapest.unit} alone, needs {cheapest.alone.device_bytes / MB:.3f} "
                       f"MB and a step of {cheapest.alone.time_fraction:.3f} of full BP (estimated)")
 
