@@ -6,9 +6,14 @@ documentation prose (pydoc text), under several update schemes, with PyTorch ful
 fine-tuning as the reference row. Each scheme trains at every rate of LEARNING_RATES and keeps
 the one with the lowest loss on a validation split of the documentation; the reported loss is
 on a separate test split. Everything comes from this machine's Python installation; nothing is
-downloaded. Seeded (data, splits, initialisations); writes a JSON result and a PNG plot.
+downloaded. Seeded (data, splits, initialisations); writes a JSON result, a PNG plot of the training
+loss and one of the test loss against the device memory each scheme trains in.
 
-    python examples/quality/language.py [--quick] [--out examples/quality/results]
+--search 12,20 adds the schemes pock.search_sparse finds under each device-memory budget (MB, as
+Trainer.device_bytes counts it), searched on the fine-tuning batches and the validation split and
+written to OUT/language_search_<MB>MB.yaml; they then train like the hand-written schemes.
+
+    python examples/quality/language.py [--quick] [--out examples/quality/results] [--search MB,...]
 """
 
 from __future__ import annotations
@@ -29,8 +34,9 @@ from pock_mlir.files import atomic_write  # noqa: E402
 from examples.models.char_text import (VOCAB, documentation_corpus, encode, greedy_completion, pretrain,  # noqa: E402
                                        source_corpus, windows)
 from examples.models.transformer import LlamaConfig, LlamaLike, token_cross_entropy  # noqa: E402
-from examples.quality.cli import add_output_options, output_directory  # noqa: E402
-from examples.quality.plots import save_loss_curves  # noqa: E402
+from examples.quality.cli import (add_output_options, add_search_option, output_directory, search_budgets,  # noqa: E402
+                                  searched_schemes)
+from examples.quality.plots import save_against_memory, save_loss_curves  # noqa: E402
 
 def fixed_batches(tokens, seq, batch, count, seed):
     rng = np.random.RandomState(seed)
@@ -43,6 +49,7 @@ def torch_loss(model, x, y) -> float:
 
 
 LEARNING_RATES = (1e-3, 3e-3, 1e-2)  # AdamW; each scheme keeps its best on the validation split
+SEARCH_LR = 3e-3  # the candidates' fine-tuning in the search (AdamW)
 REFERENCE = "pytorch full (reference)"
 
 LORA = "lora:r=8,alpha=16"
@@ -59,6 +66,22 @@ SCHEMES = {
     "LoRA r=8, attention, int8 base": {"blocks.*.attention": LORA, **INT8},
     "LoRA r=8, all linears, int8 base": {"blocks": LORA, **INT8},
 }
+
+
+def samples(batches) -> tuple[np.ndarray, np.ndarray]:
+    """Batches of (inputs, target) as one array of samples each."""
+    return np.concatenate([x for x, _ in batches]), np.concatenate([y for _, y in batches])
+
+
+def search(base, train_batches, val_batches, budgets: list[float], out: Path, seed: int) -> None:
+    """Write the scheme pock.search_sparse finds under each budget (see the module docstring)."""
+    for mb, (name, file) in zip(budgets, searched_schemes(out, "language", budgets).items()):
+        result = pock.search_sparse(copy.deepcopy(base), samples(train_batches), samples(val_batches),
+                                    loss=token_cross_entropy, optimizer=pock.AdamW(lr=SEARCH_LR, weight_decay=0.0),
+                                    budget=pock.Budget(memory_mb=mb), batch_size=len(train_batches[0][0]), seed=seed,
+                                    progress=True)
+        result.write(file)
+        print(f"{name}: {file}\n{result.table()}", flush=True)
 
 
 def held_out_losses(model, splits: dict) -> dict:
@@ -130,7 +153,9 @@ def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     add_output_options(parser)
     parser.add_argument("--seed", type=int, default=0)
+    add_search_option(parser)
     args = parser.parse_args(argv)
+    budgets = search_budgets(parser, args)
     out = output_directory(parser, args)
     out.mkdir(parents=True, exist_ok=True)
 
@@ -147,8 +172,10 @@ def main(argv=None):
     held_out = {"val_loss": fixed_batches(docs[train_end:val_end], cfg.max_len, batch, held_out_count, args.seed + 2),
                 "test_loss": fixed_batches(docs[val_end:], cfg.max_len, batch, held_out_count, args.seed + 3)}
 
+    search(base, train_batches, held_out["val_loss"], budgets, out, args.seed)
+    schemes = {**SCHEMES, **searched_schemes(out, "language", budgets)}
     results, sweeps, trainers = {}, {}, {}
-    for name, scheme in {REFERENCE: "torch", **{f"pock {n}": s for n, s in SCHEMES.items()}}.items():
+    for name, scheme in {REFERENCE: "torch", **{f"pock {n}": s for n, s in schemes.items()}}.items():
         sweeps[name] = []
         for lr in learning_rates:
             if scheme == "torch":
@@ -174,6 +201,9 @@ def main(argv=None):
                                                    "samples": {"prompt": prompt, **samples}}, indent=1))
     atomic_write(out / "language.md", report + "\n")
     plot(results, out / "language.png")
+    save_against_memory({name: (r["device_mb"], r["test_loss"]) for name, r in results.items() if "device_mb" in r},
+                        "test loss (nats/char)", "Language fine-tuning: test loss against training memory",
+                        out / "language_memory.png")
 
 
 if __name__ == "__main__":

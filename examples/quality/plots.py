@@ -32,12 +32,12 @@ def save_loss_curves(curves: dict, ylabel: str, title: str, path: Path) -> None:
     _save(plt, fig, ax, title, path)
 
 
-def save_accuracy_memory(points: dict, ylabel: str, title: str, path: Path) -> None:
-    """points: {scheme: (device MB, metric)}, one labelled marker each (a star for searched schemes)."""
+def save_against_memory(points: dict, ylabel: str, title: str, path: Path) -> None:
+    """points: {scheme: (device MB, metric)}, one marker each in the legend (a star for searched schemes)."""
     plt, fig, ax = _figure()
     for label, (mb, value) in points.items():
-        ax.scatter([mb], [value], marker="*" if label.startswith("searched") else "o")
-        ax.annotate(label, (mb, value), fontsize=7, xytext=(4, 3), textcoords="offset points")
+        ax.scatter([mb], [value], marker="*" if "searched" in label else "o", s=60, label=label)
     ax.set_xlabel("training memory on the device (MB, Trainer.device_bytes)")
     ax.set_ylabel(ylabel)
+    ax.legend(fontsize=7)
     _save(plt, fig, ax, title, path)

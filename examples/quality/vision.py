@@ -38,8 +38,9 @@ sys.path.insert(0, str(ROOT))
 from bench.memory import reset_peak, rss_kb  # noqa: E402
 from pock_mlir.files import atomic_write  # noqa: E402
 from examples.models.cnn import MobileNetV2Like, Stage  # noqa: E402
-from examples.quality.cli import add_output_options, output_directory  # noqa: E402
-from examples.quality.plots import save_accuracy_memory, save_loss_curves  # noqa: E402
+from examples.quality.cli import (add_output_options, add_search_option, output_directory, search_budgets,  # noqa: E402
+                                  searched_schemes)
+from examples.quality.plots import save_against_memory, save_loss_curves  # noqa: E402
 
 BATCH = 32
 SIZE = 32
@@ -59,17 +60,12 @@ SCHEMES = {
 }
 
 
-def searched_schemes(out: Path, budgets: list[float]) -> dict[str, str]:
-    """The searched schemes' names and their files, one per budget (MB)."""
-    return {f"searched ({mb:g} MB)": str(out / f"vision_search_{mb:g}MB.yaml") for mb in budgets}
-
-
 def search(path: Path, seed: int, budgets: list[float], out: Path) -> None:
     """Write the scheme pock.search_sparse finds under each budget (see the module docstring)."""
     import pock_mlir as pock
 
     data = images(seed)
-    for mb, (name, file) in zip(budgets, searched_schemes(out, budgets).items()):
+    for mb, (name, file) in zip(budgets, searched_schemes(out, "vision", budgets).items()):
         result = pock.search_sparse(fresh_head(path, seed), data["train"], data["val"], loss="cross_entropy",
                                     optimizer=pock.SGD(lr=SEARCH_LR, momentum=0.9), budget=pock.Budget(memory_mb=mb),
                                     batch_size=BATCH, seed=seed, progress=True)
@@ -214,20 +210,16 @@ def main(argv=None):
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--scheme", help=argparse.SUPPRESS)  # internal: one run in this process
     parser.add_argument("--lr", type=float, help=argparse.SUPPRESS)
-    parser.add_argument("--search", metavar="MB,...", help="also train the schemes searched under these device-memory "
-                                                           "budgets (MB; see the module docstring)")
+    add_search_option(parser)
     args = parser.parse_args(argv)
-    try:
-        budgets = [float(mb) for mb in args.search.split(",")] if args.search else []
-    except ValueError:
-        parser.error(f"--search {args.search}: give budgets in MB separated by commas, e.g. 4,8")
+    budgets = search_budgets(parser, args)
     args.out = str(output_directory(parser, args))
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     pretrain_epochs, finetune_epochs = (2, 1) if args.quick else (12, 10)
     learning_rates = LEARNING_RATES[1:2] if args.quick else LEARNING_RATES
     checkpoint = out / "vision_pretrained.pt"
-    SCHEMES.update(searched_schemes(out, budgets))
+    SCHEMES.update(searched_schemes(out, "vision", budgets))
 
     if args.scheme:
         print(json.dumps(run_scheme(args.scheme, args.lr, checkpoint, args.seed, finetune_epochs)))
@@ -251,7 +243,7 @@ def main(argv=None):
                                                  "finetune_epochs": finetune_epochs}, indent=1))
     atomic_write(out / "vision.md", table + "\n")
     plot(results, out / "vision.png")
-    save_accuracy_memory({name: (r["device_mb"], r["accuracy"]) for name, r in results.items() if r["device_mb"]},
+    save_against_memory({name: (r["device_mb"], r["accuracy"]) for name, r in results.items() if r["device_mb"]},
                          "test accuracy", "Vision fine-tuning: accuracy against training memory",
                          out / "vision_memory.png")
     checkpoint.unlink()
