@@ -295,13 +295,7 @@ def test_readme_block(tmp_path):
     commands = readme_block("### Searching a sparse scheme")
     assert [c.split()[0] for c in commands] == ["python", "pock-search", "pock-compile"]
     cwd = user_directory(tmp_path)
-    path = [str(VENV_BIN)]
-    if not (VENV_BIN / "pock-search").exists():  # installed by `pip install -e .`; until then, what it runs
-        (tmp_path / "bin").mkdir()
-        (tmp_path / "bin" / "pock-search").write_text(f'#!/bin/sh\nexec {sys.executable} -m pock_mlir.tools.pock_search "$@"\n')
-        (tmp_path / "bin" / "pock-search").chmod(0o755)
-        path.insert(0, str(tmp_path / "bin"))
-    env = dict(os.environ, PATH=os.pathsep.join([*path, os.environ["PATH"]]), PYTHONPATH=str(REPO))
+    env = dict(os.environ, PATH=os.pathsep.join([str(VENV_BIN), os.environ["PATH"]]), PYTHONPATH=str(REPO))
     for command in commands:
         done = subprocess.run(["bash", "-c", command], cwd=cwd, env=env, capture_output=True, text=True, timeout=600)
         assert done.returncode == 0 and "Traceback" not in done.stderr, f"{command}\n{done.stderr[-2000:]}"
