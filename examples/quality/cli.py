@@ -11,7 +11,7 @@ QUICK_OUT = "quality_quick"
 
 def add_output_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--quick", action="store_true",
-                        help=f"a much shorter run, for a smoke test (written to {QUICK_OUT}/ unless --out says otherwise)")
+                        help=f"a much shorter run of a few of the schemes, for a smoke test (written to {QUICK_OUT}/ unless --out says otherwise)")
     parser.add_argument("--out", help=f"where to write the results (default {RESULTS.relative_to(RESULTS.parents[2])}, "
                                       "which the README quotes)")
 

@@ -66,6 +66,8 @@ SCHEMES = {
     "LoRA r=8, attention, int8 base": {"blocks.*.attention": LORA, **INT8},
     "LoRA r=8, all linears, int8 base": {"blocks": LORA, **INT8},
 }
+# --quick is a smoke test of the whole path: the preset and LoRA over an int8 base (and any searched)
+QUICK_SCHEMES = ("sparse preset (last 2 blocks)", "LoRA r=8, all linears, int8 base")
 
 
 def samples(batches) -> tuple[np.ndarray, np.ndarray]:
@@ -173,7 +175,8 @@ def main(argv=None):
                 "test_loss": fixed_batches(docs[val_end:], cfg.max_len, batch, held_out_count, args.seed + 3)}
 
     search(base, train_batches, held_out["val_loss"], budgets, out, args.seed)
-    schemes = {**SCHEMES, **searched_schemes(out, "language", budgets)}
+    hand_written = {n: s for n, s in SCHEMES.items() if not args.quick or n in QUICK_SCHEMES}
+    schemes = {**hand_written, **searched_schemes(out, "language", budgets)}
     results, sweeps, trainers = {}, {}, {}
     for name, scheme in {REFERENCE: "torch", **{f"pock {n}": s for n, s in schemes.items()}}.items():
         sweeps[name] = []

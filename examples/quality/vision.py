@@ -58,6 +58,8 @@ SCHEMES = {
     "channel-sparse (50%)": {"features.*.conv.0.0": 0.5, "features.*.conv.2": 0.5, "*bias": "full",
                              "classifier.*": "full", "default": "frozen"},
 }
+# --quick is a smoke test of the whole path: a preset and a channel-sparse scheme (and any searched)
+QUICK_SCHEMES = ("sparse preset", "channel-sparse (50%)")
 
 
 def search(path: Path, seed: int, budgets: list[float], out: Path) -> None:
@@ -219,7 +221,8 @@ def main(argv=None):
     pretrain_epochs, finetune_epochs = (2, 1) if args.quick else (12, 10)
     learning_rates = LEARNING_RATES[1:2] if args.quick else LEARNING_RATES
     checkpoint = out / "vision_pretrained.pt"
-    SCHEMES.update(searched_schemes(out, "vision", budgets))
+    searched = searched_schemes(out, "vision", budgets)
+    SCHEMES.update(searched)
 
     if args.scheme:
         print(json.dumps(run_scheme(args.scheme, args.lr, checkpoint, args.seed, finetune_epochs)))
@@ -227,7 +230,7 @@ def main(argv=None):
     pretrain(args.seed, pretrain_epochs, checkpoint)
     search(checkpoint, args.seed, budgets, out)
     results, sweeps = {}, {}
-    for name in [REFERENCE, *SCHEMES]:
+    for name in [REFERENCE, *(n for n in SCHEMES if not args.quick or n in QUICK_SCHEMES or n in searched)]:
         sweeps[name] = []
         for lr in learning_rates:
             r = run_in_child(name, lr, args)
