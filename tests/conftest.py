@@ -17,8 +17,8 @@ atexit.register(shutil.rmtree, os.environ["POCK_MLIR_CACHE_DIR"], ignore_errors=
 
 # The longest files first: `make test` runs a file per worker (pytest-xdist --dist loadfile), and a
 # long file started last leaves the other worker idle while it runs.
-LONGEST_FIRST = ("test_zoo.py", "test_readme_commands.py", "test_examples.py", "test_federated.py",
-                 "test_targets.py", "test_lora.py")
+LONGEST_FIRST = ("test_zoo.py", "test_readme_commands.py", "test_examples.py", "test_quality_scripts.py",
+                 "test_federated.py", "test_targets.py", "test_lora.py")
 
 
 def pytest_collection_modifyitems(items):
