@@ -16,6 +16,7 @@ and iree.runtime only.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import hashlib
 import importlib.metadata
@@ -250,6 +251,24 @@ def check_destination(directory) -> Path:
     return destination
 
 
+@contextlib.contextmanager
+def _staged_bundle(destination: Path):
+    """A staging directory beside `destination` to write a bundle in; removed if writing fails."""
+    staged = staging_directory(destination)
+    try:
+        yield staged
+    except BaseException:
+        shutil.rmtree(staged, ignore_errors=True)
+        raise
+
+
+def _publish(staged: Path, manifest: dict, destination: Path) -> None:
+    """Seal the staged bundle (the manifest records every file's sha256) and put it in place."""
+    manifest["sha256"] = {str(f.relative_to(staged)): _sha256(f) for f in sorted(staged.rglob("*")) if f.is_file()}
+    (staged / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n")
+    _replace_directory(staged, destination)
+
+
 def write_bundle(program, directory, *, example_inputs, example_target, loss, model=None, model_file=None,
                  sparse=None) -> Path:
     """Write `program` as a device bundle into `directory` (see the module docstring).
@@ -273,8 +292,7 @@ def write_bundle(program, directory, *, example_inputs, example_target, loss, mo
     state = {**program.initial_params, **program.initial_buffers}
     optimizer_state = {s.name: np.zeros(s.shape, np.float32) for s in sig.state} | {"step": np.zeros((), np.float32)}
 
-    staged = staging_directory(destination)
-    try:
+    with _staged_bundle(destination) as staged:
         (staged / MODULE).write_bytes(program.vmfb)
         (staged / PARAMS).write_bytes(save({n: np.require(v, requirements="C") for n, v in state.items()}))
         (staged / OPTIMIZER).write_bytes(save(optimizer_state))
@@ -286,12 +304,7 @@ def write_bundle(program, directory, *, example_inputs, example_target, loss, mo
             np.save(path, values[group][name.removesuffix(".npy")])
         (staged / RUN_STEP).write_text(run_step_script(manifest))
         (staged / RUN_STEP).chmod(0o755)
-        manifest["sha256"] = {str(f.relative_to(staged)): _sha256(f) for f in sorted(staged.rglob("*")) if f.is_file()}
-        (staged / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n")
-        _replace_directory(staged, destination)
-    except BaseException:
-        shutil.rmtree(staged, ignore_errors=True)
-        raise
+        _publish(staged, manifest, destination)
     return destination
 
 
@@ -469,8 +482,7 @@ def write_trained_bundle(bundle: Bundle, state: dict[str, np.ndarray], directory
     if sorted(state) != sorted(names):
         raise BundleError("the state to write does not hold exactly the bundle's parameters and buffers")
     manifest = json.loads(json.dumps(bundle.manifest))
-    staged = staging_directory(destination)
-    try:
+    with _staged_bundle(destination) as staged:
         for name in manifest["sha256"]:
             (staged / name).parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(bundle.path / name, staged / name)
@@ -479,10 +491,5 @@ def write_trained_bundle(bundle: Bundle, state: dict[str, np.ndarray], directory
             group, name = argument["path"].split("/", 1)
             if group in ("params", "buffers"):
                 np.save(staged / ARGS / argument["path"], state[name.removesuffix(".npy")])
-        manifest["sha256"] = {name: _sha256(staged / name) for name in manifest["sha256"]}
-        (staged / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n")
-        _replace_directory(staged, destination)
-    except BaseException:
-        shutil.rmtree(staged, ignore_errors=True)
-        raise
+        _publish(staged, manifest, destination)
     return destination
