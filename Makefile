@@ -17,10 +17,11 @@ demo: $(STAMP)
 # The device tests need qemu, lavapipe and IREE's aarch64 runtime; the script installs them or says
 # why not (those tests then skip; -rs prints the reasons). Two workers, each test file in one of them
 # (its compiled-once fixtures stay in one process): most of the suite's time is single-threaded
-# export and passes, which the second core would otherwise leave idle.
+# export and passes, which the second core would otherwise leave idle. Files start in the order
+# tests/conftest.py sets (longest first), not xdist's default of the most tests first.
 test: $(STAMP)
 	sh tools/setup_device_deps.sh $(PY)
-	$(PY) -m pytest -rs -n 2 --dist loadfile tests
+	$(PY) -m pytest -rs -n 2 --dist loadfile --no-loadscope-reorder tests
 
 # Sparse and full-model FedAvg of the vision task on a local Flower federation, against centralised
 # fine-tuning (README: Federated fine-tuning); the README's table is examples/quality/federated.py's.
