@@ -34,7 +34,7 @@ from pock_mlir.bundle import write_bundle  # noqa: E402
 from pock_mlir.federated.launch import LocalFederation, finished  # noqa: E402
 from pock_mlir.files import atomic_save, atomic_write  # noqa: E402
 from pock_mlir.runtime import Trainer  # noqa: E402
-from pock_mlir.tools.pock_train import Split, batch_order, evaluate  # noqa: E402
+from pock_mlir.data import Split, batch_order, evaluate  # noqa: E402
 from examples.quality.cli import RESULTS, add_output_options, output_directory  # noqa: E402
 from examples.quality.vision import BATCH, SCHEMES, fresh_head, images, pretrain  # noqa: E402
 

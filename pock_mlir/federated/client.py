@@ -22,7 +22,8 @@ from pock_mlir.bundle import Bundle, load_bundle
 from pock_mlir.federated.wire import from_wire, to_wire
 from pock_mlir.files import atomic_write
 from pock_mlir.runtime import NonFiniteLossError
-from pock_mlir.tools.pock_train import batch_order, evaluate, load_data, open_trainer
+from pock_mlir.data import batch_order, evaluate, load_data
+from pock_mlir.tools.pock_train import open_trainer
 
 app = ClientApp()
 

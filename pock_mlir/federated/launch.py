@@ -31,7 +31,7 @@ except ImportError:
 
 from pock_mlir.bundle import BundleError, load_bundle
 from pock_mlir.federated.server import RESULTS, SAY
-from pock_mlir.tools.pock_train import DataError, load_data
+from pock_mlir.data import DataError, load_data
 
 APP = Path(__file__).parent / "flower_app"
 BIN = Path(sys.executable).parent  # flower-superlink, flower-supernode, flwr and flower-superexec live here

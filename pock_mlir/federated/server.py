@@ -27,7 +27,8 @@ from pock_mlir.federated.client import arrays_of, record_of
 from pock_mlir.federated.wire import WireError, check_wire, from_wire, in_bundle_dtypes, to_wire, wire_bytes
 from pock_mlir.files import atomic_write
 from pock_mlir.runtime import InputError
-from pock_mlir.tools.pock_train import DataError, evaluate, export_state_dict, load_data, open_trainer
+from pock_mlir.data import DataError, evaluate, load_data
+from pock_mlir.tools.pock_train import export_state_dict, open_trainer
 
 app = ServerApp()
 SAY = "[pock]"  # prefixes the lines pock-federate shows (the rest of Flower's log goes to its log file)

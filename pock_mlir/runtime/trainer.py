@@ -55,7 +55,8 @@ def check_class_indices(values: np.ndarray, classes: int | None, what: str) -> N
                          f"(indices 0..{classes - 1}, or {IGNORE_INDEX} to ignore an entry)")
 
 
-def _to_numpy(x) -> np.ndarray:
+def to_numpy(x) -> np.ndarray:
+    """A numpy array of `x` (a torch tensor, an array or anything np.asarray takes), without importing torch."""
     if isinstance(x, np.ndarray):
         return x
     try:
@@ -181,7 +182,7 @@ class Trainer:
         """Host arrays for `specs`, checked and uploaded. float64 becomes float32 and int64 int32
         (numpy's and torch's defaults); anything else that differs is an InputError naming the
         tensor and what differs, before anything is uploaded."""
-        values = [_to_numpy(v) for v in values]
+        values = [to_numpy(v) for v in values]
         if len(values) != len(specs):
             raise InputError(f"expected {len(specs)} input tensor(s) ({', '.join(s.name for s in specs)}), got {len(values)}")
         checked = []
@@ -314,7 +315,7 @@ class Trainer:
         if missing or unknown:
             raise InputError(f"optimizer state: missing {', '.join(missing) or 'nothing'}; "
                              f"unknown {', '.join(unknown) or 'nothing'}")
-        step = _to_numpy(state["step"])
+        step = to_numpy(state["step"])
         if step.shape != () or step.dtype != np.float32 or not (np.isfinite(step) and step >= 0 and step == int(step)):
             raise InputError(f"optimizer state: step must be a float32 scalar counting steps (a whole number >= 0), "
                              f"got {step!r}")
