@@ -7,18 +7,25 @@ analysis (which layers and channels are worth training) and a selection under th
     print(result.table())        # every candidate's measured gain and cost, and the scheme's
     result.write("scheme.yaml")  # for compile_training(sparse="scheme.yaml") and pock-compile --sparse
 
+A list of budgets (budget=[Budget(memory_mb=6), Budget(memory_mb=12)]) returns one result per
+budget from one full-BP compilation and one contribution analysis.
+
 How, and what it costs:
   1. One compilation, of the model with every parameter trained (full BP). Its step is timed and
      its memory measured (Trainer.device_bytes, and the workspace IREE records per function):
      they calibrate the cost model.
   2. Contribution analysis. A candidate unit is one parameter tensor at one channel ratio r (its
      first ceil(r * C) output channels, as the sparse config's ratio means); a 1-D tensor (a
-     bias, a norm's scale) is one unit. Each candidate fine-tunes alone for `steps` steps from
-     the model's weights, on the same batches: the full-BP program's `gradients` gives its
-     gradient and torch.optim updates its rows on the host (the other parameters keep their
-     start values); its gain is the drop of the validation loss. That costs candidates x steps
-     `gradients` calls of full BP, one gradient copied to the host and one tensor back per call,
-     and one validation pass per candidate: no compilation per candidate.
+     bias, a norm's scale) is one unit. As in MIT's tiny-training contribution analysis, every
+     run trains an anchor, by default the last layer's parameters (the classifier or head, which
+     fine-tuning to new data trains in any scheme): the anchor fine-tunes alone first, for the
+     base validation loss, then each candidate fine-tunes together with it for `steps` steps
+     from the model's weights, on the same batches, and its gain is what it takes off the base
+     loss. Judged alone, a layer under a frozen, freshly initialised head gains next to nothing
+     whatever its worth. The full-BP program's `gradients` gives the gradients and torch.optim
+     updates the trained rows on the host (the other parameters keep their start values). That
+     costs (candidates + 1) x steps `gradients` calls of full BP, the trained tensors copied
+     each way per call, and one validation pass per run: no compilation per candidate.
   3. Cost model. One run of the autodiff and sparse stages on the full-BP training IR splits the
      backward into each gradient's share (pock_mlir.cost.GradientShares): the backward of any
      scheme is the union of its gradients' shares, so a scheme's saved activations, gradient
@@ -28,14 +35,15 @@ How, and what it costs:
      forward's (measured) up to the full step's (measured) in proportion to the backward's saved
      activations and gradients, plus the largest channel-sparse tensor, which the step assembles
      whole there. Step time: the forward's and backward's FLOPs over full BP's.
-  4. Selection: a greedy knapsack over the measured gains per byte the combined scheme's memory
-     grows by (a tensor may move up to a larger ratio for the gain that adds), or the best single
-     unit when that alone gains more. Gains are taken as additive there; step 5 measures the
-     chosen scheme's real gain.
+  4. Selection: from the anchor, a greedy knapsack over the measured gains per byte the combined
+     scheme's memory grows by (a tensor may move up to a larger ratio for the gain that adds), or
+     the best single unit when that alone gains more. Gains are taken as additive there; step 5
+     measures the chosen scheme's real gain. Each budget of a list selects on the same measurements.
   5. Verification: the chosen scheme is compiled and its Trainer's device_bytes measured, which
-     calibrates the cost model where it matters: above the budget, or more than SLACK below it,
-     the selection runs again with its budget moved by the difference (at most MAX_COMPILES
-     compilations of chosen schemes; the best that measured within the budget wins). The chosen
+     calibrates the cost model where it matters: more than SLACK below the budget, the selection
+     runs again with its budget raised by the difference; above it, lowered by the estimate's
+     error (or by the excess, if that lowers it more: each retry selects less). At most
+     MAX_COMPILES compilations of chosen schemes; the best that measured within the budget wins. The chosen
      scheme then fine-tunes for `steps` steps on the same batches (its measured gain) and its
      steps are timed.
 Deterministic for a seed: the batches, the candidates' order, ties, and the selection, which
@@ -55,16 +63,16 @@ import torch
 
 from pock_mlir.abi import Policy
 from pock_mlir.cost import BackwardCost
+from pock_mlir.data import Split, batch_order, evaluate
 from pock_mlir.files import OutputError, atomic_write, check_writable
 from pock_mlir.report import full_backward_shares
-from pock_mlir.runtime.trainer import CALLED, _to_numpy
+from pock_mlir.runtime.trainer import CALLED, to_numpy
 from pock_mlir.runtime.workspace import module_transient_bytes
 from pock_mlir.sparse import SparseUpdate
-from pock_mlir.tools.pock_train import Split, batch_order, evaluate
 
 MB = 2 ** 20  # as the quality tables' "device MB"
 RATIOS = (1 / 8, 1 / 4, 1 / 2, 1.0)
-MAX_COMPILES = 3  # compilations of chosen schemes (step 5 of the module docstring)
+MAX_COMPILES = 4  # compilations of chosen schemes per budget (step 5 of the module docstring)
 SLACK = 0.05  # a chosen scheme measured this far below the memory budget (a share of it) is not refined
 TIMED_STEPS = 6  # full-BP steps timed; the first is left out (warm-up)
 PROGRESS_SECONDS = 5.0
@@ -208,8 +216,8 @@ def as_split(data, what: str) -> Split:
         raise SearchError(f"{what} must be (inputs, target) with samples along the first dimension, "
                           f"got {type(data).__name__}")
     inputs, target = data
-    inputs = [_to_numpy(x) for x in (inputs if isinstance(inputs, (tuple, list)) else (inputs,))]
-    target = _to_numpy(target)
+    inputs = [to_numpy(x) for x in (inputs if isinstance(inputs, (tuple, list)) else (inputs,))]
+    target = to_numpy(target)
     lengths = sorted({len(x) if x.ndim else 0 for x in [*inputs, target]})
     if len(lengths) > 1:
         raise SearchError(f"{what}: inputs and target must have the same number of samples, got {lengths}")
@@ -226,29 +234,35 @@ def training_batches(seed: int, samples: int, batch_size: int, steps: int) -> li
     return batches[:steps]
 
 
-def host_fine_tune(trainer, unit: Unit, train: Split, batches, optimizer) -> np.ndarray:
-    """Fine-tune `unit` alone, one step per batch: the trainer's `gradients` (of a program that
-    trains the unit's parameter in full) and torch.optim on the unit's rows. The trainer holds the
-    result, which is returned; every other parameter stays as it was."""
-    value = trainer.state_dict()[unit.parameter]
-    rows = (slice(0, unit.rows(value.shape)),) if value.ndim else ()
-    kept = torch.from_numpy(value[rows].copy()).requires_grad_()
-    torch_optimizer = optimizer.torch_optimizer([kept])
+def host_fine_tune(trainer, units: list[Unit], train: Split, batches, optimizer) -> dict[str, np.ndarray]:
+    """Fine-tune `units` (one per parameter) together, one step per batch: the trainer's
+    `gradients` (of a program that trains their parameters in full) and one torch.optim over the
+    units' rows. The trainer holds the result, which is returned by parameter name; every other
+    parameter stays as it was."""
+    names = [unit.parameter for unit in units]
+    state = trainer.state_dict()
+    values = {name: state[name] for name in names}
+    rows = {u.parameter: (slice(0, u.rows(values[u.parameter].shape)),) if values[u.parameter].ndim else ()
+            for u in units}
+    kept = {name: torch.from_numpy(values[name][rows[name]].copy()).requires_grad_() for name in names}
+    torch_optimizer = optimizer.torch_optimizer(list(kept.values()))
     for index in batches:
-        _, grads = trainer.gradients(*train.batch(index), names=[unit.parameter])
-        kept.grad = torch.from_numpy(grads[unit.parameter][rows].copy())
+        _, grads = trainer.gradients(*train.batch(index), names=names)
+        for name, tensor in kept.items():
+            tensor.grad = torch.from_numpy(grads[name][rows[name]].copy())
         torch_optimizer.step()
-        value[rows] = kept.detach().numpy()
-        trainer.load_state_dict({unit.parameter: value}, strict=False)
-    return value
+        for name, tensor in kept.items():
+            values[name][rows[name]] = tensor.detach().numpy()
+        trainer.load_state_dict(values, strict=False)
+    return values
 
 
 @dataclass(frozen=True)
 class Measurement:
     unit: Unit
-    val_loss: float  # after fine-tuning the unit alone
-    gain: float  # the validation loss it removed
-    alone: Estimate  # the cost of training it alone
+    val_loss: float  # after fine-tuning the unit with the anchor
+    gain: float  # the validation loss it removed beyond the anchor's
+    cost: Estimate  # of training it with the anchor
 
 
 class Progress:
@@ -267,26 +281,52 @@ class Progress:
             return
         self.shown = now
         left = (now - self.started) * (total - done) / done
-        best_text = f"best so far {best.unit} (validation loss {-best.gain:+.4f})" if best else "no gain yet"
+        best_text = f"best so far {best.unit} (validation loss {-best.gain:+.4f})" if best else "no candidate yet"
         self.say(f"contribution: {done}/{total} candidates measured, {best_text}, about {left:.0f}s left")
 
 
 def measure_contributions(trainer, candidates: list[Measurement], train: Split, val: Split, optimizer, batches,
-                          batch_size: int, progress: Progress) -> tuple[float, list[Measurement]]:
-    """The validation loss at the start, and the candidates (their cost known) measured (see the
-    module docstring, 2)."""
+                          batch_size: int, progress: Progress, anchor: list[Unit] = ()) -> tuple[float, list[Measurement]]:
+    """The validation loss after fine-tuning the anchor alone (the start's when there is none), and
+    the candidates (their cost known) measured, each fine-tuned with the anchor (see the module
+    docstring, 2). The trainer ends as it started."""
     start = trainer.state_dict()
-    base = evaluate(trainer, val, batch_size)["val_loss"]
-    measurements: list[Measurement] = []
-    progress.started = time.perf_counter()
-    for candidate in candidates:
-        unit = candidate.unit
-        host_fine_tune(trainer, unit, train, batches, optimizer)
+
+    def fine_tuned(units: list[Unit]) -> float:
+        host_fine_tune(trainer, units, train, batches, optimizer)
         val_loss = evaluate(trainer, val, batch_size)["val_loss"]
-        trainer.load_state_dict({unit.parameter: start[unit.parameter]}, strict=False)
+        trainer.load_state_dict({u.parameter: start[u.parameter] for u in units}, strict=False)
+        return val_loss
+
+    progress.started = time.perf_counter()
+    base = fine_tuned(list(anchor)) if anchor else evaluate(trainer, val, batch_size)["val_loss"]
+    measurements: list[Measurement] = []
+    for candidate in candidates:
+        val_loss = fine_tuned([*anchor, candidate.unit])
         measurements.append(replace(candidate, val_loss=val_loss, gain=base - val_loss))
         progress.measured(len(measurements), len(candidates), max(measurements, key=lambda m: m.gain))
     return base, measurements
+
+
+def last_layer(names: list[str]) -> list[Unit]:
+    """The anchor "auto" means: the parameters of the module that owns the last parameter (its
+    weight and bias), whole."""
+    owner = names[-1].rpartition(".")[0]
+    return [Unit(name) for name in names if name.rpartition(".")[0] == owner]
+
+
+def anchor_units(anchor, names: list[str]) -> list[Unit]:
+    """search_sparse's `anchor` ("auto", None, or parameter names) as whole-tensor Units."""
+    if anchor is None:
+        return []
+    if anchor == "auto":
+        return last_layer(names)
+    chosen = [anchor] if isinstance(anchor, str) else list(anchor)
+    unknown = [name for name in chosen if name not in names]
+    if unknown or not chosen:
+        raise SearchError(f"anchor: {', '.join(map(repr, unknown)) or 'nothing'} is not a parameter of the model; "
+                          f"give \"auto\" (the last layer), None, or parameter names such as {names[-1]!r}")
+    return [Unit(name) for name in names if name in chosen]
 
 
 # -- the selection ------------------------------------------------------------------------------
@@ -294,32 +334,51 @@ def measure_contributions(trainer, candidates: list[Measurement], train: Split, 
 @dataclass(frozen=True)
 class Choice:
     unit: Unit
-    gain: float  # measured alone
+    gain: float  # measured with the anchor, beyond its gain (0 for the anchor's own units)
     added_bytes: int  # what the scheme's estimated memory grew by when the unit came in
     added_time: float  # and its step time, as a fraction of the full-BP step
 
 
-def check_something_fits(candidates: list[Measurement], memory_bytes: float, time_fraction: float) -> None:
-    """SearchError naming the cheapest candidate's cost when none fits the budget alone."""
-    if any(m.alone.fits(memory_bytes, time_fraction) for m in candidates):
-        return
-    cheapest = min(candidates, key=lambda m: (m.alone.device_bytes, m.alone.time_fraction))
+def check_something_fits(candidates: list[Measurement], costs: CostModel, memory_bytes: float, time_fraction: float,
+                         anchor: list[Unit] = ()) -> None:
+    """SearchError naming the cheapest scheme's cost when none fits the budget: the anchor alone,
+    or without one the cheapest candidate alone."""
     budget = ", ".join([f"{memory_bytes / MB:.3f} MB"] * math.isfinite(memory_bytes)
                        + [f"a step of {time_fraction:g} of full BP"] * math.isfinite(time_fraction))
+    if anchor:
+        cost = costs.estimate(anchor)
+        if not cost.fits(memory_bytes, time_fraction):
+            raise SearchError(f"no scheme fits the budget ({budget}): the cheapest scheme, training the anchor "
+                              f"({', '.join(map(str, anchor))}) alone, needs {cost.device_bytes / MB:.3f} MB and a step "
+                              f"of {cost.time_fraction:.3f} of full BP (estimated); give a larger budget, or anchor=None "
+                              f"(pock-search --anchor none) to judge candidates alone")
+        return
+    if any(m.cost.fits(memory_bytes, time_fraction) for m in candidates):
+        return
+    cheapest = min(candidates, key=lambda m: (m.cost.device_bytes, m.cost.time_fraction))
     raise SearchError(f"no scheme fits the budget ({budget}): "
-                      f"the cheapest scheme, training {cheapest.unit} alone, needs {cheapest.alone.device_bytes / MB:.3f} "
-                      f"MB and a step of {cheapest.alone.time_fraction:.3f} of full BP (estimated)")
+                      f"the cheapest scheme, training {cheapest.unit} alone, needs {cheapest.cost.device_bytes / MB:.3f} "
+                      f"MB and a step of {cheapest.cost.time_fraction:.3f} of full BP (estimated)")
 
 
-def select(measurements: list[Measurement], costs: CostModel, memory_bytes: float, time_fraction: float) -> list[Choice]:
-    """The scheme under the budget (see the module docstring, 4); SearchError when nothing fits."""
-    check_something_fits(measurements, memory_bytes, time_fraction)
-    gains = {m.unit: m.gain for m in measurements if m.gain > 0}
-    if not gains:
+def select(measurements: list[Measurement], costs: CostModel, memory_bytes: float, time_fraction: float,
+           anchor: list[Unit] = ()) -> list[Choice]:
+    """The scheme under the budget (see the module docstring, 4): the anchor's units first, then the
+    candidates chosen; SearchError when nothing fits."""
+    check_something_fits(measurements, costs, memory_bytes, time_fraction, anchor)
+    anchored = {unit.parameter for unit in anchor}
+    candidates = [m for m in measurements if m.gain > 0 and m.unit.parameter not in anchored]
+    gains = {m.unit: m.gain for m in candidates}
+    if not gains and not anchor:
         raise SearchError("no candidate lowered the validation loss when fine-tuned alone: raise the learning rate "
                           "or the steps of the contribution analysis")
+    empty, start = costs.estimate([]), costs.estimate(anchor)
+    base = [Choice(unit, 0.0, 0, 0.0) for unit in anchor]
+    if anchor:  # the anchor's cost is its first unit's to carry
+        base[0] = replace(base[0], added_bytes=start.device_bytes - empty.device_bytes,
+                          added_time=start.time_fraction - empty.time_fraction)
     chosen: dict[str, Choice] = {}
-    current = costs.estimate([])
+    current = start
     while True:
         best = None
         for unit, gain in gains.items():
@@ -327,7 +386,8 @@ def select(measurements: list[Measurement], costs: CostModel, memory_bytes: floa
             extra = gain - (held.gain if held else 0.0)
             if extra <= 0 or (held and unit.ratio <= held.unit.ratio):
                 continue
-            estimate = costs.estimate([*(c.unit for c in chosen.values() if c.unit.parameter != unit.parameter), unit])
+            estimate = costs.estimate([*anchor, *(c.unit for c in chosen.values() if c.unit.parameter != unit.parameter),
+                                       unit])
             if not estimate.fits(memory_bytes, time_fraction):
                 continue
             score = extra / max(estimate.device_bytes - current.device_bytes, 1)
@@ -341,26 +401,25 @@ def select(measurements: list[Measurement], costs: CostModel, memory_bytes: floa
                                         (held.added_bytes if held else 0) + estimate.device_bytes - current.device_bytes,
                                         (held.added_time if held else 0.0) + estimate.time_fraction - current.time_fraction)
         current = estimate
-    single = max((m for m in measurements if m.gain > 0 and m.alone.fits(memory_bytes, time_fraction)),
-                 key=lambda m: m.gain, default=None)
+    single = max((m for m in candidates if m.cost.fits(memory_bytes, time_fraction)), key=lambda m: m.gain,
+                 default=None)
     if single is not None and single.gain > sum(c.gain for c in chosen.values()):
-        empty = costs.estimate([])
-        return [Choice(single.unit, single.gain, single.alone.device_bytes - empty.device_bytes,
-                       single.alone.time_fraction - empty.time_fraction)]
-    return list(chosen.values())
+        return [*base, Choice(single.unit, single.gain, single.cost.device_bytes - start.device_bytes,
+                              single.cost.time_fraction - start.time_fraction)]
+    return [*base, *chosen.values()]
 
 
 def fit_to_budget(measurements: list[Measurement], costs: CostModel, budget: Budget, trainer_for, attempts: list[int],
-                  say: Progress):
+                  say: Progress, anchor: list[Unit] = ()):
     """(choices, their Trainer): the selection compiled (`trainer_for(choices)`) and measured, within
-    the memory budget. The measurement calibrates the next selection: its budget moves by the
-    measured slack or excess, until the slack is under SLACK of the budget, a selection repeats or
-    MAX_COMPILES are spent; of the schemes that measured within the budget, the one with the most
-    gain. `attempts` receives each measured device_bytes."""
+    the memory budget. The measurement calibrates the next selection (see the module docstring, 5)
+    until the slack is under SLACK of the budget, a selection repeats or MAX_COMPILES are spent; of
+    the schemes that measured within the budget, the one with the most gain. `attempts` receives
+    each measured device_bytes."""
     fitted, tried, memory = None, [], budget.memory_bytes
     while len(tried) < MAX_COMPILES:
         try:
-            choices = select(measurements, costs, memory, budget.time_fraction)
+            choices = select(measurements, costs, memory, budget.time_fraction, anchor)
         except SearchError:
             if not tried:
                 raise
@@ -377,7 +436,8 @@ def fit_to_budget(measurements: list[Measurement], costs: CostModel, budget: Bud
             fitted = choices, trainer
         if budget.memory_mb is None or 0 <= slack <= SLACK * budget.memory_bytes:
             break
-        memory += slack
+        error = trainer.device_bytes - costs.estimate([c.unit for c in choices]).device_bytes
+        memory = memory + slack if slack > 0 else min(budget.memory_bytes - error, memory + slack)
         say.say(f"it measures {trainer.device_bytes / MB:.3f} MB against the budget's {budget.memory_bytes / MB:.3f}: "
                 f"selecting again as if the budget were {memory / MB:.3f} MB")
     if fitted is None:
@@ -406,13 +466,15 @@ class SearchResult:
     """What search_sparse chose and measured; `sparse` is the scheme."""
 
     budget: Budget
-    choices: list[Choice]
+    choices: list[Choice]  # the anchor's units first
     measurements: list[Measurement]
     estimate: Estimate  # the chosen scheme's, by the cost model
     full: Run  # full BP, measured; val_loss is the start's
     chosen: Run  # the chosen scheme compiled and fine-tuned for `steps` steps
     steps: int
     seed: int
+    anchor: list[Unit] = field(default_factory=list)  # trained in every run of the analysis
+    anchored_loss: float = math.nan  # the validation loss after fine-tuning the anchor alone
     attempts: list[int] = field(default_factory=list)  # measured device bytes of each chosen scheme compiled
     seconds: dict[str, float] = field(default_factory=dict)  # by phase
 
@@ -431,28 +493,41 @@ class SearchResult:
         """The validation loss the chosen scheme removed in `steps` steps, compiled."""
         return self.full.val_loss - self.chosen.val_loss
 
+    @property
+    def predicted_gain(self) -> float:
+        """The anchor's gain alone plus each chosen candidate's beyond it."""
+        return (self.full.val_loss - self.anchored_loss if self.anchor else 0.0) + sum(c.gain for c in self.choices)
+
+    def _with(self) -> str:
+        return f"with the anchor ({', '.join(map(str, self.anchor))})" if self.anchor else "alone"
+
     def table(self) -> str:
-        """Every candidate's measured gain and cost alone, then the chosen scheme against the budget."""
+        """Every candidate's measured gain and cost (each trained with the anchor), then the chosen
+        scheme against the budget."""
         picked = {c.unit for c in self.choices}
         width = max([len("candidate")] + [len(str(m.unit)) for m in self.measurements])
-        lines = [f"  {'candidate':<{width}}  {'val loss gain':>13}  {'MB alone':>9}  {'step alone':>10}  chosen",
-                 *(f"  {str(m.unit):<{width}}  {m.gain:>13.5f}  {m.alone.device_bytes / MB:>9.3f}  "
-                   f"{m.alone.time_fraction:>10.3f}  {'yes' if m.unit in picked else ''}" for m in self.measurements)]
-        return "\n".join([f"sparse-scheme search, budget {self.budget} (seed {self.seed})", *lines, "", *self.summary()])
+        lines = [f"  {'candidate':<{width}}  {'val loss gain':>13}  {'MB':>9}  {'step':>6}  chosen",
+                 *(f"  {str(m.unit):<{width}}  {m.gain:>13.5f}  {m.cost.device_bytes / MB:>9.3f}  "
+                   f"{m.cost.time_fraction:>6.3f}  {'yes' if m.unit in picked else ''}" for m in self.measurements)]
+        anchor = [f"anchor: {', '.join(map(str, self.anchor))}, validation loss {self.full.val_loss:.5f} -> "
+                  f"{self.anchored_loss:.5f} fine-tuned alone; the gains below are beyond it"] if self.anchor else []
+        return "\n".join([f"sparse-scheme search, budget {self.budget} (seed {self.seed}); each candidate trained "
+                          f"{self._with()}: its gain, device MB and step (a fraction of full BP's)",
+                          *anchor, *lines, "", *self.summary()])
 
     def summary(self) -> list[str]:
         """The chosen scheme against the budget: memory, step time and gain, estimated and measured."""
         full_ms = 1000 * self.full.step_seconds
-        analysis = len(self.measurements) * self.steps
+        runs = len(self.measurements) + bool(self.anchor)
         return [
             f"scheme: {len(self.choices)} tensor(s) trained; device memory estimated {self.estimate.device_bytes / MB:.3f} MB, "
             f"measured {self.chosen.device_bytes / MB:.3f} MB (full BP {self.full.device_bytes / MB:.3f} MB; budget: "
             f"{self.budget})",
             f"step: estimated {self.estimate.time_fraction:.3f}, measured {self.chosen.step_seconds / self.full.step_seconds:.3f} "
             f"of full BP's {full_ms:.2f} ms",
-            f"validation loss gain in {self.steps} steps: {sum(c.gain for c in self.choices):.5f} predicted (the sum of "
-            f"the entries' gains alone), {self.measured_gain:.5f} measured",
-            f"search: {len(self.measurements)} candidates x {self.steps} steps = {analysis} full-BP gradients calls; "
+            f"validation loss gain in {self.steps} steps: {self.predicted_gain:.5f} predicted (the entries' gains "
+            f"{self._with()}" + (", plus the anchor's" if self.anchor else "") + f"), {self.measured_gain:.5f} measured",
+            f"search: {runs} runs x {self.steps} steps = {runs * self.steps} full-BP gradients calls; "
             f"{self.compilations} compilations (full BP, then {self.compilations - 1} of chosen schemes); "
             f"{sum(self.seconds.values()):.0f}s in all: " + ", ".join(f"{phase} {s:.1f}s" for phase, s in self.seconds.items())]
 
@@ -460,9 +535,12 @@ class SearchResult:
         """The scheme as a sparse config, a comment per entry with its cost and its measured gain."""
         lines = [f"{YAML_HEADER} a sparse-update scheme searched under {self.budget}",
                  *(f"# {line}" for line in self.summary()), "default: frozen"]
+        anchor = set(self.anchor)
         for c in self.choices:
+            gain = (f"the anchor: validation loss -{self.full.val_loss - self.anchored_loss:.5f} with the rest of it"
+                    if c.unit in anchor else f"validation loss -{c.gain:.5f} trained {self._with()}")
             # JSON strings are YAML strings: a name is never read as a number or an alias.
-            lines.append(f'"{c.unit.parameter}": {c.unit.policy}  # validation loss -{c.gain:.5f} trained alone; '
+            lines.append(f'"{c.unit.parameter}": {c.unit.policy}  # {gain}; '
                          f"+{c.added_bytes / MB:.4f} MB, +{c.added_time:.3f} of the full-BP step")
         return "\n".join(lines) + "\n"
 
@@ -491,9 +569,10 @@ def check_scheme_path(path) -> Path:
 
 # -- the search ---------------------------------------------------------------------------------
 
-def _check(model, train: Split, val: Split, budget, steps: int, ratios, batch_size: int) -> None:
-    if not isinstance(budget, Budget):
-        raise SearchError(f"budget must be a pock.Budget(memory_mb=..., step_time=...), got {type(budget).__name__}")
+def _check(model, train: Split, val: Split, budgets: list[Budget], steps: int, ratios, batch_size: int) -> None:
+    if not budgets or not all(isinstance(b, Budget) for b in budgets):
+        raise SearchError("budget must be a pock.Budget(memory_mb=..., step_time=...) or a list of them, got "
+                          f"{budgets!r}")
     if not isinstance(steps, int) or steps < 1:
         raise SearchError(f"steps must be an integer >= 1, got {steps!r}")
     if not ratios or not all(isinstance(r, (int, float)) and 0 < r <= 1 for r in ratios):
@@ -502,9 +581,10 @@ def _check(model, train: Split, val: Split, budget, steps: int, ratios, batch_si
         if len(split) < batch_size:
             raise SearchError(f"{what} has {len(split)} samples, fewer than one batch ({batch_size})")
     resident = sum(t.numel() * t.element_size() for t in [*model.parameters(), *model.buffers()])
-    if resident > budget.memory_bytes:
-        raise SearchError(f"the memory budget {budget.memory_mb:g} MB is below the model's parameters and buffers "
-                          f"alone ({resident / MB:.3f} MB): no scheme fits")
+    for budget in budgets:
+        if resident > budget.memory_bytes:
+            raise SearchError(f"the memory budget {budget.memory_mb:g} MB is below the model's parameters and buffers "
+                              f"alone ({resident / MB:.3f} MB): no scheme fits")
 
 
 def _timed_steps(trainer, train: Split, batches) -> float:
@@ -517,26 +597,31 @@ def _timed_steps(trainer, train: Split, batches) -> float:
     return float(np.median(seconds[1:] or seconds))
 
 
-def search_sparse(model, train_data, val_data, *, budget: Budget, loss="cross_entropy", optimizer=None, steps: int = 10,
-                  ratios=RATIOS, batch_size: int = 32, seed: int = 0, output=None, target: str = "host",
-                  progress: bool = False) -> SearchResult:
+def search_sparse(model, train_data, val_data, *, budget: Budget | list[Budget], loss="cross_entropy", optimizer=None,
+                  steps: int = 10, ratios=RATIOS, anchor="auto", batch_size: int = 32, seed: int = 0, output=None,
+                  target: str = "host", progress: bool = False) -> SearchResult | list[SearchResult]:
     """Search which parameters (and output channels) to train under `budget` (see the module
-    docstring): a SearchResult, whose `sparse` is the scheme.
+    docstring): a SearchResult, whose `sparse` is the scheme; for a list of budgets, a list of
+    SearchResults in its order, from one full-BP compilation and one contribution analysis.
 
     train_data, val_data: (inputs, target), inputs an array or a tuple of arrays (torch or numpy)
         with samples along the first dimension; the program trains on batches of `batch_size`.
     loss, optimizer, output, target: as compile_training's; the optimizer fine-tunes candidates too.
     steps: fine-tuning steps per candidate (and of the chosen scheme's check).
     ratios: the channel ratios tried on each tensor of two or more dimensions.
+    anchor: what every run trains besides its candidate, and every scheme holds: "auto" (the last
+        layer's parameters), None (candidates judged alone), or a list of parameter names.
     seed: the batches' order. progress: lines on stderr (candidates measured, best so far, time left).
-    Raises SearchError when nothing fits the budget, naming the cheapest scheme's cost."""
+    Raises SearchError when nothing fits a budget, naming the cheapest scheme's cost."""
     from pock_mlir.compiler import compile_training
     from pock_mlir.optim import SGD
 
+    budgets = list(budget) if isinstance(budget, (list, tuple)) else [budget]
     optimizer = optimizer or SGD(lr=0.01)
     train, val = as_split(train_data, "train_data"), as_split(val_data, "val_data")
-    _check(model, train, val, budget, steps, ratios, batch_size)
-    say, seconds = Progress(progress), {}
+    _check(model, train, val, budgets, steps, ratios, batch_size)
+    anchored = anchor_units(anchor, [name for name, _ in model.named_parameters()])
+    say, shared = Progress(progress), {}
     example = train.batch(np.arange(batch_size))
 
     def compile_scheme(sparse):
@@ -552,28 +637,35 @@ def search_sparse(model, train_data, val_data, *, budget: Budget, loss="cross_en
     full_step = _timed_steps(trainer, train, training_batches(seed, len(train), batch_size, TIMED_STEPS))
     trainer.load_state_dict(start)
     costs = CostModel(program)
-    full_bytes = trainer.device_bytes
-    seconds["full BP"] = time.perf_counter() - started
-    say.say(f"full BP: {full_bytes / MB:.3f} MB on the device, {1000 * full_step:.2f} ms a step")
+    full = Run(trainer.device_bytes, full_step, evaluate(trainer, val, batch_size)["val_loss"])
+    shared["full BP"] = time.perf_counter() - started
+    say.say(f"full BP: {full.device_bytes / MB:.3f} MB on the device, {1000 * full_step:.2f} ms a step")
 
-    units = candidate_units({p.name: p.shape for p in program.signature.params}, ratios)
-    candidates = [Measurement(u, math.nan, math.nan, costs.estimate([u])) for u in units]
-    check_something_fits(candidates, budget.memory_bytes, budget.time_fraction)  # before the long part
+    in_anchor = {unit.parameter for unit in anchored}
+    units = [u for u in candidate_units({p.name: p.shape for p in program.signature.params}, ratios)
+             if u.parameter not in in_anchor]
+    candidates = [Measurement(u, math.nan, math.nan, costs.estimate([*anchored, u])) for u in units]
+    for each in budgets:  # before the long part
+        check_something_fits(candidates, costs, each.memory_bytes, each.time_fraction, anchored)
     started = time.perf_counter()
-    say.say(f"contribution analysis: {len(units)} candidates x {steps} steps of full-BP gradients")
-    base, measurements = measure_contributions(trainer, candidates, train, val, optimizer, batches, batch_size, say)
-    seconds["contribution analysis"] = time.perf_counter() - started
+    with_anchor = f", each with the anchor ({', '.join(map(str, anchored))})" if anchored else ""
+    say.say(f"contribution analysis: {len(units)} candidates{with_anchor} x {steps} steps of full-BP gradients")
+    anchored_loss, measurements = measure_contributions(trainer, candidates, train, val, optimizer, batches, batch_size,
+                                                        say, anchored)
+    shared["contribution analysis"] = time.perf_counter() - started
     del trainer
 
-    started = time.perf_counter()
-    attempts: list[int] = []
-    choices, chosen = fit_to_budget(measurements, costs, budget, lambda c: compile_scheme(scheme_of(c)).trainer(),
-                                    attempts, say)
-    estimate = costs.estimate([c.unit for c in choices])
-    chosen_step = _timed_steps(chosen, train, batches)
-    chosen_run = Run(chosen.device_bytes, chosen_step, evaluate(chosen, val, batch_size)["val_loss"])
-    seconds["selection and check"] = time.perf_counter() - started
-    result = SearchResult(budget, choices, measurements, estimate, Run(full_bytes, full_step, base), chosen_run,
-                          steps, seed, attempts, seconds)
-    say.say("done: " + result.summary()[0])
-    return result
+    results = []
+    for each in budgets:
+        started = time.perf_counter()
+        attempts: list[int] = []
+        choices, chosen = fit_to_budget(measurements, costs, each, lambda c: compile_scheme(scheme_of(c)).trainer(),
+                                        attempts, say, anchored)
+        estimate = costs.estimate([c.unit for c in choices])
+        chosen_run = Run(chosen.device_bytes, _timed_steps(chosen, train, batches),
+                         evaluate(chosen, val, batch_size)["val_loss"])
+        seconds = {**shared, "selection and check": time.perf_counter() - started}
+        results.append(SearchResult(each, choices, measurements, estimate, full, chosen_run, steps, seed, anchored,
+                                    anchored_loss if anchored else math.nan, attempts, seconds))
+        say.say(f"done ({each}): " + results[-1].summary()[0])
+    return results if isinstance(budget, (list, tuple)) else results[0]

@@ -26,3 +26,26 @@ def test_quick_quality_run_never_overwrites_the_quoted_results(tmp_path):
     results = REPO / "examples" / "quality" / "results"
     done = run([sys.executable, REPO / "examples" / "quality" / "vision.py", "--quick", "--out", results], tmp_path)
     assert done.returncode == 2 and "would overwrite the results the README quotes" in done.stderr
+
+
+def test_search_budgets_and_the_searched_rows_order():
+    """--search presets|MB,...; each searched row follows the scheme whose memory it was searched at."""
+    import argparse
+    from pathlib import Path
+
+    from examples.quality.cli import PRESETS, add_search_option, in_table_order, search_budgets, searched_schemes
+
+    parser = argparse.ArgumentParser()
+    add_search_option(parser)
+    assert search_budgets(parser, parser.parse_args(["--search", "presets"])) == PRESETS
+    assert search_budgets(parser, parser.parse_args(["--search", "4,8.5"])) == [4.0, 8.5]
+    assert search_budgets(parser, parser.parse_args([])) == []
+    for bad in ("4,x", "0", "-3"):
+        with pytest.raises(SystemExit):
+            search_budgets(parser, parser.parse_args(["--search", bad]))
+    searched = searched_schemes(Path("out"), "vision", {10.5: "preset", 4.0: None})
+    assert [(s.name, s.file, s.against) for s in searched] == [
+        ("searched (10.50 MB, preset's memory)", "out/vision_search_10.50MB.yaml", "preset"),
+        ("searched (4.00 MB)", "out/vision_search_4.00MB.yaml", None)]
+    results = {"full": 1, "preset": 2, "other": 3, searched[1].name: 4, searched[0].name: 5}
+    assert list(in_table_order(results, searched)) == ["full", "preset", searched[0].name, "other", searched[1].name]

@@ -22,10 +22,10 @@ from pock_mlir.context import make_context
 from pock_mlir.passes.pock_apply_sparse_config import reannotate
 from pock_mlir.report import report
 from pock_mlir.runtime import Trainer
+from pock_mlir.data import Split, evaluate
 from pock_mlir.search import (MB, YAML_HEADER, CostModel, Measurement, Progress, SearchError, Unit, candidate_units,
-                              fit_to_budget, host_fine_tune, select)
+                              fit_to_budget, host_fine_tune, last_layer, measure_contributions, select)
 from pock_mlir.tools import pock_search
-from pock_mlir.tools.pock_train import Split
 
 REPO = Path(__file__).resolve().parents[1]
 BATCH = 32
@@ -57,9 +57,11 @@ def planted_data(informative: str, samples: int, seed: int):
     return x, np.argmax(half @ teacher, axis=1).astype(np.int64)
 
 
-def search(informative: str, budget: pock.Budget, **options):
+def search(informative: str, budget, anchor=None, **options):
+    """Candidates judged alone by default: the planted task is about which expert, not the head."""
     return pock.search_sparse(Planted(), planted_data(informative, 512, 1), planted_data(informative, 128, 2),
-                              budget=budget, optimizer=pock.SGD(lr=0.5), steps=8, batch_size=BATCH, **options)
+                              budget=budget, optimizer=pock.SGD(lr=0.5), steps=8, batch_size=BATCH, anchor=anchor,
+                              **options)
 
 
 @pytest.fixture(scope="module", params=["a", "b"])
@@ -82,17 +84,36 @@ def test_search_finds_the_planted_layer(planted):
 
 def test_a_tight_budget_keeps_the_planted_layer_only(planted):
     """A budget of what training the planted weight alone measures on the device: the search keeps
-    it (perhaps at a ratio) and leaves the other expert out, within the budget."""
+    it (perhaps at a ratio) and leaves the other expert out, within the budget. Searched together
+    with the generous budget, which then chooses what it chose searched alone."""
     informative, generous = planted
     x, y = planted_data(informative, BATCH, 1)
     alone = pock.compile_training(Planted(), x, y, optimizer=pock.SGD(lr=0.5), sparse={f"{informative}.weight": "full"})
     budget = pock.Budget(memory_mb=alone.trainer().device_bytes / MB)
-    result = search(informative, budget)
+    result, again = search(informative, [budget, generous.budget])
     trained = {c.unit.parameter for c in result.choices}
     assert f"{informative}.weight" in trained and not trained & {"a.weight", "b.weight"} - {f"{informative}.weight"}
     assert result.chosen.device_bytes <= budget.memory_bytes, result.table()
     # Deterministic for a seed: the same candidates measure the same gains, whatever the budget.
     assert [(m.unit, m.gain) for m in result.measurements] == [(m.unit, m.gain) for m in generous.measurements]
+    assert again.choices == generous.choices and again.chosen.device_bytes == generous.chosen.device_bytes
+    assert result.measurements is again.measurements and result.full == again.full
+
+
+def test_an_anchored_search_keeps_the_anchor_and_adds_what_gains_beyond_it():
+    """Anchored on the last layer (expert b, uninformative): every scheme trains b, and the
+    informative expert a is what gains beyond it."""
+    result = search("a", pock.Budget(memory_mb=64), anchor="auto")
+    assert result.anchor == [Unit("b.weight"), Unit("b.bias")]
+    assert [c.unit for c in result.choices[:2]] == result.anchor
+    assert Unit("a.weight") in {c.unit for c in result.choices}
+    assert max(result.measurements, key=lambda m: m.gain).unit == Unit("a.weight"), result.table()
+    assert {m.unit.parameter for m in result.measurements} == {"a.weight", "a.bias"}
+    assert result.predicted_gain == pytest.approx(result.full.val_loss - result.anchored_loss
+                                                  + sum(c.gain for c in result.choices))
+    text = result.to_yaml()
+    assert '"b.weight": full  # the anchor: validation loss' in text
+    assert '"a.weight": full  # validation loss -' in text and "trained with the anchor (b.weight, b.bias)" in text
 
 
 def test_the_scheme_round_trips_through_compile_training_within_the_budget(planted, tmp_path):
@@ -180,11 +201,44 @@ def test_candidates():
 def test_host_fine_tune_of_a_tensor_matches_torch_optim(mlp_program, optimizer):
     x, y = mlp_batch()
     trainer = mlp_program.trainer()
-    got = host_fine_tune(trainer, Unit("2.weight"), Split([x.numpy()], y.numpy()), [np.arange(BATCH)] * 4, optimizer)
-    _, want = torch_trajectory(make_mlp(), x, y, optimizer, 4, trainable={"2.weight"})
-    np.testing.assert_allclose(got, want["2.weight"], rtol=1e-4, atol=1e-6)
+    units = [Unit("2.weight"), Unit("4.bias")]
+    got = host_fine_tune(trainer, units, Split([x.numpy()], y.numpy()), [np.arange(BATCH)] * 4, optimizer)
+    _, want = torch_trajectory(make_mlp(), x, y, optimizer, 4, trainable={"2.weight", "4.bias"})
+    for name in ("2.weight", "4.bias"):
+        np.testing.assert_allclose(got[name], want[name], rtol=1e-4, atol=1e-6)
     state = trainer.state_dict()
     np.testing.assert_array_equal(state["0.weight"], make_mlp().state_dict()["0.weight"].numpy())
+
+
+def test_contributions_with_the_anchor_are_torch_optim_fine_tuning_both(mlp_program):
+    """The base loss is the anchor fine-tuned alone, each candidate's is the candidate fine-tuned
+    with the anchor, both by torch.optim on the same batches; the trainer ends as it started."""
+    optimizer = pock.SGD(lr=0.1, momentum=0.9)
+    x, y = mlp_batch()
+    xv, yv = mlp_batch(seed=2)
+    train, val = Split([x.numpy()], y.numpy()), Split([xv.numpy()], yv.numpy())
+    anchor = last_layer([name for name, _ in make_mlp().named_parameters()])
+    assert anchor == [Unit("4.weight"), Unit("4.bias")]
+    trainer = mlp_program.trainer()
+    candidates = [Measurement(u, math.nan, math.nan, None) for u in (Unit("0.bias"), Unit("2.weight"))]
+    base, measured = measure_contributions(trainer, candidates, train, val, optimizer, [np.arange(BATCH)] * 3, BATCH,
+                                           Progress(False), anchor)
+
+    def torch_val_loss(trainable):
+        _, state = torch_trajectory(make_mlp(), x, y, optimizer, 3, trainable=trainable)
+        model = make_mlp()
+        model.load_state_dict({k: torch.from_numpy(v) for k, v in state.items()})
+        with torch.no_grad():
+            return torch.nn.functional.cross_entropy(model(xv), yv).item()
+
+    want_base = torch_val_loss({"4.weight", "4.bias"})
+    assert base == pytest.approx(want_base, rel=1e-5)
+    for m in measured:
+        want = torch_val_loss({"4.weight", "4.bias", m.unit.parameter})
+        assert m.val_loss == pytest.approx(want, rel=1e-5) and m.gain == pytest.approx(want_base - want, abs=1e-6)
+    np.testing.assert_array_equal(trainer.state_dict()["4.weight"], make_mlp().state_dict()["4.weight"].numpy())
+    assert evaluate(trainer, val, BATCH)["val_loss"] == pytest.approx(
+        torch.nn.functional.cross_entropy(make_mlp()(xv), yv).item(), rel=1e-5)
 
 
 def test_host_fine_tune_of_channels_matches_the_compiled_channel_sparse_step(mlp_program):
@@ -193,7 +247,7 @@ def test_host_fine_tune_of_channels_matches_the_compiled_channel_sparse_step(mlp
     batches = [mlp_batch(seed=s) for s in range(3)]
     split = Split([torch.cat([b[0] for b in batches]).numpy()], torch.cat([b[1] for b in batches]).numpy())
     order = [np.arange(i * BATCH, (i + 1) * BATCH) for i in range(3)]
-    got = host_fine_tune(mlp_program.trainer(), Unit("2.weight", 0.25), split, order, optimizer)
+    got = host_fine_tune(mlp_program.trainer(), [Unit("2.weight", 0.25)], split, order, optimizer)["2.weight"]
     sparse = pock.compile_training(make_mlp(), *batches[0], optimizer=optimizer, sparse={"2.weight": 0.25}).trainer()
     for inputs, target in batches:
         sparse.step(inputs, target)
@@ -222,12 +276,17 @@ def test_a_budget_below_the_parameters_is_refused_before_compiling():
 
 def test_a_budget_nothing_meets_names_the_cheapest_scheme(planted):
     _, result = planted
-    cheapest = min(result.measurements, key=lambda m: m.alone.device_bytes)
-    budget = pock.Budget(memory_mb=(cheapest.alone.device_bytes - 1) / MB)
+    cheapest = min(result.measurements, key=lambda m: m.cost.device_bytes)
+    budget = pock.Budget(memory_mb=(cheapest.cost.device_bytes - 1) / MB)
     with pytest.raises(SearchError) as raised:
         search("a", budget)
     message = str(raised.value)
-    assert f"the cheapest scheme, training {cheapest.unit} alone, needs {cheapest.alone.device_bytes / MB:.3f} MB" in message
+    assert f"the cheapest scheme, training {cheapest.unit} alone, needs {cheapest.cost.device_bytes / MB:.3f} MB" in message
+    with pytest.raises(SearchError, match=r"the cheapest scheme, training the anchor \(b.weight, b.bias\) alone, needs "
+                                          r".* give a larger budget, or anchor=None"):
+        search("a", budget, anchor="auto")
+    with pytest.raises(SearchError, match=r"anchor: 'c.weight' is not a parameter of the model"):
+        search("a", budget, anchor=["c.weight"])
 
 
 # -- pock-search ------------------------------------------------------------------------------
@@ -300,7 +359,7 @@ def test_readme_block(tmp_path):
         done = subprocess.run(["bash", "-c", command], cwd=cwd, env=env, capture_output=True, text=True, timeout=600)
         assert done.returncode == 0 and "Traceback" not in done.stderr, f"{command}\n{done.stderr[-2000:]}"
         if command.startswith("pock-search"):  # progress on stderr, the table on stdout
-            assert "15/15 candidates measured, best so far" in done.stderr and "s left" in done.stderr, done.stderr
+            assert "10/10 candidates measured, best so far" in done.stderr and "s left" in done.stderr, done.stderr
             assert "device memory estimated" in done.stdout and "wrote scheme.yaml" in done.stdout, done.stdout
     assert (cwd / "scheme.yaml").read_text().startswith(YAML_HEADER)
     trainer = Trainer.from_bundle(cwd / "digits_searched")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+from dataclasses import dataclass
 from pathlib import Path
 
 RESULTS = Path(__file__).parent / "results"  # what the README quotes (tools/readme_results.py)
@@ -24,19 +25,54 @@ def output_directory(parser: argparse.ArgumentParser, args) -> Path:
     return out
 
 
+PRESETS = "presets"  # --search presets: one budget per hand-written scheme the task searches against
+
+
 def add_search_option(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--search", metavar="MB,...", help="also train the schemes pock.search_sparse finds under these "
-                                                           "device-memory budgets (MB, as Trainer.device_bytes counts it)")
+    parser.add_argument("--search", metavar="presets|MB,...",
+                        help="also train the schemes pock.search_sparse finds under these device-memory budgets (MB, as "
+                             "Trainer.device_bytes counts it), or, with 'presets', at the memory each hand-written "
+                             "preset measured")
 
 
-def search_budgets(parser: argparse.ArgumentParser, args) -> list[float]:
-    """--search's budgets, in MB."""
+def search_budgets(parser: argparse.ArgumentParser, args) -> list[float] | str:
+    """--search's budgets in MB, or PRESETS."""
+    if args.search == PRESETS:
+        return PRESETS
     try:
-        return [float(mb) for mb in args.search.split(",")] if args.search else []
+        budgets = [float(mb) for mb in args.search.split(",")] if args.search else []
     except ValueError:
-        parser.error(f"--search {args.search}: give budgets in MB separated by commas, e.g. 4,8")
+        budgets = [0.0]
+    if not all(mb > 0 for mb in budgets):
+        parser.error(f"--search {args.search}: give '{PRESETS}' or budgets in MB separated by commas, e.g. 4,8")
+    return budgets
 
 
-def searched_schemes(out: Path, task: str, budgets: list[float]) -> dict[str, str]:
-    """The searched schemes' names and the files they are written to, one per budget."""
-    return {f"searched ({mb:g} MB)": str(out / f"{task}_search_{mb:g}MB.yaml") for mb in budgets}
+@dataclass(frozen=True)
+class Searched:
+    """A searched scheme: its row's name, its budget, the file the search writes, and the
+    hand-written scheme whose memory set the budget (None for a budget given in MB)."""
+
+    name: str
+    mb: float
+    file: str
+    against: str | None = None
+
+
+def searched_schemes(out: Path, task: str, budgets: dict[float, str | None]) -> list[Searched]:
+    """One per budget: {MB: the scheme it was measured from, or None}."""
+    return [Searched(f"searched ({mb:.2f} MB" + (f", {against}'s memory)" if against else ")"), mb,
+                     str(out / f"{task}_search_{mb:.2f}MB.yaml"), against) for mb, against in budgets.items()]
+
+
+def in_table_order(results: dict, searched: list[Searched], prefix: str = "") -> dict:
+    """`results` with each searched row right after the row of the scheme it searched against."""
+    after = {prefix + s.against: prefix + s.name for s in searched if s.against}
+    ordered = {}
+    for name, result in results.items():
+        if name in after.values():
+            continue
+        ordered[name] = result
+        if name in after and after[name] in results:
+            ordered[after[name]] = results[after[name]]
+    return {**ordered, **{n: r for n, r in results.items() if n not in ordered}}

@@ -9,11 +9,13 @@ on a separate test split. Everything comes from this machine's Python installati
 downloaded. Seeded (data, splits, initialisations); writes a JSON result, a PNG plot of the training
 loss and one of the test loss against the device memory each scheme trains in.
 
---search 12,20 adds the schemes pock.search_sparse finds under each device-memory budget (MB, as
-Trainer.device_bytes counts it), searched on the fine-tuning batches and the validation split and
-written to OUT/language_search_<MB>MB.yaml; they then train like the hand-written schemes.
+--search presets adds the schemes pock.search_sparse finds at the device memory each scheme of
+SEARCH_AGAINST measured (--search 12,20: under budgets given in MB, as Trainer.device_bytes counts
+it), all from one search on the fine-tuning batches and the validation split, written to
+OUT/language_search_<MB>MB.yaml; they then train like the hand-written schemes, each row after the
+scheme whose memory it was searched at. --quick searches whole tensors only, for 3 steps each.
 
-    python examples/quality/language.py [--quick] [--out examples/quality/results] [--search MB,...]
+    python examples/quality/language.py [--quick] [--out examples/quality/results] [--search presets|MB,...]
 """
 
 from __future__ import annotations
@@ -34,8 +36,8 @@ from pock_mlir.files import atomic_write  # noqa: E402
 from examples.models.char_text import (VOCAB, documentation_corpus, encode, greedy_completion, pretrain,  # noqa: E402
                                        source_corpus, windows)
 from examples.models.transformer import LlamaConfig, LlamaLike, token_cross_entropy  # noqa: E402
-from examples.quality.cli import (add_output_options, add_search_option, output_directory, search_budgets,  # noqa: E402
-                                  searched_schemes)
+from examples.quality.cli import (PRESETS, Searched, add_output_options, add_search_option,  # noqa: E402
+                                  in_table_order, output_directory, search_budgets, searched_schemes)
 from examples.quality.plots import save_against_memory, save_loss_curves  # noqa: E402
 
 def fixed_batches(tokens, seq, batch, count, seed):
@@ -50,6 +52,7 @@ def torch_loss(model, x, y) -> float:
 
 LEARNING_RATES = (1e-3, 3e-3, 1e-2)  # AdamW; each scheme keeps its best on the validation split
 SEARCH_LR = 3e-3  # the candidates' fine-tuning in the search (AdamW)
+QUICK_SEARCH = {"steps": 3, "ratios": (1.0,)}
 REFERENCE = "pytorch full (reference)"
 
 LORA = "lora:r=8,alpha=16"
@@ -68,6 +71,8 @@ SCHEMES = {
 }
 # --quick is a smoke test of the whole path: the preset and LoRA over an int8 base (and any searched)
 QUICK_SCHEMES = ("sparse preset (last 2 blocks)", "LoRA r=8, all linears, int8 base")
+SEARCH_AGAINST = ("sparse preset (last 2 blocks)", "last block only", "norms only", "LoRA r=8, attention",
+                  "LoRA r=8, all linears")  # --search presets
 
 
 def samples(batches) -> tuple[np.ndarray, np.ndarray]:
@@ -75,15 +80,16 @@ def samples(batches) -> tuple[np.ndarray, np.ndarray]:
     return np.concatenate([x for x, _ in batches]), np.concatenate([y for _, y in batches])
 
 
-def search(base, train_batches, val_batches, budgets: list[float], out: Path, seed: int) -> None:
+def search(base, train_batches, val_batches, searched: list[Searched], seed: int, quick: bool) -> None:
     """Write the scheme pock.search_sparse finds under each budget (see the module docstring)."""
-    for mb, (name, file) in zip(budgets, searched_schemes(out, "language", budgets).items()):
-        result = pock.search_sparse(copy.deepcopy(base), samples(train_batches), samples(val_batches),
-                                    loss=token_cross_entropy, optimizer=pock.AdamW(lr=SEARCH_LR, weight_decay=0.0),
-                                    budget=pock.Budget(memory_mb=mb), batch_size=len(train_batches[0][0]), seed=seed,
-                                    progress=True)
-        result.write(file)
-        print(f"{name}: {file}\n{result.table()}", flush=True)
+    results = pock.search_sparse(copy.deepcopy(base), samples(train_batches), samples(val_batches),
+                                 loss=token_cross_entropy, optimizer=pock.AdamW(lr=SEARCH_LR, weight_decay=0.0),
+                                 budget=[pock.Budget(memory_mb=s.mb) for s in searched],
+                                 batch_size=len(train_batches[0][0]), seed=seed, progress=True,
+                                 **(QUICK_SEARCH if quick else {}))
+    for s, result in zip(searched, results):
+        result.write(s.file)
+        print(f"{s.name}: {s.file}\n{result.table()}", flush=True)
 
 
 def held_out_losses(model, splits: dict) -> dict:
@@ -174,23 +180,33 @@ def main(argv=None):
     held_out = {"val_loss": fixed_batches(docs[train_end:val_end], cfg.max_len, batch, held_out_count, args.seed + 2),
                 "test_loss": fixed_batches(docs[val_end:], cfg.max_len, batch, held_out_count, args.seed + 3)}
 
-    search(base, train_batches, held_out["val_loss"], budgets, out, args.seed)
-    hand_written = {n: s for n, s in SCHEMES.items() if not args.quick or n in QUICK_SCHEMES}
-    schemes = {**hand_written, **searched_schemes(out, "language", budgets)}
     results, sweeps, trainers = {}, {}, {}
-    for name, scheme in {REFERENCE: "torch", **{f"pock {n}": s for n, s in schemes.items()}}.items():
-        sweeps[name] = []
-        for lr in learning_rates:
-            if scheme == "torch":
-                r = torch_finetune(base, train_batches, held_out, lr)
-            else:
-                r = pock_finetune(base, scheme, train_batches, held_out, lr)
-            trainer = r.pop("trainer", None)
-            sweeps[name].append({k: r[k] for k in ("lr", "val_loss", "test_loss")})
-            print(f"{name}, lr {lr:g}: val loss {r['val_loss']:.3f}, test loss {r['test_loss']:.3f}, "
-                  f"{r['tokens_per_s']:.0f} tokens/s", flush=True)
-            if name not in results or r["val_loss"] < results[name]["val_loss"]:
-                results[name], trainers[name] = r, trainer
+
+    def sweep(schemes: dict) -> None:
+        """Each scheme at every learning rate; results keeps the best on the validation split."""
+        for name, scheme in schemes.items():
+            sweeps[name] = []
+            for lr in learning_rates:
+                if scheme == "torch":
+                    r = torch_finetune(base, train_batches, held_out, lr)
+                else:
+                    r = pock_finetune(base, scheme, train_batches, held_out, lr)
+                trainer = r.pop("trainer", None)
+                sweeps[name].append({k: r[k] for k in ("lr", "val_loss", "test_loss")})
+                print(f"{name}, lr {lr:g}: val loss {r['val_loss']:.3f}, test loss {r['test_loss']:.3f}, "
+                      f"{r['tokens_per_s']:.0f} tokens/s", flush=True)
+                if name not in results or r["val_loss"] < results[name]["val_loss"]:
+                    results[name], trainers[name] = r, trainer
+
+    hand_written = {n: s for n, s in SCHEMES.items() if not args.quick or n in QUICK_SCHEMES}
+    sweep({REFERENCE: "torch", **{f"pock {n}": s for n, s in hand_written.items()}})
+    at = ({results[f"pock {n}"]["device_mb"]: n for n in SEARCH_AGAINST if f"pock {n}" in results}
+          if budgets == PRESETS else dict.fromkeys(budgets))
+    searched = searched_schemes(out, "language", at)
+    if searched:
+        search(base, train_batches, held_out["val_loss"], searched, args.seed, args.quick)
+        sweep({f"pock {s.name}": s.file for s in searched})
+    results = in_table_order(results, searched, prefix="pock ")
 
     prompt = "Return a new "
     program_before = pock.compile_training(copy.deepcopy(base), *train_batches[0], loss=token_cross_entropy)

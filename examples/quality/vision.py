@@ -12,11 +12,13 @@ the resident set while training (parameters on the device, gradients, optimizer 
 activations), measured from just before the first step. Deterministic for a seed; writes a
 JSON result, a Markdown table and a PNG plot.
 
---search 4,8 adds the schemes pock.search_sparse finds under each device-memory budget (MB, as
-Trainer.device_bytes counts it), searched on the fine-tuning training and validation splits and
-written to OUT/vision_search_<MB>MB.yaml; they then train like the hand-written schemes.
+--search presets adds the schemes pock.search_sparse finds at the device memory each scheme of
+SEARCH_AGAINST measured (--search 4,8: under budgets given in MB, as Trainer.device_bytes counts
+it), all from one search on the fine-tuning training and validation splits, written to
+OUT/vision_search_<MB>MB.yaml; they then train like the hand-written schemes, each row after the
+scheme whose memory it was searched at. --quick searches whole tensors only, for 3 steps each.
 
-    python examples/quality/vision.py [--quick] [--out examples/quality/results] [--search MB,...]
+    python examples/quality/vision.py [--quick] [--out examples/quality/results] [--search presets|MB,...]
 """
 
 from __future__ import annotations
@@ -38,8 +40,8 @@ sys.path.insert(0, str(ROOT))
 from bench.memory import reset_peak, rss_kb  # noqa: E402
 from pock_mlir.files import atomic_write  # noqa: E402
 from examples.models.cnn import MobileNetV2Like, Stage  # noqa: E402
-from examples.quality.cli import (add_output_options, add_search_option, output_directory, search_budgets,  # noqa: E402
-                                  searched_schemes)
+from examples.quality.cli import (PRESETS, Searched, add_output_options, add_search_option,  # noqa: E402
+                                  in_table_order, output_directory, search_budgets, searched_schemes)
 from examples.quality.plots import save_against_memory, save_loss_curves  # noqa: E402
 
 BATCH = 32
@@ -48,6 +50,7 @@ STAGES = (Stage(1, 16, 1, 1), Stage(4, 24, 2, 2), Stage(4, 32, 2, 2), Stage(4, 6
 LEARNING_RATES = (0.003, 0.01, 0.03, 0.1)  # SGD with momentum 0.9; each scheme keeps its best
 REFERENCE = "pytorch full (reference)"
 SEARCH_LR = 0.03  # the candidates' fine-tuning in the search (SGD with momentum 0.9)
+QUICK_SEARCH = {"steps": 3, "ratios": (1.0,)}
 
 SCHEMES = {
     "full": None,
@@ -60,19 +63,21 @@ SCHEMES = {
 }
 # --quick is a smoke test of the whole path: a preset and a channel-sparse scheme (and any searched)
 QUICK_SCHEMES = ("sparse preset", "channel-sparse (50%)")
+SEARCH_AGAINST = ("bias only", "last 2 blocks", "sparse preset", "channel-sparse (50%)")  # --search presets
 
 
-def search(path: Path, seed: int, budgets: list[float], out: Path) -> None:
+def search(path: Path, seed: int, searched: list[Searched], quick: bool) -> None:
     """Write the scheme pock.search_sparse finds under each budget (see the module docstring)."""
     import pock_mlir as pock
 
     data = images(seed)
-    for mb, (name, file) in zip(budgets, searched_schemes(out, "vision", budgets).items()):
-        result = pock.search_sparse(fresh_head(path, seed), data["train"], data["val"], loss="cross_entropy",
-                                    optimizer=pock.SGD(lr=SEARCH_LR, momentum=0.9), budget=pock.Budget(memory_mb=mb),
-                                    batch_size=BATCH, seed=seed, progress=True)
-        result.write(file)
-        print(f"{name}: {file}\n{result.table()}", flush=True)
+    results = pock.search_sparse(fresh_head(path, seed), data["train"], data["val"], loss="cross_entropy",
+                                 optimizer=pock.SGD(lr=SEARCH_LR, momentum=0.9),
+                                 budget=[pock.Budget(memory_mb=s.mb) for s in searched], batch_size=BATCH, seed=seed,
+                                 progress=True, **(QUICK_SEARCH if quick else {}))
+    for s, result in zip(searched, results):
+        result.write(s.file)
+        print(f"{s.name}: {s.file}\n{result.table()}", flush=True)
 
 
 def images(seed: int):
@@ -135,7 +140,7 @@ def fresh_head(path: Path, seed: int) -> nn.Module:
     return model.eval()
 
 
-def run_scheme(name: str, lr: float, path: Path, seed: int, epochs: int) -> dict:
+def run_scheme(name: str, scheme, lr: float, path: Path, seed: int, epochs: int) -> dict:
     data = images(seed)
     (x, y), (x_val, y_val), (x_test, y_test) = data["train"], data["val"], data["test"]
     model = fresh_head(path, seed)
@@ -161,7 +166,7 @@ def run_scheme(name: str, lr: float, path: Path, seed: int, epochs: int) -> dict
 
         start = time.perf_counter()
         program = pock.compile_training(model, x[:BATCH], y[:BATCH], loss="cross_entropy",
-                                        optimizer=pock.SGD(lr=lr, momentum=0.9), sparse=SCHEMES[name])
+                                        optimizer=pock.SGD(lr=lr, momentum=0.9), sparse=scheme)
         compile_s = time.perf_counter() - start
         before = reset_peak()
         trainer = program.trainer()
@@ -186,24 +191,38 @@ def plot(results: dict, path: Path):
 def markdown_table(results: dict) -> str:
     ref = results[REFERENCE]
     rows = ["| scheme | system | lr (best on val) | test accuracy | vs PyTorch full (points) | ms/step | "
-            "speed vs PyTorch full | training MB |",
-            "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |"]
+            "speed vs PyTorch full | training MB | device MB |",
+            "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
     for name, r in results.items():
         system = "PyTorch eager" if name == REFERENCE else "pock-mlir"
+        device = f"{r['device_mb']:.2f}" if r["device_mb"] else ""
         rows.append(f"| {name} | {system} | {r['lr']:g} | {r['accuracy']:.3f} | "
                     f"{100 * (r['accuracy'] - ref['accuracy']):+.1f} | {r['step_ms']:.2f} | "
-                    f"{ref['step_ms'] / r['step_ms']:.2f}x | {r['training_mb']:.0f} |")
+                    f"{ref['step_ms'] / r['step_ms']:.2f}x | {r['training_mb']:.0f} | {device} |")
     return "\n".join(rows)
 
 
-def run_in_child(name: str, lr: float, args) -> dict:
+def run_in_child(name: str, lr: float, args, scheme_file: str | None) -> dict:
     command = [sys.executable, __file__, "--scheme", name, "--lr", str(lr), "--out", args.out, "--seed", str(args.seed)]
     command += ["--quick"] if args.quick else []
-    command += ["--search", args.search] if args.search else []
+    command += ["--scheme-file", scheme_file] if scheme_file else []
     done = subprocess.run(command, capture_output=True, text=True)
     if done.returncode != 0:
         raise SystemExit(f"scheme {name!r} at lr {lr} failed:\n{done.stderr[-3000:]}")
     return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def sweep(names, learning_rates, args, results: dict, sweeps: dict, files: dict) -> None:
+    """Each scheme at every learning rate, each run in its own process; results keeps the best on val."""
+    for name in names:
+        sweeps[name] = []
+        for lr in learning_rates:
+            r = run_in_child(name, lr, args, files.get(name))
+            sweeps[name].append({k: r[k] for k in ("lr", "val_accuracy", "accuracy")})
+            print(f"{name}, lr {lr:g}: val accuracy {r['val_accuracy']:.3f}, test accuracy {r['accuracy']:.3f}, "
+                  f"{r['step_ms']:.2f} ms/step, training {r['training_mb']:.0f} MB", flush=True)
+            if name not in results or r["val_accuracy"] > results[name]["val_accuracy"]:
+                results[name] = r
 
 
 def main(argv=None):
@@ -212,6 +231,7 @@ def main(argv=None):
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--scheme", help=argparse.SUPPRESS)  # internal: one run in this process
     parser.add_argument("--lr", type=float, help=argparse.SUPPRESS)
+    parser.add_argument("--scheme-file", help=argparse.SUPPRESS)  # internal: a searched scheme's
     add_search_option(parser)
     args = parser.parse_args(argv)
     budgets = search_budgets(parser, args)
@@ -221,24 +241,22 @@ def main(argv=None):
     pretrain_epochs, finetune_epochs = (2, 1) if args.quick else (12, 10)
     learning_rates = LEARNING_RATES[1:2] if args.quick else LEARNING_RATES
     checkpoint = out / "vision_pretrained.pt"
-    searched = searched_schemes(out, "vision", budgets)
-    SCHEMES.update(searched)
 
     if args.scheme:
-        print(json.dumps(run_scheme(args.scheme, args.lr, checkpoint, args.seed, finetune_epochs)))
+        scheme = args.scheme_file or SCHEMES.get(args.scheme)  # None: full, or the reference
+        print(json.dumps(run_scheme(args.scheme, scheme, args.lr, checkpoint, args.seed, finetune_epochs)))
         return
     pretrain(args.seed, pretrain_epochs, checkpoint)
-    search(checkpoint, args.seed, budgets, out)
     results, sweeps = {}, {}
-    for name in [REFERENCE, *(n for n in SCHEMES if not args.quick or n in QUICK_SCHEMES or n in searched)]:
-        sweeps[name] = []
-        for lr in learning_rates:
-            r = run_in_child(name, lr, args)
-            sweeps[name].append({k: r[k] for k in ("lr", "val_accuracy", "accuracy")})
-            print(f"{name}, lr {lr:g}: val accuracy {r['val_accuracy']:.3f}, test accuracy {r['accuracy']:.3f}, "
-                  f"{r['step_ms']:.2f} ms/step, training {r['training_mb']:.0f} MB", flush=True)
-            if name not in results or r["val_accuracy"] > results[name]["val_accuracy"]:
-                results[name] = r
+    sweep([REFERENCE, *(n for n in SCHEMES if not args.quick or n in QUICK_SCHEMES)], learning_rates, args, results,
+          sweeps, {})
+    at = ({results[n]["device_mb"]: n for n in SEARCH_AGAINST if n in results} if budgets == PRESETS
+          else dict.fromkeys(budgets))
+    searched = searched_schemes(out, "vision", at)
+    if searched:
+        search(checkpoint, args.seed, searched, args.quick)
+        sweep([s.name for s in searched], learning_rates, args, results, sweeps, {s.name: s.file for s in searched})
+    results = in_table_order(results, searched)
     table = markdown_table(results)
     print(table)
     atomic_write(out / "vision.json", json.dumps({"results": results, "sweeps": sweeps, "seed": args.seed,
