@@ -10,10 +10,12 @@ from bench.models import allow_torchvision  # noqa: E402
 
 allow_torchvision()  # for the library models of test_zoo (transformers and timm import torchvision too)
 
-# The compile cache (pock_mlir/cache.py) lives for one test session, shared by the tools the tests
+# The compile cache (pock_mlir/cache.py) lives for one test session, shared by xdist's workers
+# (they inherit the controller's environment, which made it and removes it) and the tools the tests
 # run: a session compiles nothing twice, and nothing from an earlier run decides its results.
-os.environ["POCK_MLIR_CACHE_DIR"] = tempfile.mkdtemp(prefix="pock-test-cache-")
-atexit.register(shutil.rmtree, os.environ["POCK_MLIR_CACHE_DIR"], ignore_errors=True)
+if "PYTEST_XDIST_WORKER" not in os.environ:
+    os.environ["POCK_MLIR_CACHE_DIR"] = tempfile.mkdtemp(prefix="pock-test-cache-")
+    atexit.register(shutil.rmtree, os.environ["POCK_MLIR_CACHE_DIR"], ignore_errors=True)
 
 # The longest files first: `make test` runs a file per worker (pytest-xdist --dist loadfile), and a
 # long file started last leaves the other worker idle while it runs.
