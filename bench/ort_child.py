@@ -35,6 +35,7 @@ def training_api():
 
 
 def torch_loaded() -> bool:
+    """Whether any torch module was loaded (the None that blocks the import is not one)."""
     return any(module is not None for name, module in sys.modules.items() if name.split(".")[0] == "torch")
 
 
