@@ -173,6 +173,10 @@ def export_ort(spec) -> dict:
     from onnxruntime.training import artifacts
 
     model_def, module, inputs, target, scheme, label = _setup(spec)
+    if hasattr(module, "set_attn_implementation"):
+        # a Hugging Face model: the same attention, without the grouped-query SDPA that torch's
+        # TorchScript exporter cannot convert
+        module.set_attn_implementation("eager")
     directory = Path(spec["artifacts"])
     directory.mkdir()
     np.savez(directory / "batch.npz", *(x.numpy() for x in (*inputs, target)))  # positional: the graph's inputs
