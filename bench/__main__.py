@@ -1,5 +1,7 @@
 """`python -m bench` (or `make bench`): train-step time, peak memory and loss of every model x
-scheme x system, side by side in one run; writes results.json, results.md and results.png.
+scheme x system, side by side in one run; writes results.json, results.md and results.png. The systems:
+PyTorch eager and torch.compile, ONNX Runtime's on-device training (exported and set up in
+bench/child.py, timed in bench/ort_child.py, which never imports torch) and pock-mlir.
 
     python -m bench                       # everything (about 15-20 minutes on 2 cores)
     python -m bench --quick               # the MLP, few steps: a smoke test of the harness
@@ -14,6 +16,7 @@ import json
 import os
 import platform
 import queue
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -26,7 +29,7 @@ from bench.report import add_ratios, write_markdown, write_plot
 from pock_mlir.files import atomic_write
 
 ROOT = Path(__file__).resolve().parent.parent
-SYSTEMS = ("eager", "torch.compile", "pock-mlir", "pock-mlir-no-reorder", "pock-mlir-no-retain")
+SYSTEMS = ("eager", "torch.compile", "ort-training", "pock-mlir", "pock-mlir-no-reorder", "pock-mlir-no-retain")
 QUICK_SYSTEMS = ("eager", "pock-mlir", "pock-mlir-no-reorder", "pock-mlir-no-retain")
 # pock-reorder-updates' effect is shown on these full-BP steps only: each ablation is one more
 # IREE compile (minutes for the CNNs), and the pass measured no effect under IREE so far.
@@ -36,7 +39,9 @@ REORDER_ABLATION = (("mlp", "full"), ("mlp", "sparse"), ("bert", "full"))
 RETAIN_ABLATION = (("mlp", "full"), ("resnet18", "full"), ("resnet18", "sparse"), ("bert", "sparse"),
                    ("llama", "full"), ("llama", "sparse"))
 ABLATIONS = {"pock-mlir-no-reorder": REORDER_ABLATION, "pock-mlir-no-retain": RETAIN_ABLATION}
-THREADS = os.cpu_count() or 1  # IREE's local-task driver starts one worker per core; torch gets as many
+ORT_SCHEMES = ("full", "sparse")  # ONNX Runtime trains or freezes whole parameters: no LoRA adapters
+THREADS = os.cpu_count() or 1  # IREE's local-task driver starts one worker per core; torch and ONNX Runtime get as many
+CHILD_MODULES = {"ort-run": "bench.ort_child"}  # tasks that must not import torch; the rest run in bench.child
 
 
 def pock_flags() -> list[str]:
@@ -52,7 +57,7 @@ def no_reorder_pipelines() -> dict[str, str]:
 
 
 def _child_command(spec: dict) -> list[str]:
-    return [sys.executable, "-m", "bench.child", json.dumps({"threads": THREADS, **spec})]
+    return [sys.executable, "-m", CHILD_MODULES.get(spec["task"], "bench.child"), json.dumps({"threads": THREADS, **spec})]
 
 
 def _result(stdout: str, stderr: str, returncode) -> dict:
@@ -127,17 +132,26 @@ class TrainingChild:
 
 
 def measure(model: str, scheme: str, systems, args, workdir: Path) -> dict[str, dict]:
-    """Every system's row for one model and scheme. The pock-mlir variants compile first, one
-    process each; then every system starts training in its own process and they take turns,
-    round by round, so that what other jobs on the machine do hits them alike."""
+    """Every system's row for one model and scheme. The pock-mlir variants compile first, and
+    ONNX Runtime's artifacts are generated, one process each; then every system starts training in
+    its own process and they take turns, round by round, so that what other jobs on the machine do
+    hits them alike."""
     common = {"model": model, "scheme": scheme, "warmup": args.warmup, "steps": args.steps}
-    rows, children, programs = {}, {}, []
+    rows, children, outputs = {}, {}, []
     for system in systems:
         if system in ("eager", "torch.compile"):
             children[system] = TrainingChild({**common, "task": system, "count_flops": system == "eager"}, args.timeout)
             continue
+        if system == "ort-training":
+            artifacts = workdir / f"{model}-{scheme}-ort"
+            outputs.append(artifacts)
+            rows[system] = run_child({**common, "task": "ort-export", "artifacts": str(artifacts)}, args.timeout)
+            if rows[system]["status"] == "ok":
+                children[system] = TrainingChild({**common, "task": "ort-run", "artifacts": str(artifacts),
+                                                  "learning_rate": rows[system]["learning_rate"]}, args.timeout)
+            continue
         program = workdir / f"{model}-{scheme}-{system}.pickle"
-        programs.append(program)
+        outputs.append(program)
         pipelines = no_reorder_pipelines() if system == "pock-mlir-no-reorder" else None
         rows[system] = run_child({**common, "task": "pock-compile", "program": str(program), "iree_flags": args.iree_flags,
                                   "pipelines": pipelines}, args.timeout)
@@ -150,8 +164,11 @@ def measure(model: str, scheme: str, systems, args, workdir: Path) -> dict[str, 
             child.round()
     for system, child in children.items():
         rows[system] = {**rows.get(system, {}), **child.finish()}
-    for program in programs:
-        program.unlink(missing_ok=True)
+    for output in outputs:
+        if output.is_dir():
+            shutil.rmtree(output)
+        else:
+            output.unlink(missing_ok=True)
     return {system: rows[system] for system in systems}
 
 
@@ -212,7 +229,8 @@ def main(argv=None) -> int:
                 if scheme_spec(MODELS[model], scheme) is None:
                     continue
                 systems = [s for s in args.systems if (s not in ABLATIONS or (model, scheme) in ABLATIONS[s])
-                           and (s.startswith("pock-mlir") or scheme in ("full", "sparse", *PEFT_SCHEMES))]
+                           and (s.startswith("pock-mlir") or scheme in (ORT_SCHEMES if s == "ort-training"
+                                                                        else ("full", "sparse", *PEFT_SCHEMES)))]
                 for system, measured in measure(model, scheme, systems, args, Path(workdir)).items():
                     row = {"model": model, "scheme": scheme, "system": system, **measured}
                     rows.append(row)

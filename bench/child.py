@@ -14,59 +14,22 @@ from __future__ import annotations
 
 import dataclasses
 import gc
+import io
 import json
 import pickle
-import statistics
 import sys
 import time
-import traceback
+from pathlib import Path
 
 import iree.runtime  # noqa: F401  (part of the shared import baseline)
 import numpy as np
 import torch
 
 import pock_mlir as pock
-from bench.memory import reset_peak, rss_kb
+from bench.memory import rss_kb
 from bench.models import MODELS, scheme_spec, trainable_names
+from bench.protocol import first_line, print_result, timed_rounds
 from pock_mlir.frontend import resolve_loss
-
-
-def first_line(error: Exception) -> str:
-    """The informative head of an error: its first line, joined with the next when it ends in ':'."""
-    lines = [line.strip() for line in str(error).strip().splitlines() if line.strip()] or [type(error).__name__]
-    head = lines[0] + (" " + lines[1] if lines[0].endswith(":") and len(lines) > 1 else "")
-    return head[:300]
-
-
-def timed_rounds(step, spec) -> dict:
-    """Warm up, reset the memory high-water mark, say READY, then time one round of steps for each
-    `round` line on stdin until `done` (each step returns the loss as a Python float, which waits
-    for the step to finish). The parent interleaves the rounds of every system of one model and
-    scheme, so a burst of other jobs on the shared machine hits them alike; a round starts with one
-    untimed step, which brings caches and idle worker threads back after another process ran. The
-    round with the lowest median counts."""
-    for _ in range(spec["warmup"]):
-        step()
-    reset_peak()
-    print("READY", flush=True)
-    rounds, loss = [], None
-    for command in sys.stdin:
-        if command.strip() != "round":
-            break
-        step()
-        times = []
-        for _ in range(spec["steps"]):
-            start = time.perf_counter()
-            loss = step()
-            times.append(time.perf_counter() - start)
-        rounds.append(times)
-        print(f"ROUND {1000 * statistics.median(times):.3f}", flush=True)
-    if not rounds:
-        raise RuntimeError("the parent asked for no round of timed steps")
-    best = min(rounds, key=statistics.median)
-    return {"step_ms": 1000 * statistics.median(best), "step_ms_min": 1000 * min(best),
-            "step_ms_max": 1000 * max(best), "steps": spec["steps"], "rounds": len(rounds), "loss": float(loss),
-            "peak_kb": rss_kb("VmHWM")}
 
 
 def _setup(spec):
@@ -170,6 +133,74 @@ def run_pock(spec) -> dict:
     return result
 
 
+class _ModelAndLoss(torch.nn.Module):
+    """The model and its loss as one module, so that ONNX Runtime differentiates the model's own
+    loss (a token-level loss, a loss on a ModelOutput's logits) on the same batch."""
+
+    def __init__(self, model, loss_fn):
+        super().__init__()
+        self.model, self.loss_fn = model, loss_fn
+
+    def forward(self, *inputs_and_target):
+        *inputs, target = inputs_and_target
+        return self.loss_fn(self.model(*inputs), target)
+
+
+def _layer_norms_with_statistics(graph) -> None:
+    """Give each LayerNormalization node its optional Mean and InvStdDev outputs: ONNX Runtime's
+    gradient of LayerNormalization reads them, and torch's exporter leaves them off."""
+    for node in graph.graph.node:
+        if node.op_type == "LayerNormalization" and len(node.output) == 1:
+            node.output.extend([f"{node.output[0]}.mean", f"{node.output[0]}.inv_std_dev"])
+
+
+def _ort_optimizer(optimizer):
+    """ONNX Runtime's optimizer block for the model's optimizer, and the note when it differs: its
+    on-device training has AdamW and SGD without momentum."""
+    from onnxruntime.training.onnxblock import optim
+
+    if isinstance(optimizer, pock.AdamW):
+        return optim.AdamW(betas=optimizer.betas, eps=optimizer.eps, weight_decay=optimizer.weight_decay), None
+    if isinstance(optimizer, pock.SGD) and not (optimizer.weight_decay or optimizer.nesterov):
+        return optim.SGD(), "SGD without momentum (ONNX Runtime has none)" if optimizer.momentum else None
+    raise NotImplementedError(f"ONNX Runtime's on-device training has no optimizer like {optimizer}")
+
+
+def export_ort(spec) -> dict:
+    """ONNX Runtime training artifacts of the model and its loss (torch's TorchScript ONNX exporter,
+    then onnxruntime.training.artifacts), and the batch as batch.npz, in spec["artifacts"]."""
+    import onnx
+    from onnxruntime.training import artifacts
+
+    model_def, module, inputs, target, scheme, label = _setup(spec)
+    if hasattr(module, "set_attn_implementation"):
+        # a Hugging Face model: the same attention, without the grouped-query SDPA that torch's
+        # TorchScript exporter cannot convert
+        module.set_attn_implementation("eager")
+    directory = Path(spec["artifacts"])
+    directory.mkdir()
+    np.savez(directory / "batch.npz", *(x.numpy() for x in (*inputs, target)))  # positional: the graph's inputs
+    start = time.perf_counter()
+    exported = io.BytesIO()
+    torch.onnx.export(_ModelAndLoss(module, resolve_loss(model_def.loss)), (*inputs, target), exported, dynamo=False,
+                      training=torch.onnx.TrainingMode.TRAINING, do_constant_folding=False, export_params=True,
+                      input_names=[*(f"input{i}" for i in range(len(inputs))), "target"], output_names=["loss"])
+    graph = onnx.load_from_string(exported.getvalue())
+    _layer_norms_with_statistics(graph)
+    trainable = trainable_names(scheme, module)
+    parameters = {f"model.{name}": name in trainable for name, _ in module.named_parameters()}
+    initializers = [i.name for i in graph.graph.initializer if i.name in parameters]
+    lost = [name for name in parameters if name not in initializers and parameters[name]]
+    if lost:  # the exporter folded or renamed them: ONNX Runtime would leave them untrained
+        raise RuntimeError(f"trainable parameters missing from the exported graph: {', '.join(lost)}")
+    optimizer, optimizer_note = _ort_optimizer(model_def.optimizer)
+    artifacts.generate_artifacts(graph, requires_grad=[n for n in initializers if parameters[n]],
+                                 frozen_params=[n for n in initializers if not parameters[n]], loss=None,
+                                 optimizer=optimizer, artifact_directory=directory)
+    result = {"scheme_used": label, "compile_s": time.perf_counter() - start, "learning_rate": model_def.optimizer.lr}
+    return {**result, "optimizer_differs": optimizer_note} if optimizer_note else result
+
+
 def measure_sgemm(spec) -> dict:
     """Practical single-precision matmul peak with every thread: the best of torch and numpy."""
     n, repeats = spec.get("size", 2048), 5
@@ -191,27 +222,26 @@ RUNNERS = {
     "torch.compile": lambda spec: run_torch(spec, compiled=True),
     "pock-compile": compile_pock,
     "pock-run": run_pock,
+    "ort-export": export_ort,  # its training runs in bench/ort_child.py, without torch
     "sgemm": measure_sgemm,
 }
+
+
+def _unsupported(error: Exception) -> str | None:
+    """Why pock-mlir cannot run the model yet, for the errors that mean that."""
+    if isinstance(error, (pock.CompileError, pock.FrontendError)):  # a missing rule or an op the importer lacks
+        return first_line(error)
+    if isinstance(error, ModuleNotFoundError):
+        if not (error.name or "").startswith("examples"):
+            raise error
+        return f"{error.name.replace('.', '/')}.py does not exist yet"
+    return None
 
 
 def main() -> None:
     spec = json.loads(sys.argv[1])
     torch.set_num_threads(spec["threads"])
-    baseline_kb = rss_kb()
-    try:
-        result = {"status": "ok", **RUNNERS[spec["task"]](spec)}
-        if "peak_kb" in result:
-            result["peak_mb"] = (result.pop("peak_kb") - baseline_kb) / 1024
-    except (pock.CompileError, pock.FrontendError) as e:  # a missing rule or an op the importer lacks
-        result = {"status": f"not supported yet: {first_line(e)}"}
-    except ModuleNotFoundError as e:
-        if not (e.name or "").startswith("examples"):
-            raise
-        result = {"status": f"not supported yet: {e.name.replace('.', '/')}.py does not exist yet"}
-    except Exception as e:  # any failure becomes a row in the results, not a crashed run
-        result = {"status": f"failed: {type(e).__name__}: {first_line(e)}", "traceback": traceback.format_exc()[-3000:]}
-    print("RESULT " + json.dumps(result), flush=True)
+    print_result(lambda: RUNNERS[spec["task"]](spec), rss_kb(), _unsupported)
 
 
 if __name__ == "__main__":

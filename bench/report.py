@@ -11,6 +11,7 @@ from pock_mlir.targets import DATA_TILING
 SYSTEM_TITLES = {
     "eager": "PyTorch eager",
     "torch.compile": "torch.compile",
+    "ort-training": "ONNX Runtime training",
     "pock-mlir": "pock-mlir",
     "pock-mlir-no-reorder": "pock-mlir, no reorder-updates",
     "pock-mlir-no-retain": "pock-mlir, freed memory not retained",
@@ -111,6 +112,20 @@ def _data_tiled_rows(rows) -> str:
     return f", and `{DATA_TILING}` (chosen per program) for {', '.join(tiled)}" if tiled else ""
 
 
+def _ort_note(rows) -> str:
+    """How the ONNX Runtime rows were made and where they differ from the others, when there are any."""
+    ort = [r for r in rows if r["system"] == "ort-training" and r["status"] == "ok"]
+    if not ort:
+        return ""
+    plain_sgd = sorted({r["model"] for r in ort if r.get("optimizer_differs")})
+    optimizer = (f" Its on-device training has no momentum SGD: its {', '.join(plain_sgd)} rows take plain SGD, "
+                 "so their loss differs from the others'." if plain_sgd else "")
+    return (f" ONNX Runtime training (onnxruntime {ort[0]['onnxruntime']}): the model and its loss exported by torch's "
+            "TorchScript ONNX exporter, training artifacts from onnxruntime.training.artifacts (its compile s), timed "
+            "in a process that never imports torch, so its peak memory is over the resident set after importing numpy "
+            f"and onnxruntime.{optimizer}")
+
+
 def write_markdown(results: dict, path: Path) -> None:
     m, s = results["machine"], results["settings"]
     load = f"{m['load_before'][0]:.2f} before, {m['load_after'][0]:.2f} after (1-minute load average)"
@@ -127,7 +142,7 @@ def write_markdown(results: dict, path: Path) -> None:
         "is separate. Peak memory: the child process's peak resident set during the timed steps minus its resident "
         "set after the shared imports (torch, numpy, IREE runtime, pock_mlir); each system runs in its own process. "
         "pock-mlir's Trainer keeps the memory a step frees mapped (pock_mlir/runtime/memory.py); PyTorch runs with "
-        "glibc's defaults. "
+        f"glibc's defaults.{_ort_note(results['rows'])} "
         "Loss: the last step's. GFLOP/s: the FLOPs of PyTorch's autograd step (FlopCounterMode) over the step "
         f"time; measured sgemm peak {_fmt(m.get('peak_gflops'), '{:.0f}')} GFLOP/s "
         f"(torch {_fmt(m.get('sgemm_gflops', {}).get('torch'), '{:.0f}')}, "

@@ -95,6 +95,22 @@ def test_targets_say_what_rate_each_speedup_takes():
     assert checks["pock-mlir sparse peak memory <= 0.5x PyTorch eager full BP"] == [False, "1.00x", "", ""]
 
 
+def test_the_report_says_how_the_onnx_runtime_rows_were_made(tmp_path):
+    from bench.report import write_markdown
+
+    row = {"model": "mlp", "scheme": "full", "status": "ok", "step_ms": 1.0, "step_ms_min": 1.0, "peak_mb": 1.0,
+           "loss": 2.0}
+    results = {"date": "today", "machine": {"cpu": "cpu", "cores": 2, "threads": 2, "load_before": [0.0] * 3,
+                                            "load_after": [0.0] * 3},
+               "settings": {"steps": 1, "warmup": 1, "pock_iree_flags": [], "models": {}},
+               "rows": [{**row, "system": "eager"}, {**row, "system": "ort-training", "onnxruntime": "1.19.2",
+                                                     "optimizer_differs": "SGD without momentum"}]}
+    write_markdown(results, tmp_path / "results.md")
+    text = (tmp_path / "results.md").read_text()
+    assert "| mlp | full | ONNX Runtime training | 1.00 |" in text
+    assert "ONNX Runtime training (onnxruntime 1.19.2)" in text and "its mlp rows take plain SGD" in text
+
+
 def test_compile_time_targets_read_the_full_step_compile():
     from bench.models import MODELS
     from bench.report import check_targets
