@@ -2,7 +2,6 @@
 VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
-BENCH_STAMP := $(VENV)/.installed-bench
 
 .PHONY: demo test lit bench federated-demo clean
 
@@ -32,12 +31,7 @@ federated-demo: $(STAMP)
 lit: $(STAMP)
 	$(VENV)/bin/lit -v lit_tests
 
-# The bench extra adds its ONNX Runtime training peer.
-$(BENCH_STAMP): $(STAMP)
-	$(VENV)/bin/pip install --quiet -e '.[dev,bench]'
-	touch $(BENCH_STAMP)
-
-bench: $(BENCH_STAMP)
+bench: $(STAMP)
 	$(PY) -m bench
 
 clean:

@@ -5,10 +5,8 @@ trained in bench/ort_child.py's process (which must never import torch), against
 import pytest
 import torch
 
-pytest.importorskip("onnxruntime.training", reason="the bench extra (pip install 'pock-mlir[bench]')")
-
-from bench.__main__ import TrainingChild, run_child  # noqa: E402
-from bench.models import MODELS, scheme_spec, trainable_names  # noqa: E402
+from bench.__main__ import TrainingChild, run_child
+from bench.models import MODELS, scheme_spec, trainable_names
 
 WARMUP, STEPS = 1, 2  # with the round's untimed step, the reported loss is the 4th step's
 TOLERANCE = 1e-5  # relative, on the loss
