@@ -27,7 +27,7 @@ import torch
 
 import pock_mlir as pock
 from bench.memory import rss_kb
-from bench.models import MODELS, scheme_spec, trainable_names
+from bench.models import MODELS, library, scheme_spec, trainable_names
 from bench.protocol import first_line, print_result, timed_rounds
 from pock_mlir.frontend import resolve_loss
 
@@ -43,9 +43,9 @@ def _setup(spec):
 def with_peft_adapters(scheme: dict, module):
     """`module` under PEFT's LoRA, with the adapters and the other trained modules the pock-mlir
     scheme names (PyTorch's LoRA baseline)."""
-    import peft
-
     from pock_mlir.sparse import lora_adapters
+
+    peft = library("peft")  # it imports transformers, which imports torchvision
 
     adapters = lora_adapters(scheme, module)
     others = trainable_names({k: v for k, v in scheme.items() if not str(v).startswith("lora")}, module)

@@ -110,7 +110,7 @@ def allow_torchvision() -> None:
 
 
 def library(name: str):
-    """torchvision, transformers or timm (see allow_torchvision)."""
+    """torchvision, transformers, timm or peft (see allow_torchvision)."""
     allow_torchvision()
     return importlib.import_module(name)
 
@@ -127,6 +127,46 @@ def _hf_llama():
     return transformers.LlamaForCausalLM(transformers.LlamaConfig(
         vocab_size=HF_LLAMA_VOCAB, hidden_size=256, intermediate_size=688, num_hidden_layers=2, num_attention_heads=4,
         num_key_value_heads=2, max_position_embeddings=HF_LLAMA_SEQ, tie_word_embeddings=True))
+
+
+class KeywordSpotter(nn.Module):
+    """A Conv1d keyword spotter of the kind edge devices train: 40 MFCCs x 98 frames (one second),
+    four conv-BN-ReLU layers, global average pooling, 12 keywords."""
+
+    def __init__(self, mfcc: int = 40, width: int = 64, keywords: int = 12):
+        super().__init__()
+        layers, channels = [], mfcc
+        for stride in (1, 2, 2, 2):
+            layers += [nn.Conv1d(channels, width, 3, stride=stride, padding=1, bias=False), nn.BatchNorm1d(width),
+                       nn.ReLU()]
+            channels = width
+        self.features = nn.Sequential(*layers)
+        self.classifier = nn.Linear(width, keywords)
+
+    def forward(self, x):
+        return self.classifier(self.features(x).mean(dim=2))
+
+
+def _spectrograms(batch: int, mfcc: int, frames: int, keywords: int):
+    def make():
+        g = torch.Generator().manual_seed(1)
+        return (torch.randn(batch, mfcc, frames, generator=g),), torch.randint(0, keywords, (batch,), generator=g)
+
+    return make
+
+
+def _tiny_vit():
+    return library("timm").models.vision_transformer.VisionTransformer(
+        img_size=32, patch_size=4, embed_dim=96, depth=4, num_heads=3, num_classes=10)
+
+
+TINY_LLAMA_SEQ, TINY_LLAMA_BATCH, TINY_LLAMA_VOCAB = 64, 4, 512
+
+
+def _tiny_llama():
+    t = _examples("transformer")
+    return t.LlamaLike(t.LlamaConfig(vocab=TINY_LLAMA_VOCAB, max_len=TINY_LLAMA_SEQ, dim=128, heads=4, kv_heads=2,
+                                     layers=2, hidden=256))
 
 
 def _next_token_loss(output, target):
@@ -167,6 +207,15 @@ MODELS = {m.name: m for m in (
                _seeded(_hf_llama), _tokens(HF_LLAMA_BATCH, HF_LLAMA_SEQ, HF_LLAMA_VOCAB, "tokens"), _next_token_loss,
                ADAMW, {"preset": "transformer-last-1", "model.embed_tokens": "frozen", "model.layers.0": "frozen"},
                lora={"model.layers.*.self_attn": LORA}, tokens_per_step=HF_LLAMA_BATCH * HF_LLAMA_SEQ, compile_target_s=10),
+    # Small edge models at small batches, where a step's fixed cost (calls, dispatches) shows.
+    BenchModel("kws", "Conv1d keyword spotter, 40x98 MFCC, batch 8", _seeded(KeywordSpotter), _spectrograms(8, 40, 98, 12),
+               "cross_entropy", MOMENTUM_SGD, {"preset": "last-2"}),
+    BenchModel("tiny-vit", "timm ViT, 4 layers, d=96, 32 px, batch 4", _seeded(_tiny_vit), _images(4, 32, 10),
+               "cross_entropy", ADAMW, {"preset": "transformer-last-1"}),
+    BenchModel("tiny-llama", f"LLaMA-like, 2 layers, d=128, seq {TINY_LLAMA_SEQ}, batch {TINY_LLAMA_BATCH}",
+               _seeded(_tiny_llama), _tokens(TINY_LLAMA_BATCH, TINY_LLAMA_SEQ, TINY_LLAMA_VOCAB, "tokens"), _token_loss,
+               ADAMW, {"preset": "transformer-last-1", "tokens": "frozen", "blocks.0": "frozen"},
+               lora={"blocks.*.attention": LORA}, tokens_per_step=TINY_LLAMA_BATCH * TINY_LLAMA_SEQ),
 )}
 QUICK_MODELS = ("mlp",)
 SCHEMES = ("full", "sparse", "lora", "lora-int8")
