@@ -171,7 +171,6 @@ def test_the_lora_rows_train_the_same_tensors_in_pytorch_and_pock_mlir():
 def test_the_pytorch_lora_row_trains_in_its_own_process():
     """The child imports PEFT itself (which imports transformers and torchvision: bench.models.library),
     and its loss after a warm-up step is PEFT's, trained here on the same model and batch."""
-
     from bench.__main__ import TrainingChild
     from bench.child import with_peft_adapters
     from bench.models import MODELS, scheme_spec
