@@ -18,10 +18,11 @@ demo: $(STAMP)
 # why not (those tests then skip; -rs prints the reasons). Two workers, each test file in one of them
 # (its compiled-once fixtures stay in one process): most of the suite's time is single-threaded
 # export and passes, which the second core would otherwise leave idle. Files start in the order
-# tests/conftest.py sets (longest first), not xdist's default of the most tests first.
+# tests/conftest.py sets (longest first), not xdist's default of the most tests first; the slowest
+# tests are listed, for keeping the run within its time budget (README).
 test: $(STAMP)
 	sh tools/setup_device_deps.sh $(PY)
-	$(PY) -m pytest -rs -n 2 --dist loadfile --no-loadscope-reorder tests
+	$(PY) -m pytest -rs -n 2 --dist loadfile --no-loadscope-reorder --durations=15 tests
 
 # Sparse and full-model FedAvg of the vision task on a local Flower federation, against centralised
 # fine-tuning (README: Federated fine-tuning); the README's table is examples/quality/federated.py's.
