@@ -29,7 +29,8 @@ from bench.report import add_ratios, write_markdown, write_plot
 from pock_mlir.files import atomic_write
 
 ROOT = Path(__file__).resolve().parent.parent
-SYSTEMS = ("eager", "torch.compile", "ort-training", "pock-mlir", "pock-mlir-no-reorder", "pock-mlir-no-retain")
+SYSTEMS = ("eager", "torch.compile", "ort-training", "pock-mlir", "pock-mlir-deployed", "pock-mlir-no-reorder",
+           "pock-mlir-no-retain")
 QUICK_SYSTEMS = ("eager", "pock-mlir", "pock-mlir-no-reorder", "pock-mlir-no-retain")
 # pock-reorder-updates' effect is shown on these full-BP steps only: each ablation is one more
 # IREE compile (minutes for the CNNs), and the pass measured no effect under IREE so far.
@@ -40,8 +41,10 @@ RETAIN_ABLATION = (("mlp", "full"), ("resnet18", "full"), ("resnet18", "sparse")
                    ("llama", "full"), ("llama", "sparse"))
 ABLATIONS = {"pock-mlir-no-reorder": REORDER_ABLATION, "pock-mlir-no-retain": RETAIN_ABLATION}
 ORT_SCHEMES = ("full", "sparse")  # ONNX Runtime trains or freezes whole parameters: no LoRA adapters
+DEPLOYED_SCHEMES = ("full", "sparse")  # pock-mlir's bundle in a torch-free process, beside ONNX Runtime's
 THREADS = os.cpu_count() or 1  # IREE's local-task driver starts one worker per core; torch and ONNX Runtime get as many
-CHILD_MODULES = {"ort-run": "bench.ort_child"}  # tasks that must not import torch; the rest run in bench.child
+# tasks that must not import torch; the rest run in bench.child
+CHILD_MODULES = {"ort-run": "bench.ort_child", "pock-deployed": "bench.deployed_child"}
 
 
 def pock_flags() -> list[str]:
@@ -138,6 +141,7 @@ def measure(model: str, scheme: str, systems, args, workdir: Path) -> dict[str, 
     hits them alike."""
     common = {"model": model, "scheme": scheme, "warmup": args.warmup, "steps": args.steps}
     rows, children, outputs = {}, {}, []
+    bundle = workdir / f"{model}-{scheme}-bundle"  # the pock-mlir row's, for pock-mlir-deployed
     for system in systems:
         if system in ("eager", "torch.compile"):
             children[system] = TrainingChild({**common, "task": system, "count_flops": system == "eager"}, args.timeout)
@@ -150,11 +154,21 @@ def measure(model: str, scheme: str, systems, args, workdir: Path) -> dict[str, 
                 children[system] = TrainingChild({**common, "task": "ort-run", "artifacts": str(artifacts),
                                                   "learning_rate": rows[system]["learning_rate"]}, args.timeout)
             continue
+        if system == "pock-mlir-deployed":  # pock-mlir's own program, from the bundle its compilation wrote
+            compiled = rows.get("pock-mlir", {"status": "not run: it deploys the pock-mlir row's bundle"})
+            rows[system] = {k: v for k, v in compiled.items() if k in ("status", "scheme_used", "compile_s")}
+            if compiled["status"] == "ok":
+                children[system] = TrainingChild({**common, "task": "pock-deployed", "bundle": str(bundle)},
+                                                 args.timeout)
+            continue
         program = workdir / f"{model}-{scheme}-{system}.pickle"
         outputs.append(program)
+        deployed = system == "pock-mlir" and "pock-mlir-deployed" in systems
+        outputs += [bundle] if deployed else []
         pipelines = no_reorder_pipelines() if system == "pock-mlir-no-reorder" else None
         rows[system] = run_child({**common, "task": "pock-compile", "program": str(program), "iree_flags": args.iree_flags,
-                                  "pipelines": pipelines}, args.timeout)
+                                  "pipelines": pipelines, **({"bundle": str(bundle)} if deployed else {})},
+                                 args.timeout)
         if rows[system]["status"] == "ok":
             children[system] = TrainingChild({**common, "task": "pock-run", "program": str(program),
                                               "retain_memory": system != "pock-mlir-no-retain",
@@ -229,8 +243,8 @@ def main(argv=None) -> int:
                 if scheme_spec(MODELS[model], scheme) is None:
                     continue
                 systems = [s for s in args.systems if (s not in ABLATIONS or (model, scheme) in ABLATIONS[s])
-                           and (s.startswith("pock-mlir") or scheme in (ORT_SCHEMES if s == "ort-training"
-                                                                        else ("full", "sparse", *PEFT_SCHEMES)))]
+                           and scheme in {"ort-training": ORT_SCHEMES, "pock-mlir-deployed": DEPLOYED_SCHEMES}.get(
+                               s, SCHEMES if s.startswith("pock-mlir") else ("full", "sparse", *PEFT_SCHEMES))]
                 for system, measured in measure(model, scheme, systems, args, Path(workdir)).items():
                     row = {"model": model, "scheme": scheme, "system": system, **measured}
                     rows.append(row)

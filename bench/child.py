@@ -29,6 +29,7 @@ import pock_mlir as pock
 from bench.memory import rss_kb
 from bench.models import MODELS, library, scheme_spec, trainable_names
 from bench.protocol import first_line, print_result, timed_rounds
+from pock_mlir.bundle import write_bundle
 from pock_mlir.frontend import resolve_loss
 
 
@@ -110,6 +111,9 @@ def compile_pock(spec) -> dict:
     runnable.__dict__.update(vmfb=program.vmfb, state_in_place=program.state_in_place)
     with open(spec["program"], "wb") as f:
         pickle.dump(runnable, f)
+    if spec.get("bundle"):  # for pock-mlir-deployed (bench/deployed_child.py)
+        write_bundle(program, spec["bundle"], example_inputs=inputs, example_target=target, loss=model_def.loss,
+                     model=module)
     return {"scheme_used": label, "compile_s": compile_s, "compile_breakdown_s": dict(program.timings),
             "iree_flags": program.iree_flags()}
 

@@ -13,6 +13,7 @@ SYSTEM_TITLES = {
     "torch.compile": "torch.compile",
     "ort-training": "ONNX Runtime training",
     "pock-mlir": "pock-mlir",
+    "pock-mlir-deployed": "pock-mlir, deployed bundle (no torch)",
     "pock-mlir-no-reorder": "pock-mlir, no reorder-updates",
     "pock-mlir-no-retain": "pock-mlir, freed memory not retained",
 }
@@ -134,6 +135,15 @@ def _ort_note(rows) -> str:
             f"and onnxruntime.{optimizer}")
 
 
+def _deployed_note(rows) -> str:
+    """How the deployed pock-mlir rows were made, when there are any."""
+    if not any(r["system"] == "pock-mlir-deployed" and r["status"] == "ok" for r in rows):
+        return ""
+    return (" pock-mlir, deployed bundle: the pock-mlir row's program written as a device bundle and trained by "
+            "Trainer.from_bundle in a process that never imports torch (bench/deployed_child.py), as on a device; its "
+            "peak memory is over the resident set after importing numpy, IREE's runtime and pock_mlir.runtime.")
+
+
 def write_markdown(results: dict, path: Path) -> None:
     m, s = results["machine"], results["settings"]
     load = f"{m['load_before'][0]:.2f} before, {m['load_after'][0]:.2f} after (1-minute load average)"
@@ -150,7 +160,7 @@ def write_markdown(results: dict, path: Path) -> None:
         "is separate. Peak memory: the child process's peak resident set during the timed steps minus its resident "
         "set after the shared imports (torch, numpy, IREE runtime, pock_mlir); each system runs in its own process. "
         "pock-mlir's Trainer keeps the memory a step frees mapped (pock_mlir/runtime/memory.py); PyTorch runs with "
-        f"glibc's defaults.{_ort_note(results['rows'])} "
+        f"glibc's defaults.{_ort_note(results['rows'])}{_deployed_note(results['rows'])} "
         "Loss: the last step's. GFLOP/s: the FLOPs of PyTorch's autograd step (FlopCounterMode) over the step "
         f"time; measured sgemm peak {_fmt(m.get('peak_gflops'), '{:.0f}')} GFLOP/s "
         f"(torch {_fmt(m.get('sgemm_gflops', {}).get('torch'), '{:.0f}')}, "

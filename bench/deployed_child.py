@@ -1,0 +1,44 @@
+"""pock-mlir as it is deployed: the Trainer of a device bundle, in a process that never imports
+torch (the runtime needs numpy and IREE's runtime only). `python -m bench.deployed_child '<json spec>'`
+takes the bundle bench/child.py's "pock-compile" task wrote beside the program and speaks the
+protocol of bench/child.py, stepping on the bundle's own batch (args/batch, the bench's batch).
+Peak memory is over the resident set after importing numpy, IREE's runtime and pock_mlir.runtime.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+
+sys.modules["torch"] = None  # an import of it raises ImportError: this process must run without it
+
+import numpy as np  # noqa: E402
+
+from bench.memory import rss_kb  # noqa: E402
+from bench.protocol import print_result, timed_rounds  # noqa: E402
+from pock_mlir.bundle import load_bundle  # noqa: E402
+from pock_mlir.runtime import Trainer  # noqa: E402
+
+
+def torch_loaded() -> bool:
+    """Whether any torch module was loaded (the None that blocks the import is not one)."""
+    return any(module is not None for name, module in sys.modules.items() if name.split(".")[0] == "torch")
+
+
+def run_deployed(spec) -> dict:
+    bundle = load_bundle(spec["bundle"])
+    batch = bundle.path / "args" / "batch"
+    inputs = [np.load(batch / f"{input.name}.npy") for input in bundle.signature.model_inputs]
+    target = np.load(batch / "target.npy")
+    trainer = Trainer.from_bundle(bundle)
+    result = timed_rounds(lambda: trainer.step(inputs, target), spec)
+    return {**result, "torch_loaded": torch_loaded()}
+
+
+def main() -> None:
+    spec = json.loads(sys.argv[1])
+    print_result(lambda: run_deployed(spec), rss_kb())
+
+
+if __name__ == "__main__":
+    main()
