@@ -10,19 +10,15 @@ from __future__ import annotations
 import json
 import sys
 
-sys.modules["torch"] = None  # an import of it raises ImportError: this process must run without it
+from bench.protocol import block_torch, print_result, timed_rounds, torch_loaded
+
+block_torch()  # before anything else is imported: this process must run without it
 
 import numpy as np  # noqa: E402
 
 from bench.memory import rss_kb  # noqa: E402
-from bench.protocol import print_result, timed_rounds  # noqa: E402
 from pock_mlir.bundle import load_bundle  # noqa: E402
 from pock_mlir.runtime import Trainer  # noqa: E402
-
-
-def torch_loaded() -> bool:
-    """Whether any torch module was loaded (the None that blocks the import is not one)."""
-    return any(module is not None for name, module in sys.modules.items() if name.split(".")[0] == "torch")
 
 
 def run_deployed(spec) -> dict:

@@ -16,14 +16,14 @@ from pathlib import Path
 import numpy as np
 
 from bench.memory import rss_kb
-from bench.protocol import print_result, timed_rounds
+from bench.protocol import block_torch, print_result, timed_rounds, torch_loaded
 
 
 def training_api():
     """onnxruntime.training.api without torch. The package's __init__ imports ORTModule and torch
     optimizers, which the on-device API does not use; so onnxruntime.training is loaded as a bare
     package, and `import torch` fails (onnxruntime's own import then goes on without ORTModule)."""
-    sys.modules["torch"] = None  # an import of it raises ImportError
+    block_torch()
     import onnxruntime
 
     package = types.ModuleType("onnxruntime.training")
@@ -32,11 +32,6 @@ def training_api():
     from onnxruntime.training import api
 
     return onnxruntime, api
-
-
-def torch_loaded() -> bool:
-    """Whether any torch module was loaded (the None that blocks the import is not one)."""
-    return any(module is not None for name, module in sys.modules.items() if name.split(".")[0] == "torch")
 
 
 def run_ort(spec, onnxruntime, api) -> dict:

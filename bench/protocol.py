@@ -13,6 +13,16 @@ from typing import Callable
 from bench.memory import reset_peak, rss_kb
 
 
+def block_torch() -> None:
+    """Make `import torch` raise ImportError in this process (a child that must run without it)."""
+    sys.modules["torch"] = None
+
+
+def torch_loaded() -> bool:
+    """Whether any torch module was loaded (the None that blocks the import is not one)."""
+    return any(module is not None for name, module in sys.modules.items() if name.split(".")[0] == "torch")
+
+
 def first_line(error: Exception) -> str:
     """The informative head of an error: its first line, joined with the next when it ends in ':'."""
     lines = [line.strip() for line in str(error).strip().splitlines() if line.strip()] or [type(error).__name__]

@@ -26,6 +26,7 @@ def output_directory(parser: argparse.ArgumentParser, args) -> Path:
 
 
 PRESETS = "presets"  # --search presets: one budget per hand-written scheme the task searches against
+QUICK_SEARCH = {"steps": 3, "ratios": (1.0,)}  # --quick searches whole tensors only, for 3 steps each
 
 
 def add_search_option(parser: argparse.ArgumentParser) -> None:
@@ -63,6 +64,13 @@ def searched_schemes(out: Path, task: str, budgets: dict[float, str | None]) -> 
     """One per budget: {MB: the scheme it was measured from, or None}."""
     return [Searched(f"searched ({mb:.2f} MB" + (f", {against}'s memory)" if against else ")"), mb,
                      str(out / f"{task}_search_{mb:.2f}MB.yaml"), against) for mb, against in budgets.items()]
+
+
+def write_searched(searched: list[Searched], results) -> None:
+    """Write each budget's scheme (search_sparse's results, in the order of `searched`) and print its table."""
+    for s, result in zip(searched, results):
+        result.write(s.file)
+        print(f"{s.name}: {s.file}\n{result.table()}", flush=True)
 
 
 def in_table_order(results: dict, searched: list[Searched], prefix: str = "") -> dict:

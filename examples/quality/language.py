@@ -36,8 +36,9 @@ from pock_mlir.files import atomic_write  # noqa: E402
 from examples.models.char_text import (VOCAB, documentation_corpus, encode, greedy_completion, pretrain,  # noqa: E402
                                        source_corpus, windows)
 from examples.models.transformer import LlamaConfig, LlamaLike, token_cross_entropy  # noqa: E402
-from examples.quality.cli import (PRESETS, Searched, add_output_options, add_search_option,  # noqa: E402
-                                  in_table_order, output_directory, search_budgets, searched_schemes)
+from examples.quality.cli import (PRESETS, QUICK_SEARCH, Searched, add_output_options,  # noqa: E402
+                                  add_search_option, in_table_order, output_directory, search_budgets,
+                                  searched_schemes, write_searched)
 from examples.quality.plots import save_against_memory, save_loss_curves  # noqa: E402
 
 def fixed_batches(tokens, seq, batch, count, seed):
@@ -52,7 +53,6 @@ def torch_loss(model, x, y) -> float:
 
 LEARNING_RATES = (1e-3, 3e-3, 1e-2)  # AdamW; each scheme keeps its best on the validation split
 SEARCH_LR = 3e-3  # the candidates' fine-tuning in the search (AdamW)
-QUICK_SEARCH = {"steps": 3, "ratios": (1.0,)}
 REFERENCE = "pytorch full (reference)"
 
 LORA = "lora:r=8,alpha=16"
@@ -87,9 +87,7 @@ def search(base, train_batches, val_batches, searched: list[Searched], seed: int
                                  budget=[pock.Budget(memory_mb=s.mb) for s in searched],
                                  batch_size=len(train_batches[0][0]), seed=seed, progress=True,
                                  **(QUICK_SEARCH if quick else {}))
-    for s, result in zip(searched, results):
-        result.write(s.file)
-        print(f"{s.name}: {s.file}\n{result.table()}", flush=True)
+    write_searched(searched, results)
 
 
 def held_out_losses(model, splits: dict) -> dict:

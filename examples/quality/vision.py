@@ -40,8 +40,9 @@ sys.path.insert(0, str(ROOT))
 from bench.memory import reset_peak, rss_kb  # noqa: E402
 from pock_mlir.files import atomic_write  # noqa: E402
 from examples.models.cnn import MobileNetV2Like, Stage  # noqa: E402
-from examples.quality.cli import (PRESETS, Searched, add_output_options, add_search_option,  # noqa: E402
-                                  in_table_order, output_directory, search_budgets, searched_schemes)
+from examples.quality.cli import (PRESETS, QUICK_SEARCH, Searched, add_output_options,  # noqa: E402
+                                  add_search_option, in_table_order, output_directory, search_budgets,
+                                  searched_schemes, write_searched)
 from examples.quality.plots import save_against_memory, save_loss_curves  # noqa: E402
 
 BATCH = 32
@@ -50,7 +51,6 @@ STAGES = (Stage(1, 16, 1, 1), Stage(4, 24, 2, 2), Stage(4, 32, 2, 2), Stage(4, 6
 LEARNING_RATES = (0.003, 0.01, 0.03, 0.1)  # SGD with momentum 0.9; each scheme keeps its best
 REFERENCE = "pytorch full (reference)"
 SEARCH_LR = 0.03  # the candidates' fine-tuning in the search (SGD with momentum 0.9)
-QUICK_SEARCH = {"steps": 3, "ratios": (1.0,)}
 
 SCHEMES = {
     "full": None,
@@ -75,9 +75,7 @@ def search(path: Path, seed: int, searched: list[Searched], quick: bool) -> None
                                  optimizer=pock.SGD(lr=SEARCH_LR, momentum=0.9),
                                  budget=[pock.Budget(memory_mb=s.mb) for s in searched], batch_size=BATCH, seed=seed,
                                  progress=True, **(QUICK_SEARCH if quick else {}))
-    for s, result in zip(searched, results):
-        result.write(s.file)
-        print(f"{s.name}: {s.file}\n{result.table()}", flush=True)
+    write_searched(searched, results)
 
 
 def images(seed: int):
