@@ -156,7 +156,8 @@ def measure(model: str, scheme: str, systems, args, workdir: Path) -> dict[str, 
             continue
         if system == "pock-mlir-deployed":  # pock-mlir's own program, from the bundle its compilation wrote
             compiled = rows.get("pock-mlir", {"status": "not run: it deploys the pock-mlir row's bundle"})
-            rows[system] = {k: v for k, v in compiled.items() if k in ("status", "scheme_used", "compile_s")}
+            rows[system] = {k: v for k, v in compiled.items()
+                            if k in ("status", "scheme_used", "compile_s", "trainable_params")}
             if compiled["status"] == "ok":
                 children[system] = TrainingChild({**common, "task": "pock-deployed", "bundle": str(bundle)},
                                                  args.timeout)

@@ -16,6 +16,7 @@ import dataclasses
 import gc
 import io
 import json
+import math
 import pickle
 import sys
 import time
@@ -27,7 +28,7 @@ import torch
 
 import pock_mlir as pock
 from bench.memory import rss_kb
-from bench.models import MODELS, library, scheme_spec, trainable_names
+from bench.models import MODELS, PEFT_SCHEMES, library, scheme_spec, trainable_names
 from bench.protocol import first_line, print_result, timed_rounds
 from pock_mlir.bundle import write_bundle
 from pock_mlir.frontend import resolve_loss
@@ -57,7 +58,7 @@ def with_peft_adapters(scheme: dict, module):
 
 def run_torch(spec, compiled: bool) -> dict:
     model_def, module, inputs, target, scheme, label = _setup(spec)
-    if spec["scheme"] == "lora":
+    if spec["scheme"] in PEFT_SCHEMES:
         module = with_peft_adapters(scheme, module)
         trainable = {n for n, p in module.named_parameters() if p.requires_grad}
     else:
@@ -106,16 +107,18 @@ def compile_pock(spec) -> dict:
                                     sparse=None if scheme == "full" else scheme, iree_flags=tuple(spec["iree_flags"]),
                                     pipelines=spec.get("pipelines"), cache=False)  # time the compilation itself
     compile_s = time.perf_counter() - start
-    # what training needs, without the IR text of every stage (which would stay resident in the run)
-    runnable = dataclasses.replace(program, stages={})
-    runnable.__dict__.update(vmfb=program.vmfb, state_in_place=program.state_in_place)
+    # what training needs (the step's compiled module), without the IR text of every stage (which
+    # would stay resident in the run)
+    runnable = dataclasses.replace(program, stages={}, modules=dict(program.modules))
     with open(spec["program"], "wb") as f:
         pickle.dump(runnable, f)
     if spec.get("bundle"):  # for pock-mlir-deployed (bench/deployed_child.py)
         write_bundle(program, spec["bundle"], example_inputs=inputs, example_target=target, loss=model_def.loss,
                      model=module)
+    signature = program.signature  # trained values: a channel-sparse tensor counts its trained rows
     return {"scheme_used": label, "compile_s": compile_s, "compile_breakdown_s": dict(program.timings),
-            "iree_flags": program.iree_flags()}
+            "iree_flags": program.iree_flags(),
+            "trainable_params": sum(math.prod(signature.trainable_shape(n)) for n in signature.trainable)}
 
 
 def run_pock(spec) -> dict:
@@ -201,7 +204,8 @@ def export_ort(spec) -> dict:
     artifacts.generate_artifacts(graph, requires_grad=[n for n in initializers if parameters[n]],
                                  frozen_params=[n for n in initializers if not parameters[n]], loss=None,
                                  optimizer=optimizer, artifact_directory=directory)
-    result = {"scheme_used": label, "compile_s": time.perf_counter() - start, "learning_rate": model_def.optimizer.lr}
+    result = {"scheme_used": label, "compile_s": time.perf_counter() - start, "learning_rate": model_def.optimizer.lr,
+              "trainable_params": sum(p.numel() for n, p in module.named_parameters() if n in trainable)}
     return {**result, "optimizer_differs": optimizer_note} if optimizer_note else result
 
 

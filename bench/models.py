@@ -28,7 +28,8 @@ class BenchModel:
     loss: object  # a pock loss name or a callable
     optimizer: object
     sparse: dict  # the "sparse" scheme: a pock_mlir.sparse preset, refined by patterns
-    lora: dict | None = None  # the "lora" scheme's patterns (also "lora-int8", over an int8 frozen base)
+    lora: dict | None = None  # the "lora" scheme's patterns: LoRA on the attention projections
+    lora_all: dict | None = None  # the "lora-all" scheme's: LoRA on every linear of the blocks
     tokens_per_step: int | None = None  # for language models: report tokens/s
     compile_target_s: float | None = None  # the full-BP compile time this model should stay within
 
@@ -193,11 +194,11 @@ MODELS = {m.name: m for m in (
                _tokens(BERT_BATCH, BERT_SEQ, BERT_VOCAB, "class"), "cross_entropy", ADAMW,
                {"preset": "transformer-last-2", "tokens": "frozen", "positions": "frozen", "norm": "frozen",
                 "blocks.0": "frozen", "blocks.1": "frozen"},
-               lora={"blocks.*.attention": LORA, "classifier": "full"}),
+               lora={"blocks.*.attention": LORA, "classifier": "full"}, lora_all={"blocks": LORA, "classifier": "full"}),
     BenchModel("llama", f"LLaMA-like, 6 layers, d=384, seq {LLAMA_SEQ}, batch {LLAMA_BATCH}", _seeded(_llama),
                _tokens(LLAMA_BATCH, LLAMA_SEQ, LLAMA_VOCAB, "tokens"), _token_loss, ADAMW,
                {"preset": "transformer-last-2", "tokens": "frozen", "blocks.[0-3]": "frozen"},
-               lora={"blocks.*.attention": LORA}, tokens_per_step=LLAMA_BATCH * LLAMA_SEQ),
+               lora={"blocks.*.attention": LORA}, lora_all={"blocks": LORA}, tokens_per_step=LLAMA_BATCH * LLAMA_SEQ),
     # Library models as users have them (random init): compile time is what these rows are for.
     BenchModel("tv-mobilenetv2", "torchvision MobileNetV2, 96 px, batch 8", _seeded(_torchvision_mobilenet),
                _images(8, 96, 10), "cross_entropy", MOMENTUM_SGD,
@@ -206,7 +207,8 @@ MODELS = {m.name: m for m in (
     BenchModel("hf-llama", f"Hugging Face LLaMA, 2 layers, d=256, seq {HF_LLAMA_SEQ}, batch {HF_LLAMA_BATCH}",
                _seeded(_hf_llama), _tokens(HF_LLAMA_BATCH, HF_LLAMA_SEQ, HF_LLAMA_VOCAB, "tokens"), _next_token_loss,
                ADAMW, {"preset": "transformer-last-1", "model.embed_tokens": "frozen", "model.layers.0": "frozen"},
-               lora={"model.layers.*.self_attn": LORA}, tokens_per_step=HF_LLAMA_BATCH * HF_LLAMA_SEQ, compile_target_s=10),
+               lora={"model.layers.*.self_attn": LORA}, lora_all={"model.layers": LORA},
+               tokens_per_step=HF_LLAMA_BATCH * HF_LLAMA_SEQ, compile_target_s=10),
     # Small edge models at small batches, where a step's fixed cost (calls, dispatches) shows.
     BenchModel("kws", "Conv1d keyword spotter, 40x98 MFCC, batch 8", _seeded(KeywordSpotter), _spectrograms(8, 40, 98, 12),
                "cross_entropy", MOMENTUM_SGD, {"preset": "last-2"}),
@@ -215,11 +217,14 @@ MODELS = {m.name: m for m in (
     BenchModel("tiny-llama", f"LLaMA-like, 2 layers, d=128, seq {TINY_LLAMA_SEQ}, batch {TINY_LLAMA_BATCH}",
                _seeded(_tiny_llama), _tokens(TINY_LLAMA_BATCH, TINY_LLAMA_SEQ, TINY_LLAMA_VOCAB, "tokens"), _token_loss,
                ADAMW, {"preset": "transformer-last-1", "tokens": "frozen", "blocks.0": "frozen"},
-               lora={"blocks.*.attention": LORA}, tokens_per_step=TINY_LLAMA_BATCH * TINY_LLAMA_SEQ),
+               lora={"blocks.*.attention": LORA}, lora_all={"blocks": LORA},
+               tokens_per_step=TINY_LLAMA_BATCH * TINY_LLAMA_SEQ),
 )}
 QUICK_MODELS = ("mlp",)
-SCHEMES = ("full", "sparse", "lora", "lora-int8")
-PEFT_SCHEMES = ("lora",)  # the schemes PyTorch runs too, through PEFT (it has no int8 base on the CPU)
+# PockEngine's comparison (its Table 4): sparse BP against LoRA, each also over an int8 frozen base
+# ("-int8"), on the models that have LoRA schemes (the transformers).
+SCHEMES = ("full", "sparse", "sparse-int8", "lora", "lora-int8", "lora-all", "lora-all-int8")
+PEFT_SCHEMES = ("lora", "lora-all")  # the schemes PyTorch runs too, through PEFT (it has no int8 base on the CPU)
 INT8 = {"quantize": {"frozen": "int8"}}
 
 
@@ -228,9 +233,12 @@ def scheme_spec(model: BenchModel, scheme: str) -> tuple[dict | str, str] | None
     a scheme this model does not run."""
     if scheme == "full":
         return "full", "full"
-    spec = {"sparse": model.sparse, "lora": model.lora, "lora-int8": model.lora and {**model.lora, **INT8}}[scheme]
-    if not spec:
+    base, int8 = scheme.removesuffix("-int8"), scheme.endswith("-int8")
+    spec = {"sparse": model.sparse, "lora": model.lora, "lora-all": model.lora_all}[base]
+    if not spec or (int8 and not model.lora):
         return None
+    if int8:
+        spec = {**spec, **INT8}
     return dict(spec), ", ".join(f"{k}={v}" if k != "preset" else v for k, v in spec.items())
 
 

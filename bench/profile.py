@@ -18,6 +18,7 @@ from pathlib import Path
 import numpy as np
 
 from pock_mlir.abi import layout
+from pock_mlir.program import trainer_module
 from pock_mlir.runtime.workspace import module_transient_bytes
 
 BIN = Path(sys.executable).parent
@@ -40,12 +41,13 @@ def step_arguments(program, inputs, target) -> list[np.ndarray]:
 def profile_step(program, inputs, target, iterations: int = 20, top: int = 10) -> dict:
     with tempfile.TemporaryDirectory(prefix="pock-profile-") as tmp:
         tmp = Path(tmp)
-        (tmp / "step.vmfb").write_bytes(program.vmfb)
+        vmfb = program.module(trainer_module(STEP)).vmfb  # the module a Trainer steps with
+        (tmp / "step.vmfb").write_bytes(vmfb)
         flags = []
         for i, array in enumerate(step_arguments(program, inputs, target)):
             np.save(tmp / f"arg{i}.npy", np.require(array, requirements="C"))
             flags.append(f"--input=@{tmp / f'arg{i}.npy'}")
-        flags.append(f"--input=&{module_transient_bytes(program.vmfb, STEP)}xi8")  # the step's workspace
+        flags.append(f"--input=&{module_transient_bytes(vmfb, STEP)}xi8")  # the step's workspace
         bundle = tmp / "step.ireeprof"
         subprocess.run([str(BIN / "iree-benchmark-module"), f"--module={tmp / 'step.vmfb'}", f"--function={STEP}",
                         f"--device={program.target.device}", *flags, f"--benchmark_min_time={iterations}x",

@@ -157,30 +157,34 @@ def write_markdown(results: dict, path: Path) -> None:
         "scheme are loaded side by side, each in its own process, and train in turns, round by round (each round "
         "after one untimed step), so that other jobs on this shared machine disturb them alike; the fastest step shows "
         "what they disturbed least. Compile time "
-        "is separate. Peak memory: the child process's peak resident set during the timed steps minus its resident "
+        "is separate (pock-mlir's: compile_training until the Trainer's step module is built, the module a first "
+        "step needs). Peak memory: the child process's peak resident set during the timed steps minus its resident "
         "set after the shared imports (torch, numpy, IREE runtime, pock_mlir); each system runs in its own process. "
         "pock-mlir's Trainer keeps the memory a step frees mapped (pock_mlir/runtime/memory.py); PyTorch runs with "
         f"glibc's defaults.{_ort_note(results['rows'])}{_deployed_note(results['rows'])} "
-        "Loss: the last step's. GFLOP/s: the FLOPs of PyTorch's autograd step (FlopCounterMode) over the step "
+        "Trained values: the parameter elements the scheme updates (pock-mlir counts a channel-sparse tensor's "
+        "trained rows; PyTorch and ONNX Runtime update such a tensor whole). Loss: the last step's. GFLOP/s: the "
+        "FLOPs of PyTorch's autograd step (FlopCounterMode) over the step "
         f"time; measured sgemm peak {_fmt(m.get('peak_gflops'), '{:.0f}')} GFLOP/s "
         f"(torch {_fmt(m.get('sgemm_gflops', {}).get('torch'), '{:.0f}')}, "
         f"numpy {_fmt(m.get('sgemm_gflops', {}).get('numpy'), '{:.0f}')}).",
         f"pock-mlir IREE flags: `{' '.join(s['pock_iree_flags'])}`{_data_tiled_rows(results['rows'])}.",
         "",
-        "| model | scheme | system | step ms | fastest step ms | speed-up vs eager full | vs own full | peak MB | "
-        "memory vs eager full | loss | GFLOP/s (% peak) | tokens/s | compile s |",
-        "| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+        "| model | scheme | system | trained values | step ms | fastest step ms | speed-up vs eager full | vs own full | "
+        "peak MB | memory vs eager full | loss | GFLOP/s (% peak) | tokens/s | compile s |",
+        "| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
     ]
     for r in results["rows"]:
         model = s["models"].get(r["model"], r["model"])
         system = SYSTEM_TITLES.get(r["system"], r["system"])
         scheme = r["scheme"] if r["scheme"] == "full" else f"{r['scheme']} ({r.get('scheme_used', '?')})"
         if r["status"] != "ok":
-            lines.append(f"| {model} | {scheme} | {system} | {r['status']} |  |  |  |  |  |  |  |  |  |")
+            lines.append(f"| {model} | {scheme} | {system} |  | {r['status']} |  |  |  |  |  |  |  |  |  |")
             continue
         gflops = f"{r['gflops']:.1f} ({r.get('percent_of_sgemm_peak', 0):.0f}%)" if r.get("gflops") else ""
         lines.append(
-            f"| {model} | {scheme} | {system} | {r['step_ms']:.2f} | {r['step_ms_min']:.2f} | "
+            f"| {model} | {scheme} | {system} | {_fmt(r.get('trainable_params'), '{:,}')} | {r['step_ms']:.2f} | "
+            f"{r['step_ms_min']:.2f} | "
             f"{_fmt(r.get('speedup_vs_eager_full'), '{:.2f}x')} | "
             f"{_fmt(r.get('speedup_vs_own_full'), '{:.2f}x')} | {r['peak_mb']:.1f} | "
             f"{_fmt(r.get('memory_vs_eager_full'), '{:.2f}x')} | {r['loss']:.4f} | {gflops} | "

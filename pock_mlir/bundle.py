@@ -35,6 +35,7 @@ from safetensors.numpy import load_file, save
 from pock_mlir import lora
 from pock_mlir.quantize import QuantizedWeight
 from pock_mlir.abi import FUNCTIONS, SEED_INPUT, STEP, Policy, StepSignature, TensorSpec, layout
+from pock_mlir.program import CompiledModule
 from pock_mlir.files import TEMPORARY_PREFIX, fsync_directory, is_temporary, staging_directory
 from pock_mlir.runtime.workspace import module_transient_bytes
 from pock_mlir.targets import Target, TargetError, resolve_target
@@ -328,6 +329,14 @@ class Bundle:
     def state_in_place(self) -> bool:
         """See TrainingProgram.state_in_place (bundles written before it was recorded: False)."""
         return bool(self.manifest["module"].get("state_in_place", False))
+
+    @cached_property
+    def modules(self) -> dict[tuple[str, ...], CompiledModule]:
+        """Its one module, which holds every function (TrainingProgram.modules)."""
+        return {FUNCTIONS: CompiledModule(self.vmfb, FUNCTIONS, self.state_in_place)}
+
+    def module(self, functions) -> CompiledModule:
+        return self.modules[FUNCTIONS]
 
     @property
     def module_sha256(self) -> str:

@@ -13,7 +13,8 @@ from pock_mlir.optim import SGD
 from pock_mlir.passes import run_pipeline
 from pock_mlir.quantize import frozen_weights, stored_policies
 from pock_mlir.passes.pipeline import split_top_level
-from pock_mlir.program import TrainingProgram
+from pock_mlir.abi import FUNCTIONS
+from pock_mlir.program import METHODS, TrainingProgram, trainer_module
 from pock_mlir.sparse import lora_adapters, resolve_sparse
 from pock_mlir.stages import STAGE_PIPELINES
 from pock_mlir.targets import resolve_target
@@ -32,7 +33,7 @@ def _diagnostics(e: ir.MLIRError) -> str:
 
 def compile_training(model, example_inputs, example_target, *, loss="cross_entropy", optimizer=None,
                      sparse=None, target="host", iree_flags=(), pipelines=None, verbose=False,
-                     output=None, cache=True) -> TrainingProgram:
+                     output=None, cache=True, functions=("step", "loss", "evaluate")) -> TrainingProgram:
     """Compile one training step of `model` (forward, loss, backward and optimizer) with IREE.
 
     example_inputs: a tensor or tuple of tensors (torch or numpy) with the batch shape to train on.
@@ -51,8 +52,16 @@ def compile_training(model, example_inputs, example_target, *, loss="cross_entro
         a terminal).
     cache: reuse IREE's output for the same lowered IR and flags from the persistent compile
         cache, and store it there (pock_mlir/cache.py; POCK_MLIR_CACHE=off turns it off everywhere).
+    functions: the Trainer methods IREE compiles now, of step, gradients, loss and evaluate; the
+        others compile the first time they are called. step, loss and evaluate share one module
+        (their forward is the same); gradients, which repeats the backward and which training
+        does not call, has one of its own. "all" compiles one module of every function, as a
+        bundle (pock_mlir.bundle) holds it: for a program that is written as a bundle.
     """
     optimizer = optimizer or SGD(lr=0.01)
+    if functions != "all" and not (isinstance(functions, (tuple, list)) and set(functions) <= set(METHODS)):
+        raise ValueError(f"functions: give the Trainer methods to compile now, of {', '.join(METHODS)}, or 'all'; "
+                         f"got {functions!r}")
     unknown = sorted(set(pipelines or {}) - set(STAGE_PIPELINES))
     if unknown:
         raise ValueError(f"pipelines: unknown stage(s) {', '.join(unknown)}; stages with pipelines are {', '.join(STAGE_PIPELINES)}")
@@ -103,8 +112,11 @@ def compile_training(model, example_inputs, example_target, *, loss="cross_entro
         stages=stages, signature=signature, target=resolved_target, optimizer=optimizer, scheme=scheme,
         initial_params=imported.initial_params, initial_buffers=imported.initial_buffers,
         extra_flags=tuple(iree_flags), timings=timings, cache=cache)
-    log(f"compiling with IREE for {resolved_target.name} (the longest stage)")
-    start = time.perf_counter()
-    program.vmfb  # compile now so that errors surface here, not at the first step (its steps time themselves)
-    log(f"IREE compiled for {resolved_target.name} in {time.perf_counter() - start:.1f}s")
+    # Compiled now so that errors surface here, not at the first step (its steps time themselves).
+    groups = [FUNCTIONS] if functions == "all" else dict.fromkeys(trainer_module(METHODS[m]) for m in functions)
+    for group in groups:
+        log(f"compiling with IREE for {resolved_target.name} (the longest stage): {', '.join(group)}")
+        start = time.perf_counter()
+        program.module(group)
+        log(f"IREE compiled for {resolved_target.name} in {time.perf_counter() - start:.1f}s")
     return program

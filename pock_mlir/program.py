@@ -5,12 +5,35 @@ from __future__ import annotations
 import re
 import time
 from dataclasses import dataclass, field
-from functools import cached_property
 
 import numpy as np
 
 from pock_mlir.targets import DATA_TILING, FUSE_MATMUL_PRODUCERS, Target
-from pock_mlir.abi import StepSignature
+from pock_mlir.abi import FUNCTIONS, StepSignature
+
+
+# The modules a Trainer compiles, each the first time one of its functions is called: the step
+# with the forward-only functions (they share the forward's dispatches), and gradients apart (most
+# training never calls it, and it repeats the backward).
+TRAINER_MODULES = (("train_step_into", "loss", "evaluate"), ("gradients",))
+METHODS = {"step": "train_step_into", "gradients": "gradients", "loss": "loss", "evaluate": "evaluate"}  # Trainer's
+
+
+@dataclass(frozen=True)
+class CompiledModule:
+    vmfb: bytes
+    functions: tuple[str, ...]  # what it holds, of pock_mlir.abi's FUNCTIONS
+    state_in_place: bool  # train_step_into may overwrite the optimizer state it reads (False without it)
+
+
+def trainer_module(function: str) -> tuple[str, ...]:
+    """The functions of the TRAINER_MODULES group that holds `function`."""
+    return next(group for group in TRAINER_MODULES if function in group)
+
+
+def _phase(what: str, functions: tuple[str, ...]) -> str:
+    """A compile_report line: IREE's phase, and which module unless it holds every function."""
+    return f"iree: {what}" if set(functions) >= set(FUNCTIONS) else f"iree ({', '.join(functions)}): {what}"
 
 
 @dataclass
@@ -25,6 +48,7 @@ class TrainingProgram:
     extra_flags: tuple[str, ...] = ()
     timings: dict[str, float] = field(default_factory=dict)
     cache: bool = True  # look up and store IREE's output in the compile cache (pock_mlir/cache.py)
+    modules: dict[tuple[str, ...], CompiledModule] = field(default_factory=dict)  # compiled, by functions (module())
 
     def ir(self, stage: str = "lowered") -> str:
         """The IR text after a stage: imported, training, autodiff, sparse or lowered."""
@@ -47,35 +71,52 @@ class TrainingProgram:
         marks = dict(re.findall(r'pock\.(data_tiling(?:_reason)?) = "([^"]*)"', module_line))
         return marks.get("data_tiling", "plain"), marks.get("data_tiling_reason", "not chosen (no pock-backend-switch)")
 
-    @cached_property
+    @property
     def vmfb(self) -> bytes:
-        """The IREE module (compiled on first use)."""
-        return self._compiled[0]
+        """The IREE module of every function pock_mlir.abi lays out, as a bundle holds it
+        (compiled on first use)."""
+        return self.module(FUNCTIONS).vmfb
 
-    @cached_property
+    @property
     def state_in_place(self) -> bool:
-        """Whether train_step_into may write the optimizer state into the buffers it reads it from,
-        as IREE scheduled this step (see pock_mlir/in_place.py); the Trainer then keeps one copy."""
-        return self._compiled[1]
+        """Whether that module's train_step_into may write the optimizer state into the buffers it
+        reads it from, as IREE scheduled it (see pock_mlir/in_place.py)."""
+        return self.module(FUNCTIONS).state_in_place
 
-    @cached_property
-    def _compiled(self) -> tuple[bytes, bool]:
+    def module(self, functions) -> CompiledModule:
+        """IREE's module of `functions` alone (the others are made private, and IREE drops them),
+        compiled on first use, from the compile cache when it holds it. A Trainer compiles its
+        functions in the groups of TRAINER_MODULES."""
+        functions = tuple(functions)
+        if functions not in self.modules:
+            self.modules[functions] = self._cached(functions)
+        return self.modules[functions]
+
+    def _source(self, functions: tuple[str, ...]) -> str:
+        lowered = self.stages["lowered"]
+        if set(functions) >= set(FUNCTIONS):
+            return lowered
+        return re.sub(r"^(\s*func\.func )@(\w+)\(", lambda m: m.group(0) if m.group(2) in functions
+                      else f"{m.group(1)}private @{m.group(2)}(", lowered, flags=re.M)
+
+    def _cached(self, functions: tuple[str, ...]) -> CompiledModule:
         from pock_mlir import cache
 
+        source = self._source(functions)
         root = cache.directory() if self.cache else None
         if root is None:
-            return self._compile()
+            return self._compile(source, functions)
         start = time.perf_counter()
-        entry = cache.key(self.stages["lowered"], self.iree_flags())
+        entry = cache.key(source, self.iree_flags())
         hit = cache.load(root, entry)
         if hit is not None:
-            self.timings["iree: from the compile cache"] = time.perf_counter() - start
-            return hit[0], hit[1]["state_in_place"]
-        vmfb, in_place = self._compile()
-        cache.store(root, entry, vmfb, {"state_in_place": in_place})
-        return vmfb, in_place
+            self.timings[_phase("from the compile cache", functions)] = time.perf_counter() - start
+            return CompiledModule(hit[0], functions, hit[1]["state_in_place"])
+        compiled = self._compile(source, functions)
+        cache.store(root, entry, compiled.vmfb, {"state_in_place": compiled.state_in_place})
+        return compiled
 
-    def _compile(self) -> tuple[bytes, bool]:
+    def _compile(self, source: str, functions: tuple[str, ...]) -> CompiledModule:
         # Two halves of one compilation: the stream-phase IR between them holds IREE's schedule.
         from iree.compiler import compile_str
         from iree.compiler.tools import CompilerToolError
@@ -84,17 +125,19 @@ class TrainingProgram:
 
         try:
             start = time.perf_counter()
-            stream = compile_str(self.stages["lowered"], extra_args=[*self.iree_flags(), "--compile-to=stream"])
-            self.timings["iree: to the stream phase"] = time.perf_counter() - start
+            stream = compile_str(source, extra_args=[*self.iree_flags(), "--compile-to=stream"])
+            self.timings[_phase("to the stream phase", functions)] = time.perf_counter() - start
             start = time.perf_counter()
             vmfb = compile_str(stream, extra_args=[*self.iree_flags(), "--compile-from=stream"])
-            self.timings["iree: code generation"] = time.perf_counter() - start
+            self.timings[_phase("code generation", functions)] = time.perf_counter() - start
         except CompilerToolError as e:
-            raise RuntimeError(iree_failure(str(e), self.target.name, self.stages["lowered"])) from None
-        start = time.perf_counter()
-        in_place = not unsafe_in_place(stream.decode(), "train_step_into", self.signature.state_argument_pairs())
-        self.timings["iree: in-place check of the schedule"] = time.perf_counter() - start
-        return vmfb, in_place
+            raise RuntimeError(iree_failure(str(e), self.target.name, source)) from None
+        in_place = False
+        if "train_step_into" in functions:
+            start = time.perf_counter()
+            in_place = not unsafe_in_place(stream.decode(), "train_step_into", self.signature.state_argument_pairs())
+            self.timings[_phase("in-place check of the schedule", functions)] = time.perf_counter() - start
+        return CompiledModule(vmfb, functions, in_place)
 
     def compile_report(self) -> str:
         """Where compilation time went: each import step, each pass of each stage, IREE's halves."""

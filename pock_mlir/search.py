@@ -34,7 +34,8 @@ How, and what it costs:
      the second set each step writes (exact, from the shapes), plus the workspace, from the
      forward's (measured) up to the full step's (measured) in proportion to the backward's saved
      activations and gradients, plus the largest channel-sparse tensor, which the step assembles
-     whole there. Step time: the forward's and backward's FLOPs over full BP's.
+     whole there. Step time: the forward's and backward's FLOPs over full BP's. Over an int8 frozen
+     base (quantize="int8"), each frozen layer weight counts as int8 plus a scale per channel.
   4. Selection: from the anchor, a greedy knapsack over the measured gains per byte the combined
      scheme's memory grows by (a tensor may move up to a larger ratio for the gain that adds), or
      the best single unit when that alone gains more. Gains are taken as additive there; step 5
@@ -66,7 +67,9 @@ from pock_mlir.cost import BackwardCost
 from pock_mlir.data import Split, batch_order, evaluate
 from pock_mlir.files import OutputError, atomic_write, check_writable
 from pock_mlir.report import full_backward_shares
-from pock_mlir.runtime.trainer import CALLED, to_numpy
+from pock_mlir.program import trainer_module
+from pock_mlir.runtime.trainer import to_numpy
+from pock_mlir.quantize import FORMATS, frozen_weights
 from pock_mlir.runtime.workspace import module_transient_bytes
 from pock_mlir.sparse import SparseUpdate
 
@@ -168,9 +171,10 @@ def _bytes(spec) -> int:
 
 class CostModel:
     """A scheme's device memory and step time, from the compiler's backward of the full-BP program
-    and that program's measured workspace (see the module docstring, 3)."""
+    and that program's measured workspace (see the module docstring, 3). `int8_savings`: the bytes
+    each layer weight saves while frozen under an int8 base (int8_savings())."""
 
-    def __init__(self, program):
+    def __init__(self, program, int8_savings: dict[str, int] | None = None):
         sig = program.signature
         self.names, self.shares = full_backward_shares(program.ir("training"))
         self.index = {name: i for i, name in enumerate(self.names)}
@@ -179,9 +183,13 @@ class CostModel:
         self.slots = len(program.optimizer.state_slots)
         # Parameters and buffers, and the second set of the buffers each step updates.
         self.fixed_bytes = sum(map(_bytes, sig.params + sig.buffers)) + sum(_bytes(buffers[n]) for n in sig.updated_buffers)
-        transient = {function: module_transient_bytes(program.vmfb, function) or 0 for function in CALLED}
+        self.int8_savings = int8_savings or {}
+        # What a Trainer that steps and validates holds: the step's module (gradients has its own).
+        step_module = program.module(trainer_module("train_step_into"))
+        transient = {function: module_transient_bytes(step_module.vmfb, function) or 0
+                     for function in step_module.functions}
         self.forward_workspace = max(transient["loss"], transient["evaluate"])
-        self.full_workspace = max(transient["train_step_into"], transient["gradients"])
+        self.full_workspace = transient["train_step_into"]
         full = self.shares.cost({i: 1.0 for i in range(len(self.names))})
         self.full_activity = max(full.saved_activation_bytes + full.gradient_bytes, 1)
         self.full_flops = max(self.shares.forward_flops + full.flops, 1)
@@ -202,8 +210,20 @@ class CostModel:
         workspace = written_back + max(self.forward_workspace, self.forward_workspace
                                        + (self.full_workspace - self.forward_workspace) * activity / self.full_activity)
         # Two sets of optimizer state: the Trainer keeps one only where IREE's schedule allows it.
-        device = self.fixed_bytes + trained + 2 * state + round(workspace)
+        # An int8 base stores the frozen layer weights so; a trained tensor stays float32.
+        frozen_int8 = sum(saved for name, saved in self.int8_savings.items() if name not in {u.parameter for u in units})
+        device = self.fixed_bytes - frozen_int8 + trained + 2 * state + round(workspace)
         return Estimate(device, (self.shares.forward_flops + backward.flops) / self.full_flops, backward)
+
+
+def int8_savings(model, quantize: str | None) -> dict[str, int]:
+    """{layer weight: the bytes it saves stored as int8 with a float32 scale per output channel}
+    for the weights `quantize` stores so when frozen (pock_mlir/quantize.py); {} without it."""
+    if quantize is None:
+        return {}
+    every_one_frozen = {name: Policy("frozen") for name, _ in model.named_parameters()}
+    return {w.weight: 3 * math.prod(w.weight_shape) - 4 * w.weight_shape[w.channel_axis]
+            for w in frozen_weights(model, every_one_frozen)}
 
 
 # -- the contribution analysis ------------------------------------------------------------------
@@ -446,8 +466,8 @@ def fit_to_budget(measurements: list[Measurement], costs: CostModel, budget: Bud
     return fitted
 
 
-def scheme_of(choices: list[Choice]) -> SparseUpdate:
-    return SparseUpdate(rules=[(c.unit.parameter, c.unit.policy) for c in choices], default="frozen")
+def scheme_of(choices: list[Choice], quantize: str | None = None) -> SparseUpdate:
+    return SparseUpdate(rules=[(c.unit.parameter, c.unit.policy) for c in choices], default="frozen", quantize=quantize)
 
 
 # -- the result ---------------------------------------------------------------------------------
@@ -477,11 +497,12 @@ class SearchResult:
     anchored_loss: float = math.nan  # the validation loss after fine-tuning the anchor alone
     attempts: list[int] = field(default_factory=list)  # measured device bytes of each chosen scheme compiled
     seconds: dict[str, float] = field(default_factory=dict)  # by phase
+    quantize: str | None = None  # how the scheme stores its frozen layer weights (SparseUpdate.quantize)
 
     @property
     def sparse(self) -> SparseUpdate:
         """The chosen scheme (compile_training's sparse=)."""
-        return scheme_of(self.choices)
+        return scheme_of(self.choices, self.quantize)
 
     @property
     def compilations(self) -> int:
@@ -511,7 +532,8 @@ class SearchResult:
                    f"{m.cost.time_fraction:>6.3f}  {'yes' if m.unit in picked else ''}" for m in self.measurements)]
         anchor = [f"anchor: {', '.join(map(str, self.anchor))}, validation loss {self.full.val_loss:.5f} -> "
                   f"{self.anchored_loss:.5f} fine-tuned alone; the gains below are beyond it"] if self.anchor else []
-        return "\n".join([f"sparse-scheme search, budget {self.budget} (seed {self.seed}); each candidate trained "
+        base = f", the frozen layer weights {self.quantize}" if self.quantize else ""
+        return "\n".join([f"sparse-scheme search, budget {self.budget}{base} (seed {self.seed}); each candidate trained "
                           f"{self._with()}: its gain, device MB and step (a fraction of full BP's)",
                           *anchor, *lines, "", *self.summary()])
 
@@ -533,8 +555,10 @@ class SearchResult:
 
     def to_yaml(self) -> str:
         """The scheme as a sparse config, a comment per entry with its cost and its measured gain."""
-        lines = [f"{YAML_HEADER} a sparse-update scheme searched under {self.budget}",
-                 *(f"# {line}" for line in self.summary()), "default: frozen"]
+        base = f", over an {self.quantize} frozen base" if self.quantize else ""
+        lines = [f"{YAML_HEADER} a sparse-update scheme searched under {self.budget}{base}",
+                 *(f"# {line}" for line in self.summary()), "default: frozen",
+                 *([f"quantize: {{frozen: {self.quantize}}}"] if self.quantize else [])]
         anchor = set(self.anchor)
         for c in self.choices:
             gain = (f"the anchor: validation loss -{self.full.val_loss - self.anchored_loss:.5f} with the rest of it"
@@ -569,7 +593,8 @@ def check_scheme_path(path) -> Path:
 
 # -- the search ---------------------------------------------------------------------------------
 
-def _check(model, train: Split, val: Split, budgets: list[Budget], steps: int, ratios, batch_size: int) -> None:
+def _check(model, train: Split, val: Split, budgets: list[Budget], steps: int, ratios, batch_size: int,
+           quantize: str | None) -> None:
     if not budgets or not all(isinstance(b, Budget) for b in budgets):
         raise SearchError("budget must be a pock.Budget(memory_mb=..., step_time=...) or a list of them, got "
                           f"{budgets!r}")
@@ -577,14 +602,19 @@ def _check(model, train: Split, val: Split, budgets: list[Budget], steps: int, r
         raise SearchError(f"steps must be an integer >= 1, got {steps!r}")
     if not ratios or not all(isinstance(r, (int, float)) and 0 < r <= 1 for r in ratios):
         raise SearchError(f"ratios must be channel ratios in (0, 1], got {ratios!r}")
+    if quantize not in (None, *FORMATS):
+        raise SearchError(f"quantize must be None or one of {', '.join(map(repr, FORMATS))} (the frozen layer weights' "
+                          f"storage), got {quantize!r}")
     for what, split in (("train_data", train), ("val_data", val)):
         if len(split) < batch_size:
             raise SearchError(f"{what} has {len(split)} samples, fewer than one batch ({batch_size})")
-    resident = sum(t.numel() * t.element_size() for t in [*model.parameters(), *model.buffers()])
+    resident = (sum(t.numel() * t.element_size() for t in [*model.parameters(), *model.buffers()])
+                - sum(int8_savings(model, quantize).values()))
     for budget in budgets:
         if resident > budget.memory_bytes:
             raise SearchError(f"the memory budget {budget.memory_mb:g} MB is below the model's parameters and buffers "
-                              f"alone ({resident / MB:.3f} MB): no scheme fits")
+                              f"alone ({resident / MB:.3f} MB{', the layer weights int8' if quantize else ''}): no "
+                              f"scheme fits")
 
 
 def _timed_steps(trainer, train: Split, batches) -> float:
@@ -599,7 +629,8 @@ def _timed_steps(trainer, train: Split, batches) -> float:
 
 def search_sparse(model, train_data, val_data, *, budget: Budget | list[Budget], loss="cross_entropy", optimizer=None,
                   steps: int = 10, ratios=RATIOS, anchor="auto", batch_size: int = 32, seed: int = 0, output=None,
-                  target: str = "host", progress: bool = False) -> SearchResult | list[SearchResult]:
+                  target: str = "host", quantize: str | None = None,
+                  progress: bool = False) -> SearchResult | list[SearchResult]:
     """Search which parameters (and output channels) to train under `budget` (see the module
     docstring): a SearchResult, whose `sparse` is the scheme; for a list of budgets, a list of
     SearchResults in its order, from one full-BP compilation and one contribution analysis.
@@ -612,6 +643,9 @@ def search_sparse(model, train_data, val_data, *, budget: Budget | list[Budget],
     anchor: what every run trains besides its candidate, and every scheme holds: "auto" (the last
         layer's parameters), None (candidates judged alone), or a list of parameter names.
     seed: the batches' order. progress: lines on stderr (candidates measured, best so far, time left).
+    quantize: "int8" searches schemes over an int8 frozen base (the sparse config's `quantize:
+        {frozen: int8}`): the cost model counts the frozen layer weights as int8, and every scheme
+        compiled stores them so; the gains are measured in float32 (the full-BP program freezes none).
     Raises SearchError when nothing fits a budget, naming the cheapest scheme's cost."""
     from pock_mlir.compiler import compile_training
     from pock_mlir.optim import SGD
@@ -619,7 +653,7 @@ def search_sparse(model, train_data, val_data, *, budget: Budget | list[Budget],
     budgets = list(budget) if isinstance(budget, (list, tuple)) else [budget]
     optimizer = optimizer or SGD(lr=0.01)
     train, val = as_split(train_data, "train_data"), as_split(val_data, "val_data")
-    _check(model, train, val, budgets, steps, ratios, batch_size)
+    _check(model, train, val, budgets, steps, ratios, batch_size, quantize)
     anchored = anchor_units(anchor, [name for name, _ in model.named_parameters()])
     say, shared = Progress(progress), {}
     example = train.batch(np.arange(batch_size))
@@ -636,7 +670,7 @@ def search_sparse(model, train_data, val_data, *, budget: Budget | list[Budget],
     start = trainer.state_dict()
     full_step = _timed_steps(trainer, train, training_batches(seed, len(train), batch_size, TIMED_STEPS))
     trainer.load_state_dict(start)
-    costs = CostModel(program)
+    costs = CostModel(program, int8_savings(model, quantize))
     full = Run(trainer.device_bytes, full_step, evaluate(trainer, val, batch_size)["val_loss"])
     shared["full BP"] = time.perf_counter() - started
     say.say(f"full BP: {full.device_bytes / MB:.3f} MB on the device, {1000 * full_step:.2f} ms a step")
@@ -659,13 +693,13 @@ def search_sparse(model, train_data, val_data, *, budget: Budget | list[Budget],
     for each in budgets:
         started = time.perf_counter()
         attempts: list[int] = []
-        choices, chosen = fit_to_budget(measurements, costs, each, lambda c: compile_scheme(scheme_of(c)).trainer(),
+        choices, chosen = fit_to_budget(measurements, costs, each, lambda c: compile_scheme(scheme_of(c, quantize)).trainer(),
                                         attempts, say, anchored)
         estimate = costs.estimate([c.unit for c in choices])
         chosen_run = Run(chosen.device_bytes, _timed_steps(chosen, train, batches),
                          evaluate(chosen, val, batch_size)["val_loss"])
         seconds = {**shared, "selection and check": time.perf_counter() - started}
         results.append(SearchResult(each, choices, measurements, estimate, full, chosen_run, steps, seed, anchored,
-                                    anchored_loss if anchored else math.nan, attempts, seconds))
+                                    anchored_loss if anchored else math.nan, attempts, seconds, quantize))
         say.say(f"done ({each}): " + results[-1].summary()[0])
     return results if isinstance(budget, (list, tuple)) else results[0]

@@ -9,6 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from bench.models import MODELS
+
 ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -33,6 +35,12 @@ def test_every_row_measured(results):
     for scheme in ("full", "sparse"):
         assert rows["mlp", scheme, "pock-mlir"]["loss"] == pytest.approx(rows["mlp", scheme, "eager"]["loss"], rel=1e-4)
     assert rows["mlp", "sparse", "pock-mlir"]["speedup_vs_own_full"] > 0
+    # trained values: every parameter, then the biases only (the MLP's sparse scheme is bias-only)
+    model = MODELS["mlp"].build()
+    biases = [p for n, p in model.named_parameters() if "bias" in n]
+    for scheme, trained in (("full", list(model.parameters())), ("sparse", biases)):
+        counted = {system: rows["mlp", scheme, system]["trainable_params"] for system in ("eager", "pock-mlir")}
+        assert counted == dict.fromkeys(counted, sum(p.numel() for p in trained)), scheme
     assert rows["mlp", "full", "eager"]["flops"] > 0 and rows["mlp", "full", "pock-mlir"]["gflops"] > 0
     assert data["machine"]["peak_gflops"] > 0 and len(data["machine"]["load_before"]) == 3
     assert any("--iree-llvmcpu-target-cpu=host" in f for f in data["settings"]["pock_iree_flags"])
@@ -41,7 +49,7 @@ def test_every_row_measured(results):
 def test_markdown_table_and_targets(results):
     out, _ = results
     text = (out / "results.md").read_text()
-    assert "| model | scheme | system | step ms | fastest step ms | speed-up vs eager full |" in text
+    assert "| model | scheme | system | trained values | step ms | fastest step ms | speed-up vs eager full |" in text
     assert "| MLP" in text and "pock-mlir" in text and "PyTorch eager" in text
     assert "## Targets" in text and "ratio of fastest steps" in text and "Machine load:" in text
 
@@ -112,7 +120,7 @@ def test_the_report_says_how_the_onnx_runtime_rows_were_made(tmp_path):
                                                      "optimizer_differs": "SGD without momentum"}]}
     write_markdown(results, tmp_path / "results.md")
     text = (tmp_path / "results.md").read_text()
-    assert "| mlp | full | ONNX Runtime training | 1.00 |" in text
+    assert "| mlp | full | ONNX Runtime training |  | 1.00 |" in text  # its trained values unknown
     assert "ONNX Runtime training (onnxruntime 1.19.2)" in text and "its mlp rows take plain SGD" in text
 
 
@@ -155,9 +163,9 @@ def test_the_lora_rows_train_the_same_tensors_in_pytorch_and_pock_mlir():
     from pock_mlir import lora
     from pock_mlir.sparse import lora_adapters, resolve_sparse
 
-    for name in ("bert", "hf-llama"):
+    for name, scheme_name in (("bert", "lora"), ("hf-llama", "lora"), ("hf-llama", "lora-all")):
         model = MODELS[name].build()
-        scheme, _ = scheme_spec(MODELS[name], "lora")
+        scheme, _ = scheme_spec(MODELS[name], scheme_name)
         adapters = lora_adapters(scheme, model)
         shapes = {n: tuple(p.shape) for n, p in model.named_parameters()}
         shapes.update({n: v.shape for n, v in lora.initial_values(adapters).items()})
@@ -166,6 +174,16 @@ def test_the_lora_rows_train_the_same_tensors_in_pytorch_and_pock_mlir():
         theirs = {n.removeprefix("base_model.model.").replace(".default.", ".").replace("modules_to_save.", "")
                   for n, p in peft_model.named_parameters() if p.requires_grad}
         assert ours == theirs and any(".lora_A." in n for n in ours), name
+
+
+def test_the_int8_base_runs_on_the_transformers_under_their_sparse_and_lora_schemes():
+    from bench.models import SCHEMES, scheme_spec
+
+    runs = {(name, s) for name, model in MODELS.items() for s in SCHEMES if s.endswith("-int8") and scheme_spec(model, s)}
+    assert runs == {(name, s) for name in ("bert", "llama", "hf-llama", "tiny-llama")
+                    for s in ("sparse-int8", "lora-int8", "lora-all-int8")}
+    assert scheme_spec(MODELS["llama"], "lora-all-int8")[0] == {"blocks": "lora:r=8,alpha=16",
+                                                                "quantize": {"frozen": "int8"}}
 
 
 def test_the_pytorch_lora_row_trains_in_its_own_process():

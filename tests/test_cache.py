@@ -18,9 +18,10 @@ X, Y = torch.randn(8, 6, generator=torch.Generator().manual_seed(0)), torch.tens
 
 
 def compile_mlp(**options):
+    """The module of every function, whose compile_report lines have no module named."""
     torch.manual_seed(0)
     return pock.compile_training(nn.Sequential(nn.Linear(6, 8), nn.ReLU(), nn.Linear(8, 3)), X, Y,
-                                 optimizer=OPTIMIZER, **options)
+                                 optimizer=OPTIMIZER, **{"functions": "all", **options})
 
 
 def entries(root):
@@ -39,6 +40,11 @@ def test_a_second_compilation_comes_from_the_cache(tmp_path, monkeypatch):
 
     changed = compile_mlp(iree_flags=("--iree-opt-const-eval=false",))  # other flags: another entry
     assert "iree: code generation" in changed.timings and len(entries(tmp_path)) == 4
+
+    # the Trainer's step module (compile_training's default) is another entry, cached alike
+    step = "iree (train_step_into, loss, evaluate)"
+    assert f"{step}: code generation" in compile_mlp(functions=("step",)).timings and len(entries(tmp_path)) == 6
+    assert f"{step}: from the compile cache" in compile_mlp(functions=("step",)).timings
 
 
 def test_a_damaged_entry_is_compiled_again(tmp_path, monkeypatch):

@@ -35,7 +35,7 @@ def bundle(tmp_path_factory):
     model = nn.Sequential(nn.Linear(32, 256), nn.ReLU(), nn.Dropout(0.2), nn.Linear(256, 10))
     g = torch.Generator().manual_seed(1)
     x, y = torch.randn(BATCH, 32, generator=g), torch.randint(0, 10, (BATCH,), generator=g)
-    program = pock.compile_training(model, x, y, optimizer=pock.AdamW(lr=1e-2))
+    program = pock.compile_training(model, x, y, optimizer=pock.AdamW(lr=1e-2), functions="all")
     return write_bundle(program, tmp_path_factory.mktemp("checkpoint") / "bundle", example_inputs=x, example_target=y,
                         loss="cross_entropy")
 

@@ -53,7 +53,7 @@ def test_data_tiled_step_matches_autograd_and_torch_optim(wide):
 
 def test_a_small_matmul_step_stays_plain():
     model, (x, y) = make_mlp(32), make_batch(8)
-    program = pock.compile_training(model, x, y, loss="cross_entropy", optimizer=OPTIMIZER)
+    program = pock.compile_training(model, x, y, loss="cross_entropy", optimizer=OPTIMIZER, functions=())
     form, reason = program.data_tiling
     assert form == "plain" and "under 100" in reason, reason
     assert not any(flag.startswith(DATA_TILING) for flag in program.iree_flags())

@@ -48,7 +48,8 @@ def bundle(tmp_path_factory):
     x = torch.from_numpy(np.stack([TRAIN[i:i + SEQ] for i in range(BATCH)]))
     y = torch.from_numpy(np.stack([TRAIN[i + 1:i + SEQ + 1] for i in range(BATCH)]))
     program = pock.compile_training(model, x, y, loss=token_cross_entropy,
-                                    optimizer=pock.AdamW(lr=LR, weight_decay=WEIGHT_DECAY), sparse="transformer-last-1")
+                                    optimizer=pock.AdamW(lr=LR, weight_decay=WEIGHT_DECAY), sparse="transformer-last-1",
+                                    functions="all")
     return write_bundle(program, tmp_path_factory.mktemp("llm") / "bundle", example_inputs=x, example_target=y,
                         loss=token_cross_entropy, model=model)
 
@@ -188,7 +189,7 @@ def classifier_bundle(tmp_path_factory):
     torch.manual_seed(0)
     model = torch.nn.Linear(4, 3)
     x, y = torch.zeros(BATCH, 4), torch.zeros(BATCH, dtype=torch.long)
-    program = pock.compile_training(model, x, y)
+    program = pock.compile_training(model, x, y, functions="all")
     return write_bundle(program, tmp_path_factory.mktemp("classifier") / "bundle", example_inputs=x, example_target=y,
                         loss="cross_entropy", model=model)
 

@@ -375,7 +375,7 @@ def test_an_int8_bundle_stores_int8_and_exports_the_model_it_trains(tmp_path):
     from pock_mlir.runtime import Trainer
 
     model, (x, y) = cnn(), image_batch()
-    program = pock.compile_training(model, x, y, sparse={"quantize": {"frozen": "int8"}, "head": "full"})
+    program = pock.compile_training(model, x, y, sparse={"quantize": {"frozen": "int8"}, "head": "full"}, functions="all")
     layers = ["stem", "expand", "depthwise", "project"]
     assert [w.module for w in program.signature.quantized] == layers
     write_bundle(program, tmp_path / "bundle", example_inputs=x, example_target=y, loss="cross_entropy", model=model)

@@ -103,3 +103,32 @@ def test_wrong_batch_shape_is_a_clear_error(compiled, batch):
     x, y = batch
     with pytest.raises(ValueError, match=r"input0: expected shape \(8, 12\)"):
         program.trainer().step(x[:4], y[:4])
+
+
+def test_a_trainer_compiles_what_it_calls(batch):
+    """compile_training compiles the step's module (with loss and evaluate); gradients' module
+    compiles the first time it is called, and the workspace grows to the largest function of the
+    two; a program compiled for gradients alone compiles the step's module on the first step."""
+    from pock_mlir.runtime.workspace import module_transient_bytes
+
+    x, y = batch
+    model = make_mlp()
+    program = pock.compile_training(model, x, y, optimizer=OPTIMIZERS["adamw"])
+    step_module, gradients_module = ("train_step_into", "loss", "evaluate"), ("gradients",)
+    assert list(program.modules) == [step_module]
+    trainer = program.trainer()
+    losses = [trainer.step(x, y) for _ in range(2)]
+    loss, grads = trainer.gradients(x, y)
+    assert list(program.modules) == [step_module, gradients_module]
+    workspace = max(module_transient_bytes(m.vmfb, f) for m in program.modules.values() for f in m.functions)
+    assert trainer.workspace_bytes == workspace
+    want_losses, state = torch_trajectory(make_mlp(), x, y, OPTIMIZERS["adamw"], 3)
+    np.testing.assert_allclose(losses + [loss], want_losses, rtol=1e-5)
+
+    only = pock.compile_training(make_mlp(), x, y, optimizer=OPTIMIZERS["adamw"], functions=("gradients",))
+    assert list(only.modules) == [gradients_module]
+    trainer = only.trainer()
+    assert trainer.gradients(x, y)[0] == pytest.approx(want_losses[0], rel=1e-5)
+    assert trainer.step(x, y) == pytest.approx(want_losses[0], rel=1e-5) and list(only.modules)[1] == step_module
+    with pytest.raises(ValueError, match="functions: give the Trainer methods to compile now, of step, gradients"):
+        pock.compile_training(make_mlp(), x, y, functions=("train",))

@@ -63,7 +63,7 @@ def test_reorder_updates_trains_identically(cnn_batch):
 def test_backend_forms_match_autograd(form, cnn_batch):
     x, y = cnn_batch
     model = make_cnn()
-    program = pock.compile_training(model, x, y, pipelines=forcing(form))
+    program = pock.compile_training(model, x, y, pipelines=forcing(form), functions=("gradients",))
     report = program.backend_report()
     assert f"{form} " in report and "forced by force=" in report
     # one count of convolutions, stated once: the per-op lines below the header

@@ -33,7 +33,8 @@ def test_search_budgets_and_the_searched_rows_order():
     import argparse
     from pathlib import Path
 
-    from examples.quality.cli import PRESETS, add_search_option, in_table_order, search_budgets, searched_schemes
+    from examples.quality.cli import (PRESETS, add_search_option, in_table_order, search_budgets, searched_schemes,
+                                      searches)
 
     parser = argparse.ArgumentParser()
     add_search_option(parser)
@@ -49,3 +50,10 @@ def test_search_budgets_and_the_searched_rows_order():
         ("searched (4.00 MB)", "out/vision_search_4.00MB.yaml", None)]
     results = {"full": 1, "preset": 2, "other": 3, searched[1].name: 4, searched[0].name: 5}
     assert list(in_table_order(results, searched)) == ["full", "preset", searched[0].name, "other", searched[1].name]
+    # a scheme over the int8 base is searched over it, in a search of its own
+    searched = searched_schemes(Path("out"), "language", {9.25: "preset, int8 base", 10.5: "preset"},
+                                {"preset, int8 base": "int8"})
+    assert [(s.name, s.file, s.quantize) for s in searched] == [
+        ("searched over int8 (9.25 MB, preset, int8 base's memory)", "out/language_search_9.25MB_int8.yaml", "int8"),
+        ("searched (10.50 MB, preset's memory)", "out/language_search_10.50MB.yaml", None)]
+    assert searches(searched) == {"int8": searched[:1], None: searched[1:]}

@@ -53,7 +53,8 @@ def test_pock_opt_block(tmp_path):
     cwd = user_directory(tmp_path)
     torch.manual_seed(0)
     model = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 4))
-    program = pock.compile_training(model, torch.randn(4, 8), torch.tensor([0, 1, 2, 3]), optimizer=pock.SGD(lr=0.1))
+    program = pock.compile_training(model, torch.randn(4, 8), torch.tensor([0, 1, 2, 3]), optimizer=pock.SGD(lr=0.1),
+                                    functions=())  # its IR only
     (cwd / "step.mlir").write_text(program.ir("training"))
     checked = set()
     for command in commands:

@@ -31,7 +31,7 @@ def batch():
 def program(batch):
     torch.manual_seed(0)
     return pock.compile_training(nn.Sequential(nn.Linear(6, 16), nn.ReLU(), nn.Linear(16, 4)), *batch,
-                                 optimizer=pock.SGD(lr=0.1, momentum=0.9))
+                                 optimizer=pock.SGD(lr=0.1, momentum=0.9), functions="all")  # trainers' and bundles
 
 
 def bundle_at(program, batch, directory) -> Path:

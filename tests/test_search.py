@@ -24,7 +24,7 @@ from pock_mlir.report import report
 from pock_mlir.runtime import Trainer
 from pock_mlir.data import Split, evaluate
 from pock_mlir.search import (MB, YAML_HEADER, CostModel, Measurement, Progress, SearchError, Unit, candidate_units,
-                              fit_to_budget, host_fine_tune, last_layer, measure_contributions, select)
+                              fit_to_budget, host_fine_tune, int8_savings, last_layer, measure_contributions, select)
 from pock_mlir.tools import pock_search
 
 REPO = Path(__file__).resolve().parents[1]
@@ -179,6 +179,22 @@ def test_cost_of_a_scheme_is_the_compilers(mlp_program, scheme):
         assert want.flops <= got.flops < whole.flops, (got, want, whole)
 
 
+def test_int8_estimate_saves_what_the_compiled_int8_parameters_save(mlp_program):
+    """The estimate over an int8 base is lower by the parameter bytes the compiled int8 program
+    stores less than the float32 one, for the same scheme."""
+    scheme = {"4.weight": "full", "4.bias": "full"}
+    x, y = mlp_batch()
+    int8 = pock.compile_training(make_mlp(), x, y, optimizer=pock.SGD(lr=0.1, momentum=0.9),
+                                 sparse={"default": "frozen", **scheme, "quantize": {"frozen": "int8"}})
+    stored = {p.name: np.dtype(p.dtype).itemsize * int(np.prod(p.shape)) for p in int8.signature.params}
+    assert {"0.weight_int8", "2.weight_int8"} <= set(stored) and "4.weight_int8" not in stored
+    as_float32 = sum(np.dtype(p.dtype).itemsize * int(np.prod(p.shape)) for p in mlp_program.signature.params)
+    units = [Unit(name) for name in scheme]
+    float32_estimate = CostModel(mlp_program).estimate(units).device_bytes
+    int8_estimate = CostModel(mlp_program, int8_savings(make_mlp(), "int8")).estimate(units).device_bytes
+    assert float32_estimate - int8_estimate == as_float32 - sum(stored.values()) > 0
+
+
 def test_memory_estimate_of_full_bp_is_the_trainers(mlp_program):
     costs = CostModel(mlp_program)
     trainer = mlp_program.trainer()
@@ -272,6 +288,30 @@ def test_a_budget_below_the_parameters_is_refused_before_compiling():
     resident = 4 * 2 * (FEATURES * CLASSES + CLASSES)  # two experts' weights and biases, float32
     with pytest.raises(SearchError, match=rf"below the model's parameters and buffers alone \({resident / MB:.3f} MB\)"):
         search("a", pock.Budget(memory_mb=0.001))
+
+
+def test_an_int8_base_is_counted_as_stored_before_compiling():
+    """Each expert's weight as int8 (one byte a value) and a float32 scale per output channel."""
+    resident = 2 * (4 * CLASSES + FEATURES * CLASSES + 4 * CLASSES)
+    with pytest.raises(SearchError, match=rf"alone \({resident / MB:.3f} MB, the layer weights int8\)"):
+        search("a", pock.Budget(memory_mb=0.005), quantize="int8")
+    with pytest.raises(SearchError, match=r"quantize must be None or one of 'int8'.*got 'int4'"):
+        search("a", pock.Budget(memory_mb=1), quantize="int4")
+
+
+def test_an_int8_search_keeps_its_base_in_the_scheme_within_the_budget(tmp_path):
+    """Over an int8 base: the frozen expert is stored as int8 in the compiled scheme, which the YAML
+    carries, and the program measures within the budget."""
+    result = search("a", pock.Budget(memory_mb=64), quantize="int8")
+    path = result.write(tmp_path / "scheme.yaml")
+    assert yaml.safe_load(path.read_text())["quantize"] == {"frozen": "int8"}
+    x, y = planted_data("a", BATCH, 1)
+    program = pock.compile_training(Planted(), x, y, optimizer=pock.SGD(lr=0.5), sparse=str(path))
+    trained = {c.unit.parameter for c in result.choices}
+    stored = {p.name for p in program.signature.params}
+    for layer in ("a", "b"):
+        assert (f"{layer}.weight_int8" in stored) == (f"{layer}.weight" not in trained), (stored, trained)
+    assert program.trainer().device_bytes == result.chosen.device_bytes <= result.budget.memory_bytes
 
 
 def test_a_budget_nothing_meets_names_the_cheapest_scheme(planted):

@@ -54,7 +54,7 @@ def programs(batch):
     def get(target):
         if target not in compiled:
             compiled[target] = pock.compile_training(make_mlp(), *batch, optimizer=pock.SGD(lr=0.1, momentum=0.9),
-                                                     target=target)
+                                                     target=target, functions="all")  # trainers' and bundles
         return compiled[target]
 
     return get

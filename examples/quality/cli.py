@@ -51,19 +51,37 @@ def search_budgets(parser: argparse.ArgumentParser, args) -> list[float] | str:
 
 @dataclass(frozen=True)
 class Searched:
-    """A searched scheme: its row's name, its budget, the file the search writes, and the
-    hand-written scheme whose memory set the budget (None for a budget given in MB)."""
+    """A searched scheme: its row's name, its budget, the file the search writes, the
+    hand-written scheme whose memory set the budget (None for a budget given in MB), and the
+    storage of its frozen layer weights (search_sparse's quantize)."""
 
     name: str
     mb: float
     file: str
     against: str | None = None
+    quantize: str | None = None
 
 
-def searched_schemes(out: Path, task: str, budgets: dict[float, str | None]) -> list[Searched]:
-    """One per budget: {MB: the scheme it was measured from, or None}."""
-    return [Searched(f"searched ({mb:.2f} MB" + (f", {against}'s memory)" if against else ")"), mb,
-                     str(out / f"{task}_search_{mb:.2f}MB.yaml"), against) for mb, against in budgets.items()]
+def searched_schemes(out: Path, task: str, budgets: dict[float, str | None],
+                     quantized: dict[str, str] | None = None) -> list[Searched]:
+    """One per budget: {MB: the scheme it was measured from, or None}; a scheme in `quantized`
+    ({name: "int8"}) is over an int8 frozen base, and so is the search at its memory."""
+    searched = []
+    for mb, against in budgets.items():
+        quantize = (quantized or {}).get(against)
+        over = f" over {quantize}" if quantize else ""
+        searched.append(Searched(f"searched{over} ({mb:.2f} MB" + (f", {against}'s memory)" if against else ")"), mb,
+                                 str(out / f"{task}_search_{mb:.2f}MB{'_' + quantize if quantize else ''}.yaml"),
+                                 against, quantize))
+    return searched
+
+
+def searches(searched: list[Searched]) -> dict[str | None, list[Searched]]:
+    """The searched schemes by the storage of their frozen weights: one search_sparse call each."""
+    groups: dict[str | None, list[Searched]] = {}
+    for s in searched:
+        groups.setdefault(s.quantize, []).append(s)
+    return groups
 
 
 def write_searched(searched: list[Searched], results) -> None:

@@ -75,7 +75,7 @@ def compile_bundle(name: str, lr: float, checkpoint: Path, seed: int, x, y, work
     model = fresh_head(checkpoint, seed)
     program = pock.compile_training(model, x[:BATCH], y[:BATCH], loss="cross_entropy",
                                     optimizer=pock.SGD(lr=lr, momentum=0.9), sparse=SCHEMES[COMPARED[name]],
-                                    verbose=False)
+                                    functions="all")
     return write_bundle(program, work / "bundles" / name, example_inputs=x[:BATCH], example_target=y[:BATCH],
                         loss="cross_entropy", model=model)
 

@@ -11,9 +11,10 @@ loss and one of the test loss against the device memory each scheme trains in.
 
 --search presets adds the schemes pock.search_sparse finds at the device memory each scheme of
 SEARCH_AGAINST measured (--search 12,20: under budgets given in MB, as Trainer.device_bytes counts
-it), all from one search on the fine-tuning batches and the validation split, written to
-OUT/language_search_<MB>MB.yaml; they then train like the hand-written schemes, each row after the
-scheme whose memory it was searched at. --quick searches whole tensors only, for 3 steps each.
+it), all from one search on the fine-tuning batches and the validation split (and one over the int8
+base, at the memory of the schemes over it), written to OUT/language_search_<MB>MB[_int8].yaml;
+they then train like the hand-written schemes, each row after the scheme whose memory it was
+searched at. --quick searches whole tensors only, for 3 steps each.
 
     python examples/quality/language.py [--quick] [--out examples/quality/results] [--search presets|MB,...]
 """
@@ -38,7 +39,7 @@ from examples.models.char_text import (VOCAB, documentation_corpus, encode, gree
 from examples.models.transformer import LlamaConfig, LlamaLike, token_cross_entropy  # noqa: E402
 from examples.quality.cli import (PRESETS, QUICK_SEARCH, Searched, add_output_options,  # noqa: E402
                                   add_search_option, in_table_order, output_directory, search_budgets,
-                                  searched_schemes, write_searched)
+                                  searched_schemes, searches, write_searched)
 from examples.quality.plots import save_against_memory, save_loss_curves  # noqa: E402
 
 def fixed_batches(tokens, seq, batch, count, seed):
@@ -72,7 +73,7 @@ SCHEMES = {
 # --quick is a smoke test of the whole path: the preset and LoRA over an int8 base (and any searched)
 QUICK_SCHEMES = ("sparse preset (last 2 blocks)", "LoRA r=8, all linears, int8 base")
 SEARCH_AGAINST = ("sparse preset (last 2 blocks)", "last block only", "norms only", "LoRA r=8, attention",
-                  "LoRA r=8, all linears")  # --search presets
+                  "LoRA r=8, all linears", "sparse preset, int8 base")  # --search presets; over int8 where they are
 
 
 def samples(batches) -> tuple[np.ndarray, np.ndarray]:
@@ -81,13 +82,15 @@ def samples(batches) -> tuple[np.ndarray, np.ndarray]:
 
 
 def search(base, train_batches, val_batches, searched: list[Searched], seed: int, quick: bool) -> None:
-    """Write the scheme pock.search_sparse finds under each budget (see the module docstring)."""
-    results = pock.search_sparse(copy.deepcopy(base), samples(train_batches), samples(val_batches),
-                                 loss=token_cross_entropy, optimizer=pock.AdamW(lr=SEARCH_LR, weight_decay=0.0),
-                                 budget=[pock.Budget(memory_mb=s.mb) for s in searched],
-                                 batch_size=len(train_batches[0][0]), seed=seed, progress=True,
-                                 **(QUICK_SEARCH if quick else {}))
-    write_searched(searched, results)
+    """Write the scheme pock.search_sparse finds under each budget (see the module docstring):
+    one search over the float32 base, one over the int8 base."""
+    for quantize, group in searches(searched).items():
+        results = pock.search_sparse(copy.deepcopy(base), samples(train_batches), samples(val_batches),
+                                     loss=token_cross_entropy, optimizer=pock.AdamW(lr=SEARCH_LR, weight_decay=0.0),
+                                     budget=[pock.Budget(memory_mb=s.mb) for s in group], quantize=quantize,
+                                     batch_size=len(train_batches[0][0]), seed=seed, progress=True,
+                                     **(QUICK_SEARCH if quick else {}))
+        write_searched(group, results)
 
 
 def held_out_losses(model, splits: dict) -> dict:
@@ -200,7 +203,8 @@ def main(argv=None):
     sweep({REFERENCE: "torch", **{f"pock {n}": s for n, s in hand_written.items()}})
     at = ({results[f"pock {n}"]["device_mb"]: n for n in SEARCH_AGAINST if f"pock {n}" in results}
           if budgets == PRESETS else dict.fromkeys(budgets))
-    searched = searched_schemes(out, "language", at)
+    searched = searched_schemes(out, "language", at, {n: SCHEMES[n]["quantize"]["frozen"] for n in SEARCH_AGAINST
+                                                      if isinstance(SCHEMES[n], dict) and "quantize" in SCHEMES[n]})
     if searched:
         search(base, train_batches, held_out["val_loss"], searched, args.seed, args.quick)
         sweep({f"pock {s.name}": s.file for s in searched})

@@ -17,7 +17,8 @@ from pock_mlir import lora
 from pock_mlir.quantize import dequantized
 from pock_mlir.abi import TensorSpec, layout, runs
 from pock_mlir.runtime.memory import release_freed_memory, retain_freed_memory
-from pock_mlir.runtime.workspace import ModuleFunctions
+from pock_mlir.program import trainer_module
+from pock_mlir.runtime.workspace import ModuleFunctions, Workspace
 
 CALLED = ("train_step_into", "gradients", "loss", "evaluate")  # the module's functions the Trainer calls
 
@@ -91,14 +92,9 @@ class Trainer:
         self.device_name = device or program.target.device
         program.target.check_runtime(self.device_name)
         self._config = rt.Config(self.device_name)
-        self._context = rt.SystemContext(config=self._config)
-        try:
-            self._context.add_vm_module(rt.VmModule.copy_buffer(self._config.vm_instance, program.vmfb))
-            self._functions = ModuleFunctions(self._context, self._config.device, CALLED)
-        except (RuntimeError, ValueError, IndexError, KeyError, TypeError) as e:
-            raise ModuleError(f"the module is corrupt or was not compiled by this pock-mlir for {self.device_name} "
-                              f"(IREE: {str(e).strip().splitlines()[-1][:200] if str(e).strip() else type(e).__name__}); "
-                              f"recompile it") from None
+        self._program = program
+        self._workspace = Workspace(self._config.device)
+        self._loaded: list[ModuleFunctions] = []
         sig = self.signature
         # Each function's arguments as the runs of roles pock_mlir.abi lays out: a call
         # concatenates the trainer's per-role lists in that order.
@@ -109,15 +105,42 @@ class Trainer:
         self._step = self._put(np.zeros((), np.float32))
         # What the next step writes its new state into (see passes/pock_step_into.py); what it
         # replaces becomes the step after's, so no call reads and writes one buffer. The optimizer
-        # state is the exception where the compiled schedule allows it (program.state_in_place):
-        # each step then overwrites it where it is.
-        self._state_in_place = program.state_in_place
+        # state is the exception where the step's compiled schedule allows it (its module's
+        # state_in_place, known once that is loaded): each step then overwrites it where it is.
+        self._state_in_place, self._spare_state = None, None
         self._spare_params = [self._put(np.zeros(p.shape, p.dtype)) for p in sig.params if p.name in sig.trainable]
-        self._spare_state = None if self._state_in_place else [self._put(np.zeros(s.shape, np.float32)) for s in sig.state]
         self._spare_buffers = [self._put(program.initial_buffers[name]) for name in sig.updated_buffers]
         self._spare_step = self._put(np.zeros((), np.float32))
         self.seed = 0  # the dropout seed of the next call; step() increments it
+        self._functions_for("train_step_into", compile=False)  # what is compiled already loads now
         release_freed_memory()  # the host arrays set-up allocated and dropped
+
+    def _functions_for(self, function: str, compile: bool = True) -> ModuleFunctions | None:
+        """The loaded module that holds `function`: else one the program has compiled, loaded;
+        else (unless compile is False) its TRAINER_MODULES group, compiled now and loaded."""
+        loaded = next((m for m in self._loaded if function in m.names), None)
+        if loaded is not None:
+            return loaded
+        compiled = next((m for m in self._program.modules.values() if function in m.functions), None)
+        if compiled is None:
+            if not compile:
+                return None
+            compiled = self._program.module(trainer_module(function))
+        context = rt.SystemContext(config=self._config)  # one per module: each is named "module"
+        try:
+            context.add_vm_module(rt.VmModule.copy_buffer(self._config.vm_instance, compiled.vmfb))
+            loaded = ModuleFunctions(context, self._config.device, tuple(f for f in CALLED if f in compiled.functions),
+                                     self._workspace)
+        except (RuntimeError, ValueError, IndexError, KeyError, TypeError) as e:
+            raise ModuleError(f"the module is corrupt or was not compiled by this pock-mlir for {self.device_name} "
+                              f"(IREE: {str(e).strip().splitlines()[-1][:200] if str(e).strip() else type(e).__name__}); "
+                              f"recompile it") from None
+        self._loaded.append(loaded)
+        if "train_step_into" in compiled.functions:
+            self._state_in_place = compiled.state_in_place
+            if not self._state_in_place:
+                self._spare_state = [self._put(np.zeros(s.shape, np.float32)) for s in self.signature.state]
+        return loaded
 
     @classmethod
     def from_bundle(cls, bundle, device: str | None = None, on_nonfinite: str = "raise") -> Trainer:
@@ -135,12 +158,14 @@ class Trainer:
     def state_in_place(self) -> bool:
         """Whether each step overwrites the optimizer state where it is (one copy on the device)
         rather than writing it into a second set (see pock_mlir/in_place.py)."""
+        self._functions_for("train_step_into")
         return self._state_in_place
 
     @property
     def device_bytes(self) -> int:
         """The device memory the trainer holds: parameters, buffers, optimizer state, the second
-        set of what each step writes (see __init__) and the workspace."""
+        set of what each step writes (see __init__) and the workspace (see workspace_bytes)."""
+        self._functions_for("train_step_into")
         sig, by_name = self.signature, {s.name: s for s in self.signature.params + self.signature.buffers}
 
         def size(specs) -> int:
@@ -151,9 +176,12 @@ class Trainer:
 
     @property
     def workspace_bytes(self) -> int | None:
-        """The device memory every call shares for its intermediate values (allocated once; see
-        pock_mlir/runtime/workspace.py); None for a module compiled without a workspace."""
-        return self._functions.workspace_bytes
+        """The device memory every call shares for its intermediate values (see
+        pock_mlir/runtime/workspace.py), the largest the step's module and any other loaded so far
+        need (gradients has a module of its own, loaded when first called); None for modules
+        compiled without a workspace."""
+        self._functions_for("train_step_into")
+        return self._workspace.bytes
 
     # -- data movement --------------------------------------------------------------------
 
@@ -215,7 +243,8 @@ class Trainer:
         """Call `function` with the trainer's parameters and buffers and the lists given by role."""
         by_role.setdefault("params", self._params.values())
         by_role.setdefault("buffers", self._buffers.values())  # no run of them when the model has none
-        return self._functions(function, *(value for role in self._roles[function] for value in by_role[role]))
+        functions = self._functions_for(function)
+        return functions(function, *(value for role in self._roles[function] for value in by_role[role]))
 
     # -- the API ---------------------------------------------------------------------------
 
@@ -225,6 +254,7 @@ class Trainer:
         loss leaves parameters, buffers and optimizer state as they were and raises
         NonFiniteLossError (or, with on_nonfinite="skip", counts the batch in skipped_steps)."""
         sig = self.signature
+        self._functions_for("train_step_into")  # which sets _state_in_place
         state_into = self._state if self._state_in_place else self._spare_state
         (loss,) = self._call("train_step_into", optimizer=[*self._state, self._step], batch=self._batch(inputs, target),
                              into=[*self._spare_params, *state_into, *self._spare_buffers, self._spare_step])

@@ -29,30 +29,48 @@ def module_transient_bytes(vmfb: bytes, function: str) -> int | None:
     return transient_bytes(rt.VmModule.copy_buffer(rt.VmInstance(), vmfb), function)
 
 
-class ModuleFunctions:
-    """The module's functions, called with device arrays and returning device arrays, each call
-    given the one shared workspace when the module takes one."""
+class Workspace:
+    """The one device buffer every call shares, grown to the largest size a loaded module's
+    functions need (None until one needs any)."""
 
-    def __init__(self, context: rt.SystemContext, device: rt.HalDevice, names: tuple[str, ...]):
-        self._context, self._device = context, device
+    def __init__(self, device: rt.HalDevice):
+        self._device = device
+        self.bytes: int | None = None
+        self.buffer = None
+
+    def reserve(self, size: int | None) -> None:
+        if size is not None and (self.bytes is None or size > self.bytes):
+            self.buffer = self._device.allocator.allocate_buffer(
+                memory_type=int(rt.MemoryType.DEVICE_LOCAL), allowed_usage=int(rt.BufferUsage.DEFAULT),
+                allocation_size=max(size, 1))
+            self.bytes = size
+
+
+class ModuleFunctions:
+    """A module's functions, called with device arrays and returning device arrays, each call
+    given the workspace (shared with other modules', or one of its own) when the function takes one."""
+
+    def __init__(self, context: rt.SystemContext, device: rt.HalDevice, names: tuple[str, ...],
+                 workspace: Workspace | None = None):
+        workspace = workspace or Workspace(device)
+        self._context, self._device, self._workspace = context, device, workspace
         vm_module = context.modules.module.vm_module
         self._functions = {name: vm_module.lookup_function(name) for name in names}
         sizes = {name: transient_bytes(vm_module, name) for name in names}
-        needed = [size for size in sizes.values() if size is not None]
-        self.workspace_bytes = max(needed) if needed else None
         self._takes_workspace = {name: size is not None for name, size in sizes.items()}
-        self._workspace = None
-        if self.workspace_bytes is not None:
-            self._workspace = device.allocator.allocate_buffer(
-                memory_type=int(rt.MemoryType.DEVICE_LOCAL), allowed_usage=int(rt.BufferUsage.DEFAULT),
-                allocation_size=max(self.workspace_bytes, 1))
+        for size in sizes.values():
+            workspace.reserve(size)
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        return tuple(self._functions)
 
     def __call__(self, name: str, *args: rt.DeviceArray) -> list[rt.DeviceArray]:
         arguments = rt.VmVariantList(len(args) + 1)
         for array in args:
             arguments.push_ref(array._buffer_view)  # DeviceArray has no public accessor for its buffer view
         if self._takes_workspace[name]:
-            arguments.push_ref(self._workspace)
+            arguments.push_ref(self._workspace.buffer)
         results = rt.VmVariantList(8)
         self._context.vm_context.invoke(self._functions[name], arguments, results)
         return [rt.DeviceArray(self._device, results.get_as_object(i, rt.HalBufferView)) for i in range(results.size)]

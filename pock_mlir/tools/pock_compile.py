@@ -113,7 +113,7 @@ def _run(args) -> int:
     start = time.perf_counter()
     program = compile_training(file.model, file.inputs, file.target, loss=file.loss, optimizer=optimizer,
                                sparse=args.sparse, target=args.target, output=file.output, cache=not args.no_cache,
-                               verbose=args.verbose or sys.stderr.isatty())
+                               verbose=args.verbose or sys.stderr.isatty(), functions="all")
     bundle = write_bundle(program, args.output, example_inputs=file.inputs, example_target=file.target, loss=file.loss,
                           model=file.model, model_file=Path(args.model).name, sparse=args.sparse)
     sig = program.signature

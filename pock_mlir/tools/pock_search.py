@@ -1,7 +1,7 @@
 """pock-search: search which parameters and channels to train under a memory and time budget.
 
     pock-search MODEL.py --data DATA.npz --memory-budget 40MB [--time-budget 0.5] [--optimizer sgd:lr=0.01]
-                [--steps 10] [--anchor auto|none|NAME,...] [--seed 0] -o scheme.yaml
+                [--steps 10] [--anchor auto|none|NAME,...] [--quantize int8] [--seed 0] -o scheme.yaml
 
 MODEL.py is a model file as pock-compile reads it (model(), example_batch(), optionally LOSS and
 OUTPUT); the example batch sets the batch size. DATA.npz is laid out as pock-train reads it
@@ -10,7 +10,8 @@ training split and is judged on the held-out one, which it needs. --memory-budge
 memory training may hold (as Trainer.device_bytes counts it): bytes, or a number with KB, MB or GB
 (powers of 1024). --time-budget is the step's time as a fraction of the full-BP step. --anchor is
 what every candidate trains with and every scheme holds: the last layer (auto), nothing (none), or
-parameter names separated by commas. The scheme is
+parameter names separated by commas. --quantize int8 searches schemes over an int8 frozen base (the
+sparse config's `quantize: {frozen: int8}`). The scheme is
 written as a sparse config (pock-compile --sparse, compile_training(sparse=)) with a comment per
 entry; the table of what was measured goes to stdout, progress to stderr. How the search works and
 what it costs: pock_mlir/search.py. Errors print one message and exit with code 1, before any
@@ -30,6 +31,7 @@ from pock_mlir.abi import StepSignature
 from pock_mlir.tools.cli import run_tool, tool_parser
 from pock_mlir.tools.pock_compile import USER_ERRORS, load_model_file
 from pock_mlir.data import load_data
+from pock_mlir.quantize import FORMATS
 
 UNITS = {"": 1, "b": 1, "kb": 2 ** 10, "kib": 2 ** 10, "mb": 2 ** 20, "mib": 2 ** 20, "gb": 2 ** 30, "gib": 2 ** 30}
 
@@ -73,6 +75,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--anchor", default="auto",
                         help="trained with every candidate and kept in the scheme: auto (the last layer), none, "
                              "or parameter names separated by commas (default auto)")
+    parser.add_argument("--quantize", choices=FORMATS,
+                        help="store the scheme's frozen layer weights so (an int8 base; default: float32)")
     parser.add_argument("--seed", type=int, default=0, help="seed of the batches' order (default 0)")
     parser.add_argument("-o", "--output", required=True, help="the scheme to write (.yaml)")
     return parser
@@ -106,7 +110,7 @@ def _run(args) -> int:
     anchor = {"auto": "auto", "none": None}.get(args.anchor, args.anchor.split(","))
     result = search_sparse(file.model, train, val, budget=budget, loss=file.loss, optimizer=optimizer, steps=args.steps,
                            anchor=anchor, batch_size=shape.batch_size, seed=args.seed, output=file.output,
-                           progress=True)
+                           quantize=args.quantize, progress=True)
     path = result.write(args.output)
     print(result.table())
     print(f"wrote {path}: pock-compile {args.model} --sparse {path} -o BUNDLE compiles it")
