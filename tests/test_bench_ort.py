@@ -3,10 +3,11 @@ trained in bench/ort_child.py's process (which must never import torch), against
 (ONNX Runtime's SGD has no momentum) on the same weights and batch."""
 
 import pytest
-import torch
 
+import pock_mlir as pock
 from bench.__main__ import TrainingChild, run_child
 from bench.models import MODELS, scheme_spec, trainable_names
+from oracle import torch_trajectory
 
 WARMUP, STEPS = 1, 2  # with the round's untimed step, the reported loss is the 4th step's
 TOLERANCE = 1e-5  # relative, on the loss
@@ -18,16 +19,8 @@ def torch_sgd_losses(scheme: str, steps: int) -> tuple[list[float], int]:
     module = model_def.build()
     inputs, target = model_def.batch()
     trainable = trainable_names(scheme_spec(model_def, scheme)[0], module)
-    params = [p for name, p in module.named_parameters() if name in trainable]
-    optimizer = torch.optim.SGD(params, lr=model_def.optimizer.lr)
-    losses = []
-    for _ in range(steps):
-        optimizer.zero_grad()
-        loss = torch.nn.functional.cross_entropy(module(*inputs), target)
-        loss.backward()
-        optimizer.step()
-        losses.append(loss.item())
-    return losses, sum(p.numel() for p in params)
+    losses, _ = torch_trajectory(module, inputs, target, pock.SGD(lr=model_def.optimizer.lr), steps, trainable=trainable)
+    return losses, sum(p.numel() for name, p in module.named_parameters() if name in trainable)
 
 
 @pytest.mark.parametrize("scheme", ["full", "sparse"])
