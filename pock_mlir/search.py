@@ -22,8 +22,9 @@ How, and what it costs:
      base validation loss, then each candidate fine-tunes together with it for `steps` steps
      from the model's weights, on the same batches, and its gain is what it takes off the base
      loss. Judged alone, a layer under a frozen, freshly initialised head gains next to nothing
-     whatever its worth. The full-BP program's `gradients` gives the gradients and torch.optim
-     updates the trained rows on the host (the other parameters keep their start values). That
+     whatever its worth. The full-BP program's `gradients` (its own IREE module, compiled on the
+     first call) gives the gradients and torch.optim updates the trained rows on the host (the
+     other parameters keep their start values). That
      costs (candidates + 1) x steps `gradients` calls of full BP, the trained tensors copied
      each way per call, and one validation pass per run: no compilation per candidate.
   3. Cost model. One run of the autodiff and sparse stages on the full-BP training IR splits the
