@@ -212,7 +212,8 @@ class CostModel:
                                        + (self.full_workspace - self.forward_workspace) * activity / self.full_activity)
         # Two sets of optimizer state: the Trainer keeps one only where IREE's schedule allows it.
         # An int8 base stores the frozen layer weights so; a trained tensor stays float32.
-        frozen_int8 = sum(saved for name, saved in self.int8_savings.items() if name not in {u.parameter for u in units})
+        trained_names = {unit.parameter for unit in units}
+        frozen_int8 = sum(saved for name, saved in self.int8_savings.items() if name not in trained_names)
         device = self.fixed_bytes - frozen_int8 + trained + 2 * state + round(workspace)
         return Estimate(device, (self.shares.forward_flops + backward.flops) / self.full_flops, backward)
 
@@ -223,8 +224,7 @@ def int8_savings(model, quantize: str | None) -> dict[str, int]:
     if quantize is None:
         return {}
     every_one_frozen = {name: Policy("frozen") for name, _ in model.named_parameters()}
-    return {w.weight: 3 * math.prod(w.weight_shape) - 4 * w.weight_shape[w.channel_axis]
-            for w in frozen_weights(model, every_one_frozen)}
+    return {w.weight: w.saved_bytes for w in frozen_weights(model, every_one_frozen)}
 
 
 # -- the contribution analysis ------------------------------------------------------------------

@@ -350,6 +350,7 @@ def planted_files(tmp_path_factory):
     ([], "give --memory-budget, --time-budget or both"),
     (["--memory-budget", "8MB", "--optimizer", "sgd:lr=-1"], "SGD lr must be > 0"),
     (["--memory-budget", "8MB", "--steps", "0"], "steps must be an integer >= 1"),
+    (["--memory-budget", "0.005MB", "--quantize", "int8"], "alone (0.008 MB, the layer weights int8): no scheme fits"),
 ])
 def test_pock_search_refuses_bad_arguments(planted_files, capsys, arguments, message):
     root = planted_files

@@ -17,10 +17,10 @@ from pock_mlir import lora
 from pock_mlir.quantize import dequantized
 from pock_mlir.abi import TensorSpec, layout, runs
 from pock_mlir.runtime.memory import release_freed_memory, retain_freed_memory
-from pock_mlir.program import trainer_module
+from pock_mlir.program import TRAINER_MODULES, trainer_module
 from pock_mlir.runtime.workspace import ModuleFunctions, Workspace
 
-CALLED = ("train_step_into", "gradients", "loss", "evaluate")  # the module's functions the Trainer calls
+CALLED = tuple(f for module in TRAINER_MODULES for f in module)  # the module functions the Trainer calls
 
 
 class InputError(ValueError):
