@@ -83,7 +83,7 @@ def form_function(shape: ConvShape, op: str, form: str) -> str:
     from pock_mlir.torch_types import TensorType
 
     def vtensor(dims):
-        return ir.Type.parse(TensorType(tuple(dims), torch.float32).asm())
+        return ir.Type.parse(TensorType(tuple(dims), "f32").asm())
 
     arguments = [shape.input_shape(), shape.weight_shape()]
     if op != "forward":

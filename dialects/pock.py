@@ -153,7 +153,7 @@ class GradOp(_Verified, name="grad"):
         if loss is None or loss.shape != () or not loss.is_float:
             return self.fail(f"loss must be a rank-0 float !torch.vtensor, got {self.loss.type}")
         p, g = parse_tensor_type(self.param.type), parse_tensor_type(self.grad.type)
-        if p is None or g is None or p.dtype != g.dtype or p.rank != g.rank or p.shape[1:] != g.shape[1:]:
+        if p is None or g is None or p.element != g.element or p.rank != g.rank or p.shape[1:] != g.shape[1:]:
             return self.fail(f"gradient type {self.grad.type} must match parameter type {self.param.type}")
         if p.rank and not (0 < g.shape[0] <= p.shape[0]):
             return self.fail(f"gradient covers {g.shape[0]} channels, must be 1..{p.shape[0]}")
@@ -257,7 +257,7 @@ class ChannelSliceOp(_Verified, name="channel_slice"):
             return self.fail(f"value must be a tensor of rank >= 1, got {self.value.type}")
         if not 0 < k <= src.shape[0]:
             return self.fail(f"channels must be in [1, {src.shape[0]}], got {k}")
-        if res is None or res.shape != (k,) + src.shape[1:] or res.dtype != src.dtype:
+        if res is None or res.shape != (k,) + src.shape[1:] or res.element != src.element:
             return self.fail(f"result type {self.result.type} must be the first {k} channels of {self.value.type}")
         return True
 
@@ -271,7 +271,7 @@ class ChannelUpdateOp(_Verified, name="channel_update"):
 
     def verify_rules(self) -> bool:
         p, u = parse_tensor_type(self.param.type), parse_tensor_type(self.update.type)
-        if (p is None or u is None or p.rank == 0 or p.rank != u.rank or p.dtype != u.dtype
+        if (p is None or u is None or p.rank == 0 or p.rank != u.rank or p.element != u.element
                 or p.shape[1:] != u.shape[1:] or not 0 < u.shape[0] <= p.shape[0]):
             return self.fail(f"update type {self.update.type} must be a leading channel slice of param type {self.param.type}")
         return self.check_same_types([("param", self.param), ("result", self.result)])

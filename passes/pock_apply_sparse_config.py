@@ -27,7 +27,6 @@ from pock_mlir.abi import Policy
 from pock_mlir.dialects.pock import ChannelSliceOp, ChannelUpdateOp, GradOp
 from pock_mlir.op_facts import param_name, shape_of
 from pock_mlir.optim import UPDATE_OPS
-from pock_mlir.sparse import SparseConfigError, resolve_sparse
 from pock_mlir.torch_builder import TorchBuilder
 from pock_mlir.torch_types import TensorType, tensor_type_of
 
@@ -92,7 +91,7 @@ def _reannotate_grad(grad_op, policy: Policy, name: str) -> None:
     b = TorchBuilder(ir.InsertionPoint(grad_op), grad_op.location)
     grad = None
     if k:
-        grad_type = ir.Type.parse(TensorType((k,) + param_shape[1:], tensor_type_of(param).dtype).asm())
+        grad_type = ir.Type.parse(TensorType((k,) + param_shape[1:], tensor_type_of(param).element).asm())
         grad = GradOp(*grad_op.operands, grad_type, loc=grad_op.location, ip=b.ip).grad
     for use in list(result.uses):
         update = use.owner
@@ -111,6 +110,8 @@ def _reannotate_grad(grad_op, policy: Policy, name: str) -> None:
 
 def reannotate(module: ir.Operation, config: str) -> None:
     """Apply the sparse scheme in `config` to the training functions of `module`."""
+    from pock_mlir.sparse import SparseConfigError, resolve_sparse  # imports PyTorch: presets read nn.Modules
+
     params = {}
     for func in functions(module):
         for op in func.regions[0].blocks[0].operations:

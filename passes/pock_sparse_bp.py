@@ -42,7 +42,7 @@ def _rebuild(b: TorchBuilder, op, result: ir.Value, operands: list[ir.Value], s:
         return b.aten.view(operands[0], list(_sliced_shape(result, s)))
     if op_key(op) == "aten.expand":
         return b.aten.expand(operands[0], list(_sliced_shape(result, s)), decode_operand(op.operands[2]))
-    sliced_type = ir.Type.parse(TensorType(_sliced_shape(result, s), tensor_type_of(result).dtype).asm())
+    sliced_type = ir.Type.parse(TensorType(_sliced_shape(result, s), tensor_type_of(result).element).asm())
     types = [sliced_type if r == result else r.type for r in op.results]
     rebuilt = ir.Operation.create(op.name, results=types, operands=operands, loc=op.location, ip=b.ip)
     return rebuilt.results[list(op.results).index(result)]

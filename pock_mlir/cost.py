@@ -36,7 +36,7 @@ class BackwardCost:
 
 def _bytes(value: ir.Value) -> int:
     t = tensor_type_of(value)
-    return t.numel * t.dtype.itemsize
+    return t.numel * t.itemsize
 
 
 def op_flops(op: ir.Operation) -> int:

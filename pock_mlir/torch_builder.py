@@ -9,21 +9,23 @@ arithmetic helpers (`add`, `mul`, `sum_to`, ...) accept Python scalars as well a
 from __future__ import annotations
 
 import numpy as np
-import torch
 from torch_mlir import ir
 
 from pock_mlir.torch_types import TensorType, parse_tensor_type, tensor_type_of
 
-# c10::ScalarType codes, as torch-dialect dtype operands spell them.
+# c10::ScalarType codes, as torch-dialect dtype operands spell them, by torch.dtype name. PyTorch
+# itself is imported when the first op is built (meta tensors infer its type), so that reading
+# and rewriting IR without building ops stays torch-free (pock_mlir/torch_types.py).
 SCALAR_TYPE_CODES = {
-    torch.uint8: 0, torch.int8: 1, torch.int16: 2, torch.int32: 3, torch.int64: 4,
-    torch.float16: 5, torch.float32: 6, torch.float64: 7, torch.bool: 11, torch.bfloat16: 15,
+    "torch.uint8": 0, "torch.int8": 1, "torch.int16": 2, "torch.int32": 3, "torch.int64": 4,
+    "torch.float16": 5, "torch.float32": 6, "torch.float64": 7, "torch.bool": 11, "torch.bfloat16": 15,
 }
-_CODE_TO_DTYPE = {code: dtype for dtype, code in SCALAR_TYPE_CODES.items()}
 
 
 def resolve_overload(qualified: str) -> tuple[torch._ops.OpOverload, str]:
     """'aten.sum.dim_IntList' -> (torch.ops.aten.sum.dim_IntList, 'torch.aten.sum.dim_IntList')."""
+    import torch
+
     parts = qualified.split(".")
     namespace, op_name = parts[0], parts[1]
     overload = parts[2] if len(parts) > 2 else "default"
@@ -126,7 +128,7 @@ class TorchBuilder:
             raise ValueError(f"cannot build {mlir_name} on {[self._describe(a) for a in args]}: {e}") from e
         outs = meta_out if isinstance(meta_out, (tuple, list)) else (meta_out,)
         # An output the op was asked not to compute (convolution_backward's mask) is none.
-        result_types = [ir.Type.parse("!torch.none" if o is None else TensorType(tuple(o.shape), o.dtype).asm())
+        result_types = [ir.Type.parse("!torch.none" if o is None else TensorType.of(o.shape, o.dtype).asm())
                         for o in outs]
         operands = [self.operand(a) for a in args]
         op = self._create(mlir_name, result_types, operands)
@@ -137,6 +139,8 @@ class TorchBuilder:
             t = tensor_type_of(arg)
             if t is None:
                 raise TypeError(f"expected a !torch.vtensor operand, got {arg.type}")
+            import torch
+
             return torch.empty(t.shape, dtype=t.dtype, device="meta")
         if isinstance(arg, (list, tuple)):
             return [self._meta(a) for a in arg]
@@ -152,8 +156,6 @@ class TorchBuilder:
         """An SSA operand for a value or a Python constant."""
         if isinstance(arg, ir.Value):
             return arg
-        if isinstance(arg, torch.dtype):
-            return self.operand(SCALAR_TYPE_CODES[arg])
         if arg is None:
             return self._create("torch.constant.none", [ir.Type.parse("!torch.none")], []).result
         if isinstance(arg, bool):
@@ -172,6 +174,8 @@ class TorchBuilder:
             items = [self.operand(a) for a in arg]
             element = self._list_element_type(arg)
             return self._create("torch.prim.ListConstruct", [ir.Type.parse(f"!torch.list<{element}>")], items).result
+        if str(arg) in SCALAR_TYPE_CODES:  # a torch.dtype
+            return self.operand(SCALAR_TYPE_CODES[str(arg)])
         raise TypeError(f"cannot make a torch-dialect operand from {arg!r}")
 
     @staticmethod
@@ -246,7 +250,12 @@ class TorchBuilder:
     def sum(self, x, dims, keepdim=False):
         return self.aten.sum.dim_IntList(x, list(dims), keepdim, None)
 
-    def full(self, shape, fill: float, dtype=torch.float32):
+    def full(self, shape, fill: float, dtype=None):
+        """A tensor of `shape` filled with `fill`, of torch.dtype `dtype` (float32 by default)."""
+        if dtype is None:
+            import torch
+
+            dtype = torch.float32
         return self.aten.full(list(shape), fill, dtype, None, None, False)
 
     def zeros_like(self, x):
@@ -257,8 +266,10 @@ class TorchBuilder:
 
     def literal(self, array: np.ndarray):
         """A constant tensor holding `array` (torch.vtensor.literal)."""
+        import torch
+
         array = np.require(array, requirements="C")
-        result_type = ir.Type.parse(TensorType(array.shape, torch.from_numpy(array).dtype).asm())
+        result_type = ir.Type.parse(TensorType.of(array.shape, torch.from_numpy(array).dtype).asm())
         return self._create("torch.vtensor.literal", [result_type], [], {"value": ir.DenseElementsAttr.get(array)}).result
 
     def cast(self, x, dtype: torch.dtype):

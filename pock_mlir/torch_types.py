@@ -1,31 +1,46 @@
-"""Reading and writing torch-dialect value types (`!torch.vtensor<[2,3],f32>`) as shapes and dtypes."""
+"""Reading and writing torch-dialect value types (`!torch.vtensor<[2,3],f32>`) as shapes and dtypes.
+
+Torch-free: pock-opt parses, verifies and runs the passes that build no ops without importing
+PyTorch (its start-up would otherwise be mostly that import). `TensorType.dtype` imports it.
+"""
 
 import re
 from dataclasses import dataclass
 
-import torch
-
 _VTENSOR = re.compile(r"^!torch\.vtensor<\[([^\]]*)\],([a-z0-9]+)>$")
 
-_DTYPES = {
-    "f32": torch.float32,
-    "f64": torch.float64,
-    "f16": torch.float16,
-    "bf16": torch.bfloat16,
-    "si64": torch.int64,
-    "si32": torch.int32,
-    "si16": torch.int16,
-    "si8": torch.int8,
-    "ui8": torch.uint8,
-    "i1": torch.bool,
+# element type -> (torch dtype name, bytes per element, floating point)
+_ELEMENTS = {
+    "f32": ("float32", 4, True),
+    "f64": ("float64", 8, True),
+    "f16": ("float16", 2, True),
+    "bf16": ("bfloat16", 2, True),
+    "si64": ("int64", 8, False),
+    "si32": ("int32", 4, False),
+    "si16": ("int16", 2, False),
+    "si8": ("int8", 1, False),
+    "ui8": ("uint8", 1, False),
+    "i1": ("bool", 1, False),
 }
-_DTYPE_NAMES = {v: k for k, v in _DTYPES.items()}
+_ELEMENT_OF = {f"torch.{name}": element for element, (name, _, _) in _ELEMENTS.items()}
 
 
 @dataclass(frozen=True)
 class TensorType:
     shape: tuple[int, ...]
-    dtype: torch.dtype
+    element: str  # the torch dialect's element type: "f32", "si64", "i1", ...
+
+    @classmethod
+    def of(cls, shape, dtype) -> "TensorType":
+        """The type of a tensor of `shape` and the torch.dtype `dtype`."""
+        return cls(tuple(shape), _ELEMENT_OF[str(dtype)])
+
+    @property
+    def dtype(self):
+        """The torch.dtype (imports PyTorch)."""
+        import torch
+
+        return getattr(torch, _ELEMENTS[self.element][0])
 
     @property
     def rank(self) -> int:
@@ -39,24 +54,28 @@ class TensorType:
         return n
 
     @property
+    def itemsize(self) -> int:
+        return _ELEMENTS[self.element][1]
+
+    @property
     def is_float(self) -> bool:
-        return self.dtype.is_floating_point
+        return _ELEMENTS[self.element][2]
 
     def asm(self) -> str:
         dims = ",".join(str(d) for d in self.shape)
-        return f"!torch.vtensor<[{dims}],{_DTYPE_NAMES[self.dtype]}>"
+        return f"!torch.vtensor<[{dims}],{self.element}>"
 
 
 def parse_tensor_type(type_) -> TensorType | None:
     """The shape and dtype of a `!torch.vtensor` type, or None for any other type."""
     m = _VTENSOR.match(str(type_))
-    if not m or m.group(2) not in _DTYPES:
+    if not m or m.group(2) not in _ELEMENTS:
         return None
     dims = m.group(1)
     if "?" in dims:
         raise ValueError(f"dynamic shapes are not supported: {type_}; export with static example inputs")
     shape = tuple(int(d) for d in dims.split(",")) if dims else ()
-    return TensorType(shape, _DTYPES[m.group(2)])
+    return TensorType(shape, m.group(2))
 
 
 def tensor_type_of(value) -> TensorType | None:

@@ -27,7 +27,7 @@ def _slot_type(slot: Slot) -> ir.Type:
 
 def _tensor_type(spec: TensorSpec, shape=None) -> ir.Type:
     dtype = getattr(torch, spec.dtype)
-    return ir.Type.parse(TensorType(tuple(spec.shape if shape is None else shape), dtype).asm())
+    return ir.Type.parse(TensorType.of(spec.shape if shape is None else shape, dtype).asm())
 
 
 def _mark_params(signature: StepSignature, args, ip, loc):

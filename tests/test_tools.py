@@ -1,4 +1,5 @@
-"""pock-compile and pock-train end to end on examples/mlp_digits.py, and their answers to bad input."""
+"""pock-compile and pock-train end to end on examples/mlp_digits.py, and their answers to bad input;
+pock-opt's start-up without PyTorch."""
 
 import importlib.util
 import json
@@ -249,3 +250,15 @@ def _read_pty(fd) -> bytes:
         return os.read(fd, 65536)
     except OSError:  # EIO: the terminal's other end is closed and everything was read
         return b""
+
+
+def test_pock_opt_reads_and_moves_ir_without_pytorch():
+    """pock-opt imports PyTorch only when a pass builds ops (meta tensors give their types): listing,
+    parsing, verifying and the passes that only move or erase ops start in a fraction of the time."""
+    lit_input = REPO / "lit_tests" / "passes" / "pock-reorder-updates.mlir"
+    code = ("import contextlib, io, sys; from pock_mlir.tools import pock_opt\n"
+            "with contextlib.redirect_stdout(io.StringIO()):\n"
+            f"    codes = [pock_opt.main(['--list-passes']), pock_opt.main(['-p', 'pock-reorder-updates,pock-dce', {str(lit_input)!r}])]\n"
+            "print(codes, 'torch' in sys.modules)")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert done.stdout.strip() == "[0, 0] False", done.stderr

@@ -1,7 +1,6 @@
 """Core rules: elementwise arithmetic, reductions, matmul, shapes and selection."""
 
 import numpy as np
-import torch
 
 from pock_mlir.op_facts import (declare, elementwise, expand_slices, matmul_flops, mm_flops, mm_slices, permute_slices,
                                 reshape_slices, sum_dims_slices, t_slices, transpose_slices)
@@ -216,8 +215,9 @@ def gather(b, g, out, x, dim, index, sparse_grad):
     shape, dim = b.shape(x), dim % len(b.shape(x))
     if b.shape(index) == shape[:dim] + (1,) + shape[dim + 1:]:
         # int32: GPUs without 64-bit integers (the portable Vulkan profile) cannot compare int64
-        positions = np.arange(shape[dim], dtype=np.int32).reshape([-1 if d == dim else 1 for d in range(len(shape))])
-        hit = b.aten.eq.Tensor(b.cast(index, torch.int32), b.literal(positions))
+        positions = b.literal(np.arange(shape[dim], dtype=np.int32).reshape([-1 if d == dim else 1
+                                                                              for d in range(len(shape))]))
+        hit = b.aten.eq.Tensor(b.cast(index, b.type_of(positions).dtype), positions)
         return b.aten.where.self(hit, g, b.full((), 0.0, b.type_of(g).dtype)), None, None, None
     return b.aten.scatter_add(b.zeros_like(x), dim, index, g), None, None, None
 

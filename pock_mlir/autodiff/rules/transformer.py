@@ -7,8 +7,6 @@ scatter; matmuls stay (batched) matmuls.
 
 import math
 
-import torch
-
 from pock_mlir.op_facts import bmm_flops, bmm_slices, elementwise
 
 from .base import defrule, reduced_size, unreduce
@@ -113,6 +111,8 @@ def rms_norm(b, g, out, x, normalized_shape, weight, eps):
     dx = r (h - x r^2 mean(h x)), dw = sum over the leading dims of g x r."""
     dims = list(range(-len(normalized_shape), 0))
     if eps is None:
+        import torch  # here, not at the top: pock-opt loads the rule table without PyTorch (torch_types.py)
+
         eps = torch.finfo(b.type_of(x).dtype).eps
     r = b.aten.rsqrt(b.add(b.aten.mean.dim(b.mul(x, x), dims, True, None), eps))
     h = b.mul(g, weight) if weight is not None else g
