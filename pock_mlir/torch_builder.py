@@ -8,10 +8,15 @@ arithmetic helpers (`add`, `mul`, `sum_to`, ...) accept Python scalars as well a
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
 from torch_mlir import ir
 
 from pock_mlir.torch_types import TensorType, parse_tensor_type, tensor_type_of
+
+if TYPE_CHECKING:  # for the annotations only
+    import torch
 
 # c10::ScalarType codes, as torch-dialect dtype operands spell them, by torch.dtype name. PyTorch
 # itself is imported when the first op is built (meta tensors infer its type), so that reading
