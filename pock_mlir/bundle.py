@@ -332,11 +332,9 @@ class Bundle:
 
     @cached_property
     def modules(self) -> dict[tuple[str, ...], CompiledModule]:
-        """Its one module, which holds every function (TrainingProgram.modules)."""
+        """Its one module, which holds every function the Trainer calls (TrainingProgram.modules):
+        nothing is left to compile."""
         return {FUNCTIONS: CompiledModule(self.vmfb, FUNCTIONS, self.state_in_place)}
-
-    def module(self, functions) -> CompiledModule:
-        return self.modules[FUNCTIONS]
 
     @property
     def module_sha256(self) -> str:

@@ -13,18 +13,13 @@ from typing import TYPE_CHECKING
 import numpy as np
 from torch_mlir import ir
 
-from pock_mlir.torch_types import TensorType, parse_tensor_type, tensor_type_of
+from pock_mlir.torch_types import TensorType, parse_tensor_type, scalar_type_code, tensor_type_of
 
 if TYPE_CHECKING:  # for the annotations only
     import torch
 
-# c10::ScalarType codes, as torch-dialect dtype operands spell them, by torch.dtype name. PyTorch
-# itself is imported when the first op is built (meta tensors infer its type), so that reading
-# and rewriting IR without building ops stays torch-free (pock_mlir/torch_types.py).
-SCALAR_TYPE_CODES = {
-    "torch.uint8": 0, "torch.int8": 1, "torch.int16": 2, "torch.int32": 3, "torch.int64": 4,
-    "torch.float16": 5, "torch.float32": 6, "torch.float64": 7, "torch.bool": 11, "torch.bfloat16": 15,
-}
+# PyTorch is imported when the first op is built (meta tensors infer its type), so that reading and
+# rewriting IR without building ops stays torch-free (pock_mlir/torch_types.py).
 
 
 def resolve_overload(qualified: str) -> tuple[torch._ops.OpOverload, str]:
@@ -179,8 +174,9 @@ class TorchBuilder:
             items = [self.operand(a) for a in arg]
             element = self._list_element_type(arg)
             return self._create("torch.prim.ListConstruct", [ir.Type.parse(f"!torch.list<{element}>")], items).result
-        if str(arg) in SCALAR_TYPE_CODES:  # a torch.dtype
-            return self.operand(SCALAR_TYPE_CODES[str(arg)])
+        code = scalar_type_code(arg)  # a torch.dtype
+        if code is not None:
+            return self.operand(code)
         raise TypeError(f"cannot make a torch-dialect operand from {arg!r}")
 
     @staticmethod

@@ -6,23 +6,30 @@ PyTorch (its start-up would otherwise be mostly that import). `TensorType.dtype`
 
 import re
 from dataclasses import dataclass
+from typing import NamedTuple
 
 _VTENSOR = re.compile(r"^!torch\.vtensor<\[([^\]]*)\],([a-z0-9]+)>$")
 
-# element type -> (torch dtype name, bytes per element, floating point)
+class _Element(NamedTuple):
+    torch_name: str  # torch.<name>
+    itemsize: int  # bytes
+    is_float: bool
+    scalar_type: int  # c10::ScalarType code, as torch-dialect dtype operands spell it
+
+
 _ELEMENTS = {
-    "f32": ("float32", 4, True),
-    "f64": ("float64", 8, True),
-    "f16": ("float16", 2, True),
-    "bf16": ("bfloat16", 2, True),
-    "si64": ("int64", 8, False),
-    "si32": ("int32", 4, False),
-    "si16": ("int16", 2, False),
-    "si8": ("int8", 1, False),
-    "ui8": ("uint8", 1, False),
-    "i1": ("bool", 1, False),
+    "f32": _Element("float32", 4, True, 6),
+    "f64": _Element("float64", 8, True, 7),
+    "f16": _Element("float16", 2, True, 5),
+    "bf16": _Element("bfloat16", 2, True, 15),
+    "si64": _Element("int64", 8, False, 4),
+    "si32": _Element("int32", 4, False, 3),
+    "si16": _Element("int16", 2, False, 2),
+    "si8": _Element("int8", 1, False, 1),
+    "ui8": _Element("uint8", 1, False, 0),
+    "i1": _Element("bool", 1, False, 11),
 }
-_ELEMENT_OF = {f"torch.{name}": element for element, (name, _, _) in _ELEMENTS.items()}
+_ELEMENT_OF = {f"torch.{e.torch_name}": element for element, e in _ELEMENTS.items()}  # by str(torch.dtype)
 
 
 @dataclass(frozen=True)
@@ -40,7 +47,7 @@ class TensorType:
         """The torch.dtype (imports PyTorch)."""
         import torch
 
-        return getattr(torch, _ELEMENTS[self.element][0])
+        return getattr(torch, _ELEMENTS[self.element].torch_name)
 
     @property
     def rank(self) -> int:
@@ -55,11 +62,11 @@ class TensorType:
 
     @property
     def itemsize(self) -> int:
-        return _ELEMENTS[self.element][1]
+        return _ELEMENTS[self.element].itemsize
 
     @property
     def is_float(self) -> bool:
-        return _ELEMENTS[self.element][2]
+        return _ELEMENTS[self.element].is_float
 
     def asm(self) -> str:
         dims = ",".join(str(d) for d in self.shape)
@@ -80,3 +87,9 @@ def parse_tensor_type(type_) -> TensorType | None:
 
 def tensor_type_of(value) -> TensorType | None:
     return parse_tensor_type(value.type)
+
+
+def scalar_type_code(dtype) -> int | None:
+    """The c10::ScalarType code of a torch.dtype (a torch-dialect dtype operand), None for any other value."""
+    element = _ELEMENT_OF.get(str(dtype))
+    return None if element is None else _ELEMENTS[element].scalar_type

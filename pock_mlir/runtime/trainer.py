@@ -94,7 +94,7 @@ class Trainer:
         self._config = rt.Config(self.device_name)
         self._program = program
         self._workspace = Workspace(self._config.device)
-        self._loaded: list[ModuleFunctions] = []
+        self._loaded: dict[str, ModuleFunctions] = {}  # by function: the loaded module that holds it
         sig = self.signature
         # Each function's arguments as the runs of roles pock_mlir.abi lays out: a call
         # concatenates the trainer's per-role lists in that order.
@@ -118,7 +118,7 @@ class Trainer:
     def _functions_for(self, function: str, compile: bool = True) -> ModuleFunctions | None:
         """The loaded module that holds `function`: else one the program has compiled, loaded;
         else (unless compile is False) its TRAINER_MODULES group, compiled now and loaded."""
-        loaded = next((m for m in self._loaded if function in m.names), None)
+        loaded = self._loaded.get(function)  # a step looks its module up here: a dict, not a search
         if loaded is not None:
             return loaded
         compiled = next((m for m in self._program.modules.values() if function in m.functions), None)
@@ -135,7 +135,7 @@ class Trainer:
             raise ModuleError(f"the module is corrupt or was not compiled by this pock-mlir for {self.device_name} "
                               f"(IREE: {str(e).strip().splitlines()[-1][:200] if str(e).strip() else type(e).__name__}); "
                               f"recompile it") from None
-        self._loaded.append(loaded)
+        self._loaded.update(dict.fromkeys(loaded.names, loaded))
         if "train_step_into" in compiled.functions:
             self._state_in_place = compiled.state_in_place
             if not self._state_in_place:
