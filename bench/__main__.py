@@ -1,9 +1,10 @@
 """`python -m bench` (or `make bench`): train-step time, peak memory and loss of every model x
 scheme x system, side by side in one run; writes results.json, results.md and results.png. The systems:
 PyTorch eager and torch.compile, ONNX Runtime's on-device training (exported and set up in
-bench/child.py, timed in bench/ort_child.py, which never imports torch) and pock-mlir.
+bench/child.py, timed in bench/ort_child.py, which never imports torch), JAX for the LLaMA-like
+decoders (a port of the model in bench/jax_child.py, also without torch) and pock-mlir.
 
-    python -m bench                       # everything (about 15-20 minutes on 2 cores)
+    python -m bench                       # everything (about 50 minutes on 2 cores)
     python -m bench --quick               # the MLP, few steps: a smoke test of the harness
     python -m bench --models mlp,bert --schemes sparse --systems eager,pock-mlir
 """
@@ -29,7 +30,7 @@ from bench.report import add_ratios, write_markdown, write_plot
 from pock_mlir.files import atomic_write
 
 ROOT = Path(__file__).resolve().parent.parent
-SYSTEMS = ("eager", "torch.compile", "ort-training", "pock-mlir", "pock-mlir-deployed", "pock-mlir-no-reorder",
+SYSTEMS = ("eager", "torch.compile", "ort-training", "jax", "pock-mlir", "pock-mlir-deployed", "pock-mlir-no-reorder",
            "pock-mlir-no-retain")
 QUICK_SYSTEMS = ("eager", "pock-mlir", "pock-mlir-no-reorder", "pock-mlir-no-retain")
 # pock-reorder-updates' effect is shown on these full-BP steps only: each ablation is one more
@@ -41,10 +42,13 @@ RETAIN_ABLATION = (("mlp", "full"), ("resnet18", "full"), ("resnet18", "sparse")
                    ("llama", "full"), ("llama", "sparse"))
 ABLATIONS = {"pock-mlir-no-reorder": REORDER_ABLATION, "pock-mlir-no-retain": RETAIN_ABLATION}
 ORT_SCHEMES = ("full", "sparse")  # ONNX Runtime trains or freezes whole parameters: no LoRA adapters
+JAX_SCHEMES = ("full", "sparse")  # the JAX port differentiates the trained parameters only: no LoRA adapters
 DEPLOYED_SCHEMES = ("full", "sparse")  # pock-mlir's bundle in a torch-free process, beside ONNX Runtime's
 THREADS = os.cpu_count() or 1  # IREE's local-task driver starts one worker per core; torch and ONNX Runtime get as many
 # tasks that must not import torch; the rest run in bench.child
-CHILD_MODULES = {"ort-run": "bench.ort_child", "pock-deployed": "bench.deployed_child"}
+CHILD_MODULES = {"ort-run": "bench.ort_child", "jax-run": "bench.jax_child", "pock-deployed": "bench.deployed_child"}
+# peers whose model bench/child.py exports (with torch) for a child that trains it without torch
+EXPORTED_PEERS = {"ort-training": ("ort-export", "ort-run"), "jax": ("jax-export", "jax-run")}
 
 
 def pock_flags() -> list[str]:
@@ -146,13 +150,15 @@ def measure(model: str, scheme: str, systems, args, workdir: Path) -> dict[str, 
         if system in ("eager", "torch.compile"):
             children[system] = TrainingChild({**common, "task": system, "count_flops": system == "eager"}, args.timeout)
             continue
-        if system == "ort-training":
-            artifacts = workdir / f"{model}-{scheme}-ort"
+        if system in EXPORTED_PEERS:
+            export, run = EXPORTED_PEERS[system]
+            artifacts = workdir / f"{model}-{scheme}-{system}"
             outputs.append(artifacts)
-            rows[system] = run_child({**common, "task": "ort-export", "artifacts": str(artifacts)}, args.timeout)
+            rows[system] = run_child({**common, "task": export, "artifacts": str(artifacts)}, args.timeout)
             if rows[system]["status"] == "ok":
-                children[system] = TrainingChild({**common, "task": "ort-run", "artifacts": str(artifacts),
-                                                  "learning_rate": rows[system]["learning_rate"]}, args.timeout)
+                learning_rate = {k: v for k, v in rows[system].items() if k == "learning_rate"}
+                children[system] = TrainingChild({**common, "task": run, "artifacts": str(artifacts), **learning_rate},
+                                                 args.timeout)
             continue
         if system == "pock-mlir-deployed":  # pock-mlir's own program, from the bundle its compilation wrote
             compiled = rows.get("pock-mlir", {"status": "not run: it deploys the pock-mlir row's bundle"})
@@ -244,7 +250,9 @@ def main(argv=None) -> int:
                 if scheme_spec(MODELS[model], scheme) is None:
                     continue
                 systems = [s for s in args.systems if (s not in ABLATIONS or (model, scheme) in ABLATIONS[s])
-                           and scheme in {"ort-training": ORT_SCHEMES, "pock-mlir-deployed": DEPLOYED_SCHEMES}.get(
+                           and (s != "jax" or MODELS[model].jax_port)
+                           and scheme in {"ort-training": ORT_SCHEMES, "jax": JAX_SCHEMES,
+                                          "pock-mlir-deployed": DEPLOYED_SCHEMES}.get(
                                s, SCHEMES if s.startswith("pock-mlir") else ("full", "sparse", *PEFT_SCHEMES))]
                 for system, measured in measure(model, scheme, systems, args, Path(workdir)).items():
                     row = {"model": model, "scheme": scheme, "system": system, **measured}

@@ -209,6 +209,28 @@ def export_ort(spec) -> dict:
     return {**result, "optimizer_differs": optimizer_note} if optimizer_note else result
 
 
+def export_jax(spec) -> dict:
+    """What bench/jax_child.py's port of the model reads, in spec["artifacts"]: the config, the
+    parameters and buffers by their PyTorch names, the names the scheme trains, the optimizer and
+    the batch."""
+    model_def, module, inputs, target, scheme, label = _setup(spec)
+    optimizer = model_def.optimizer
+    if isinstance(optimizer, pock.SGD) and (optimizer.dampening or optimizer.weight_decay or optimizer.nesterov):
+        raise NotImplementedError(f"the JAX port's SGD has momentum only, not {optimizer}")
+    trained = trainable_names(scheme, module)
+    directory = Path(spec["artifacts"])
+    directory.mkdir()
+    arrays = {name: t.detach().numpy() for name, t in (*module.named_parameters(), *module.named_buffers())}
+    np.savez(directory / "arrays.npz", **arrays)
+    (ids,) = inputs
+    np.savez(directory / "batch.npz", ids=ids.numpy().astype(np.int32), target=target.numpy().astype(np.int32))
+    exported = {"config": dataclasses.asdict(module.cfg), "trained": sorted(trained),
+                "optimizer": {"kind": "adamw" if isinstance(optimizer, pock.AdamW) else "sgd",
+                              **dataclasses.asdict(optimizer)}}
+    (directory / "model.json").write_text(json.dumps(exported))
+    return {"scheme_used": label, "trainable_params": sum(p.numel() for n, p in module.named_parameters() if n in trained)}
+
+
 def measure_sgemm(spec) -> dict:
     """Practical single-precision matmul peak with every thread: the best of torch and numpy."""
     n, repeats = spec.get("size", 2048), 5
@@ -231,6 +253,7 @@ RUNNERS = {
     "pock-compile": compile_pock,
     "pock-run": run_pock,
     "ort-export": export_ort,  # its training runs in bench/ort_child.py, without torch
+    "jax-export": export_jax,  # its training runs in bench/jax_child.py, without torch
     "sgemm": measure_sgemm,
 }
 

@@ -32,6 +32,7 @@ class BenchModel:
     lora_all: dict | None = None  # the "lora-all" scheme's: LoRA on every linear of the blocks
     tokens_per_step: int | None = None  # for language models: report tokens/s
     compile_target_s: float | None = None  # the full-BP compile time this model should stay within
+    jax_port: bool = False  # a LlamaLike, which bench/jax_child.py ports to JAX: JAX trains it too
 
 
 def _examples(module: str):
@@ -198,7 +199,8 @@ MODELS = {m.name: m for m in (
     BenchModel("llama", f"LLaMA-like, 6 layers, d=384, seq {LLAMA_SEQ}, batch {LLAMA_BATCH}", _seeded(_llama),
                _tokens(LLAMA_BATCH, LLAMA_SEQ, LLAMA_VOCAB, "tokens"), _token_loss, ADAMW,
                {"preset": "transformer-last-2", "tokens": "frozen", "blocks.[0-3]": "frozen"},
-               lora={"blocks.*.attention": LORA}, lora_all={"blocks": LORA}, tokens_per_step=LLAMA_BATCH * LLAMA_SEQ),
+               lora={"blocks.*.attention": LORA}, lora_all={"blocks": LORA}, tokens_per_step=LLAMA_BATCH * LLAMA_SEQ,
+               jax_port=True),
     # Library models as users have them (random init): compile time is what these rows are for.
     BenchModel("tv-mobilenetv2", "torchvision MobileNetV2, 96 px, batch 8", _seeded(_torchvision_mobilenet),
                _images(8, 96, 10), "cross_entropy", MOMENTUM_SGD,
@@ -218,7 +220,7 @@ MODELS = {m.name: m for m in (
                _seeded(_tiny_llama), _tokens(TINY_LLAMA_BATCH, TINY_LLAMA_SEQ, TINY_LLAMA_VOCAB, "tokens"), _token_loss,
                ADAMW, {"preset": "transformer-last-1", "tokens": "frozen", "blocks.0": "frozen"},
                lora={"blocks.*.attention": LORA}, lora_all={"blocks": LORA},
-               tokens_per_step=TINY_LLAMA_BATCH * TINY_LLAMA_SEQ),
+               tokens_per_step=TINY_LLAMA_BATCH * TINY_LLAMA_SEQ, jax_port=True),
 )}
 QUICK_MODELS = ("mlp",)
 # PockEngine's comparison (its Table 4): sparse BP against LoRA, each also over an int8 frozen base

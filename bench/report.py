@@ -12,6 +12,7 @@ SYSTEM_TITLES = {
     "eager": "PyTorch eager",
     "torch.compile": "torch.compile",
     "ort-training": "ONNX Runtime training",
+    "jax": "JAX jit",
     "pock-mlir": "pock-mlir",
     "pock-mlir-deployed": "pock-mlir, deployed bundle (no torch)",
     "pock-mlir-no-reorder": "pock-mlir, no reorder-updates",
@@ -19,7 +20,7 @@ SYSTEM_TITLES = {
 }
 CNNS_AND_TRANSFORMERS = ("mobilenetv2", "resnet18", "bert", "llama")
 SPARSE_VS_EAGER_4X = ("mobilenetv2", "bert")
-PEERS = ("eager", "torch.compile", "ort-training")  # the systems an edge user would otherwise pick
+PEERS = ("eager", "torch.compile", "ort-training", "jax")  # the systems an edge user would otherwise pick
 
 
 def _find(rows, model, scheme, system):
@@ -92,6 +93,12 @@ def check_targets(rows: list[dict], peak_gflops: float | None) -> list[tuple[str
             seconds = (pock_full or {}).get("compile_s")
             checks.append((target, None, "not measured", "", "") if seconds is None else
                           (target, seconds <= limit, f"{seconds:.1f} s", "", ""))
+        for scheme in ("full", "sparse"):
+            ort, deployed = _find(rows, model, scheme, "ort-training"), _find(rows, model, scheme, "pock-mlir-deployed")
+            if ort and deployed:
+                value = deployed["peak_mb"] / ort["peak_mb"]
+                checks.append((f"{model}: pock-mlir's deployed trainer ({scheme}) below ONNX Runtime's peak memory",
+                               value < 1.0, f"{value:.2f}x", "", ""))
         target = f"{model}: pock-mlir sparse peak memory <= 0.5x PyTorch eager full BP"
         if eager_full and pock_sparse:
             value = pock_sparse["peak_mb"] / eager_full["peak_mb"]
@@ -135,6 +142,17 @@ def _ort_note(rows) -> str:
             f"and onnxruntime.{optimizer}")
 
 
+def _jax_note(rows) -> str:
+    """How the JAX rows were made, when there are any."""
+    jax = [r for r in rows if r["system"] == "jax" and r["status"] == "ok"]
+    if not jax:
+        return ""
+    return (f" JAX (jax {jax[0]['jax']}, {jax[0]['jax_device']}), on the LLaMA-like decoders only: a port of the model "
+            "(bench/jax_child.py) with the PyTorch model's weights, its step one jax.jit function (loss, gradients of "
+            "the trained parameters, torch.optim's update) with the trained parameters and optimizer state donated; "
+            "its compile s is the first step's; timed in a process that never imports torch.")
+
+
 def _deployed_note(rows) -> str:
     """How the deployed pock-mlir rows were made, when there are any."""
     if not any(r["system"] == "pock-mlir-deployed" and r["status"] == "ok" for r in rows):
@@ -161,7 +179,7 @@ def write_markdown(results: dict, path: Path) -> None:
         "step needs). Peak memory: the child process's peak resident set during the timed steps minus its resident "
         "set after the shared imports (torch, numpy, IREE runtime, pock_mlir); each system runs in its own process. "
         "pock-mlir's Trainer keeps the memory a step frees mapped (pock_mlir/runtime/memory.py); PyTorch runs with "
-        f"glibc's defaults.{_ort_note(results['rows'])}{_deployed_note(results['rows'])} "
+        f"glibc's defaults.{_ort_note(results['rows'])}{_jax_note(results['rows'])}{_deployed_note(results['rows'])} "
         "Trained values: the parameter elements the scheme updates (pock-mlir counts a channel-sparse tensor's "
         "trained rows; PyTorch and ONNX Runtime update such a tensor whole). Loss: the last step's. GFLOP/s: the "
         "FLOPs of PyTorch's autograd step (FlopCounterMode) over the step "

@@ -63,8 +63,9 @@ def _normalize_arch(machine: str) -> str:
 
 
 # Flags every CPU target shares: im2col for convolutions measured faster forward here
-# (python -m bench.iree_study convs; pock_mlir/tuning/host.json).
-_CPU_COMMON = ("--iree-global-opt-use-im2col-for-convs",)
+# (python -m bench.iree_study convs; pock_mlir/tuning/host.json); no DWARF in the kernels, which
+# nothing on a device reads and which cost compile time and about a quarter of a module's bytes.
+_CPU_COMMON = ("--iree-global-opt-use-im2col-for-convs", "--iree-llvmcpu-debug-symbols=false")
 # Per program, where pock-backend-switch chooses it (TrainingProgram.iree_flags): IREE's data
 # tiling through the global-optimization phase. Its default path (--iree-opt-data-tiling) fails
 # in IREE 3.13 on bool tensors passed between dispatches, e.g. attention's masked-row guard.

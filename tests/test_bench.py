@@ -106,6 +106,23 @@ def test_targets_say_what_rate_each_speedup_takes():
     rows.append(row("full", "ort-training", 50.0))
     checks = {target.split(": ", 1)[1]: rest for target, *rest in check_targets(rows, peak_gflops=100.0)}
     assert checks["pock-mlir full BP faster than the fastest peer (ONNX Runtime training)"][:2] == [False, "0.62x"]
+    rows.append(row("full", "jax", 40.0))
+    checks = {target.split(": ", 1)[1]: rest for target, *rest in check_targets(rows, peak_gflops=100.0)}
+    assert checks["pock-mlir full BP faster than the fastest peer (JAX jit)"][:2] == [False, "0.50x"]
+
+
+def test_the_deployed_trainer_is_held_below_onnx_runtime_memory():
+    from bench.report import check_targets
+
+    def row(scheme, system, mb):
+        return {"model": "kws", "scheme": scheme, "system": system, "status": "ok", "step_ms": 1.0,
+                "step_ms_min": 1.0, "peak_mb": mb}
+
+    rows = [row("full", "ort-training", 20.0), row("full", "pock-mlir-deployed", 15.0),
+            row("sparse", "ort-training", 10.0), row("sparse", "pock-mlir-deployed", 12.0)]
+    checks = {target.split(": ", 1)[1]: rest for target, *rest in check_targets(rows, peak_gflops=None)}
+    assert checks["pock-mlir's deployed trainer (full) below ONNX Runtime's peak memory"] == [True, "0.75x", "", ""]
+    assert checks["pock-mlir's deployed trainer (sparse) below ONNX Runtime's peak memory"] == [False, "1.20x", "", ""]
 
 
 def test_the_report_says_how_the_onnx_runtime_rows_were_made(tmp_path):

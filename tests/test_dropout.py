@@ -46,7 +46,8 @@ def within(observed, expected, n, what):
 def dropouts():
     model = Dropouts()
     x = torch.ones(SHAPE)
-    program = pock.compile_training(model, x, torch.zeros(3 * SHAPE[0], SHAPE[1]), loss="mse")
+    program = pock.compile_training(model, x, torch.zeros(3 * SHAPE[0], SHAPE[1]), loss="mse",
+                                    functions="all")  # one IREE module for the steps and gradients the tests take
     trainer = program.trainer()
 
     def masks(seed):

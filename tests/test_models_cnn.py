@@ -59,7 +59,9 @@ def compiled(request):
     model = MODELS[request.param]()
     before = buffers_of(model)
     x, y = batch()
-    program = pock.compile_training(model, x, y, optimizer=OPTIMIZER)
+    # functions="all": one IREE module for the step and the gradients (a module of their own would
+    # compile the backward a second time)
+    program = pock.compile_training(model, x, y, optimizer=OPTIMIZER, functions="all")
     return request.param, model, before, program
 
 
@@ -112,7 +114,8 @@ def test_strided_pointwise_convs_are_right_without_measurements():
     # under the im2col flag every CPU target has (evaluate off by 0.15); pock-backend-switch emits
     # it as im2col + matmul, also where no tuning table chooses forms (pock_mlir/tuning).
     model, (x, y) = resnet(), batch()
-    program = pock.compile_training(model, x, y, optimizer=OPTIMIZER, target="x86-64")
+    program = pock.compile_training(model, x, y, optimizer=OPTIMIZER, target="x86-64", functions=())
+    program.module(("evaluate",))  # a module of evaluate alone: the forward is what this checks
     assert "im2col   convolution dense 1x1/s2" in program.backend_report("evaluate")
     np.testing.assert_allclose(program.trainer().evaluate(x), copy.deepcopy(model)(x).detach().numpy(),
                                rtol=1e-4, atol=1e-5)

@@ -90,7 +90,10 @@ def compiled(request):
     case = CASES[request.param]
     model = case.make()
     x, y = batch(*case.batch)
-    program = pock.compile_training(model, x, y, loss="cross_entropy", optimizer=case.optimizer, sparse=case.sparse)
+    # functions="all": one IREE module for the step and the gradients (a module of their own would
+    # compile the backward a second time)
+    program = pock.compile_training(model, x, y, loss="cross_entropy", optimizer=case.optimizer, sparse=case.sparse,
+                                    functions="all")
     return model, case.optimizer, case.rows, (x, y), program
 
 

@@ -111,7 +111,8 @@ def test_target_flags():
     assert resolve_target("x86-64:generic").compile_flags() == [
         "--iree-hal-target-device=local", "--iree-hal-local-target-device-backends=llvm-cpu",
         "--iree-llvmcpu-target-triple=x86_64-unknown-linux-gnu", "--iree-llvmcpu-target-cpu=generic",
-        "--iree-global-opt-use-im2col-for-convs", "--iree-torch-externalize-transients"]
+        "--iree-global-opt-use-im2col-for-convs", "--iree-llvmcpu-debug-symbols=false",
+        "--iree-torch-externalize-transients"]
     assert "--iree-llvmcpu-target-cpu-features=+dotprod,+sve" in resolve_target("aarch64:+dotprod,+sve").compile_flags()
     assert resolve_target("vulkan").compile_flags() == ["--iree-hal-target-device=vulkan",
                                                        "--iree-vulkan-target=vp_android_baseline_2022",
@@ -132,6 +133,12 @@ def test_bad_target_names_say_what_is_accepted(spec, message):
 
 def test_portable_x86_64_matches_host(programs, batch, host_results):
     assert_same_results(trajectory(programs("x86-64:generic").trainer(), batch), host_results)
+
+
+def test_cpu_modules_carry_no_debug_information(programs):
+    for target in ("host", "x86-64:generic"):
+        vmfb = next(iter(programs(target).modules.values())).vmfb
+        assert b".debug_info" not in vmfb and b".debug_line" not in vmfb, target
 
 
 def test_vulkan_on_lavapipe_matches_host(programs, bundles, batch, host_results):
@@ -161,7 +168,8 @@ def test_example_model_on_vulkan_at_its_own_batch_matches_pytorch(name):
 
     model, inputs, target, loss, _ = pock_compile.load_model_file(str(REPO / "examples" / name))
     optimizer = pock.SGD(lr=0.1, momentum=0.9)
-    trainer = pock.compile_training(model, inputs, target, loss=loss, optimizer=optimizer, target="vulkan").trainer()
+    trainer = pock.compile_training(model, inputs, target, loss=loss, optimizer=optimizer, target="vulkan",
+                                    functions="all").trainer()  # one module for the gradients and steps
     want_loss, want_grads = torch_gradients(model, inputs, target, loss)
     got_loss, got_grads = trainer.gradients(inputs, target)
     assert got_loss == pytest.approx(want_loss, rel=1e-4)
