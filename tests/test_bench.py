@@ -231,19 +231,16 @@ def test_the_deployed_row_trains_the_bundle_without_torch(tmp_path):
     """pock-mlir-deployed: the pock-mlir row's compilation writes a bundle, which a torch-free
     process trains; its loss after the warm-up, the round's untimed step and one timed step is
     torch.optim's fourth."""
-    from bench.__main__ import TrainingChild, run_child
+    from bench.__main__ import run_child
     from bench.models import MODELS
     from oracle import torch_trajectory
+    from test_bench_ort import torch_free_round
 
     common = {"model": "mlp", "scheme": "full", "warmup": 2, "steps": 1}
     compiled = run_child({**common, "task": "pock-compile", "program": str(tmp_path / "mlp.pickle"),
                           "iree_flags": [], "bundle": str(tmp_path / "bundle")}, timeout=600)
     assert compiled["status"] == "ok", compiled["status"]
-    child = TrainingChild({**common, "task": "pock-deployed", "bundle": str(tmp_path / "bundle")}, timeout=300)
-    child.round()
-    row = child.finish()
-    assert row["status"] == "ok", row["status"]
-    assert row["torch_loaded"] is False
+    row = torch_free_round({**common, "task": "pock-deployed", "bundle": str(tmp_path / "bundle")}, timeout=300)
     model_def = MODELS["mlp"]
     (inputs,), target = model_def.batch()
     losses, _ = torch_trajectory(model_def.build(), inputs, target, model_def.optimizer, 4)

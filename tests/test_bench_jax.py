@@ -4,9 +4,10 @@ torch.optim.AdamW on the same weights, batch and trained parameters."""
 
 import pytest
 
-from bench.__main__ import TrainingChild, run_child
+from bench.__main__ import run_child
 from bench.models import MODELS, scheme_spec, trainable_names
 from oracle import torch_trajectory
+from test_bench_ort import torch_free_round
 
 MODEL = "tiny-llama"
 WARMUP, STEPS = 1, 2  # with the round's untimed step, the reported loss is the 4th step's
@@ -18,11 +19,7 @@ def test_jax_port_trains_the_decoder_like_torch_without_torch(scheme, tmp_path):
     common = {"model": MODEL, "scheme": scheme, "warmup": WARMUP, "steps": STEPS}
     exported = run_child({**common, "task": "jax-export", "artifacts": str(tmp_path / "jax")}, timeout=120)
     assert exported["status"] == "ok", exported["status"]
-    child = TrainingChild({**common, "task": "jax-run", "artifacts": str(tmp_path / "jax")}, timeout=180)
-    child.round()
-    trained = child.finish()
-    assert trained["status"] == "ok", trained["status"]
-    assert trained["torch_loaded"] is False
+    trained = torch_free_round({**common, "task": "jax-run", "artifacts": str(tmp_path / "jax")}, timeout=180)
     assert trained["steps"] == STEPS and trained["step_ms"] > 0 and trained["peak_mb"] > 0
 
     model_def = MODELS[MODEL]

@@ -23,18 +23,24 @@ def torch_sgd_losses(scheme: str, steps: int) -> tuple[list[float], int]:
     return losses, sum(p.numel() for name, p in module.named_parameters() if name in trainable)
 
 
+def torch_free_round(spec: dict, timeout: float) -> dict:
+    """The row of a child that must run without torch, after one round of timed steps."""
+    child = TrainingChild(spec, timeout=timeout)
+    child.round()
+    row = child.finish()
+    assert row["status"] == "ok", row["status"]
+    assert row["torch_loaded"] is False
+    return row
+
+
 @pytest.mark.parametrize("scheme", ["full", "sparse"])
 def test_ort_trains_the_mlp_like_torch_sgd_without_torch(scheme, tmp_path):
     common = {"model": "mlp", "scheme": scheme, "warmup": WARMUP, "steps": STEPS}
     exported = run_child({**common, "task": "ort-export", "artifacts": str(tmp_path / "mlp")}, timeout=120)
     assert exported["status"] == "ok", exported["status"]
     assert "momentum" in exported["optimizer_differs"]  # the MLP's optimizer is momentum SGD: the report says so
-    child = TrainingChild({**common, "task": "ort-run", "artifacts": str(tmp_path / "mlp"),
-                           "learning_rate": exported["learning_rate"]}, timeout=120)
-    child.round()
-    trained = child.finish()
-    assert trained["status"] == "ok", trained["status"]
-    assert trained["torch_loaded"] is False
+    trained = torch_free_round({**common, "task": "ort-run", "artifacts": str(tmp_path / "mlp"),
+                                "learning_rate": exported["learning_rate"]}, timeout=120)
     assert trained["steps"] == STEPS and trained["step_ms"] > 0 and trained["peak_mb"] > 0
 
     losses, trainable = torch_sgd_losses(scheme, WARMUP + 1 + STEPS)

@@ -211,7 +211,10 @@ def main(argv=None):
     results = in_table_order(results, searched, prefix="pock ")
 
     prompt = "Return a new "
-    program_before = pock.compile_training(copy.deepcopy(base), *train_batches[0], loss=token_cross_entropy)
+    # the base model's forward alone: a module of evaluate, without the step the completion never takes
+    program_before = pock.compile_training(copy.deepcopy(base), *train_batches[0], loss=token_cross_entropy,
+                                           functions=())
+    program_before.module(("evaluate",))
     samples = {"before": greedy_completion(program_before.trainer().evaluate, prompt, (batch, cfg.max_len), 40),
                "after": greedy_completion(trainers["pock sparse preset (last 2 blocks)"].evaluate, prompt,
                                           (batch, cfg.max_len), 40)}
