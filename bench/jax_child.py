@@ -4,7 +4,7 @@ bench/child.py's "jax-export" task wrote in spec["artifacts"] (the model's confi
 PyTorch names, which parameters the scheme trains, the batch) and speaks the protocol of
 bench/child.py. The port is the model written in jax.numpy as its PyTorch forward reads; a step
 is one `jax.jit` function (loss, gradients of the trained parameters, the optimizer as
-torch.optim computes it) whose trained parameters and optimizer state are donated, so XLA
+torch.optim.AdamW computes it) whose trained parameters and optimizer state are donated, so XLA
 updates them in place. Peak memory is over the resident set after importing numpy and jax.
 """
 
@@ -94,27 +94,10 @@ def adamw(optimizer):
     return init, update
 
 
-def sgd(optimizer):
-    """torch.optim.SGD's update with momentum (no dampening, weight decay or Nesterov)."""
-    lr, momentum = optimizer["lr"], optimizer["momentum"]
-
-    def init(params):
-        return {name: jnp.zeros_like(value) for name, value in params.items()}
-
-    def update(params, grads, state):
-        buffers = {n: momentum * state[n] + g for n, g in grads.items()}  # the first step's buffer is the gradient
-        return {n: p - lr * buffers[n] for n, p in params.items()}, buffers
-
-    return init, update
-
-
-OPTIMIZERS = {"adamw": adamw, "sgd": sgd}
-
-
 def train_step(config, optimizer):
     """The jitted step: (trained, state, frozen, ids, target) -> (trained, state, loss), its first
     two arguments donated."""
-    init, update = OPTIMIZERS[optimizer["kind"]](optimizer)
+    init, update = adamw(optimizer)
 
     def step(trained, state, frozen, ids, target):
         def loss_of(trained):
