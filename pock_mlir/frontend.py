@@ -9,9 +9,10 @@ the model and the loss see the dtypes the user gave, as in eager PyTorch.
 
 Buffers the forward pass updates in place (BatchNorm running statistics and batch counts in
 train mode) are found by running the model once on copies of its buffers; `forward_loss`
-returns their new values after the loss, in `ImportedModel.updated_buffers` order. `evaluate`
-runs the model in the mode it had when compiled (train-mode BatchNorm normalizes with the
-batch's statistics) and discards buffer updates.
+returns their new values after the loss, in `ImportedModel.updated_buffers` order, and the
+model's (selected) output last. `evaluate` calls it on a zero target and returns that output, so
+one export serves both: it runs the model in the mode it had when compiled (train-mode BatchNorm
+normalizes with the batch's statistics) and discards the loss and the buffer updates.
 
 Dropout in training mode stays on and is reproducible: when the model draws dropout masks, its
 functions take one more input after the model's own, `seed` (an int32 scalar), and the model
@@ -214,34 +215,45 @@ def _widened(values, dtypes) -> tuple:
 
 
 class _ForwardLoss(torch.nn.Module):
-    """(loss, new values of the updated buffers...) from (params..., buffers..., inputs..., target)."""
+    """(loss, new values of the updated buffers..., evaluate's output) from (params..., buffers...,
+    inputs..., target). One export serves the step and evaluate: exporting and decomposing are most
+    of the frontend's time, and evaluate's forward is the step's."""
 
-    def __init__(self, model, names, updated, dtypes, seeded, rewrites, loss_fn):
+    def __init__(self, model, names, updated, dtypes, seeded, rewrites, loss_fn, selector):
         super().__init__()
         _hold_outside_module_tree(self, model)
         self.names, self.updated, self.dtypes, self.seeded, self.loss_fn = names, updated, dtypes, seeded, loss_fn
-        self.rewrites = rewrites
+        self.rewrites, self.selector = rewrites, selector
 
     def forward(self, *args):
         n = len(self.names)
         state = _state_with_copies(self.names, args[:n], self.updated)
         *inputs, target = _widened(args[n:], self.dtypes)
         output = _call_model(self.model, state, tuple(inputs), self.seeded, self.rewrites)
-        return (self.loss_fn(output, target), *(state[name] for name in self.updated))
+        return (self.loss_fn(output, target), *(state[name] for name in self.updated),
+                select_output(output, self.selector))
 
 
-class _Forward(torch.nn.Module):
-    def __init__(self, model, names, updated, dtypes, seeded, rewrites, selector):
-        super().__init__()
-        _hold_outside_module_tree(self, model)
-        self.names, self.updated, self.dtypes, self.seeded, self.selector = names, updated, dtypes, seeded, selector
-        self.rewrites = rewrites
+def _add_evaluate(module: ir.Module) -> None:
+    """evaluate(params..., buffers..., inputs...) -> the selected output: forward_loss on a zero
+    target, its last result. The loss and buffer updates it drops are dead once inlined (pock-dce)."""
+    from torch_mlir.dialects import func
 
-    def forward(self, *args):
-        n = len(self.names)
-        output = _call_model(self.model, _state_with_copies(self.names, args[:n], self.updated),
-                             _widened(args[n:], self.dtypes), self.seeded, self.rewrites)
-        return select_output(output, self.selector)
+    from pock_mlir.torch_builder import TorchBuilder
+
+    forward_loss = next(op for op in module.body.operations if op.operation.name == "func.func"
+                        and ir.StringAttr(op.attributes["sym_name"]).value == "forward_loss")
+    arguments = list(forward_loss.regions[0].blocks[0].arguments)
+    loc = ir.Location.name("evaluate")
+    with loc, ir.InsertionPoint(module.body):
+        evaluate = func.FuncOp("evaluate", ([a.type for a in arguments[:-1]],
+                                            [ir.FunctionType(forward_loss.type).results[-1]]))
+        block = evaluate.add_entry_block()
+    with loc, ir.InsertionPoint(block) as ip:
+        target = TorchBuilder.type_of(arguments[-1])
+        zeros = TorchBuilder(ip, loc).full(target.shape, 0, target.dtype)
+        results = func.CallOp(forward_loss, [*block.arguments, zeros]).results
+        func.ReturnOp([results[-1]])
 
 
 def _split_into_slices(x, split_sizes, dim=0):
@@ -370,14 +382,12 @@ def import_model(model: torch.nn.Module, example_inputs, example_target, loss, c
 
     dtypes = [t.dtype for t in user_inputs] + ([torch.int32] if seeded else [])
     timings: dict[str, float] = {}
-    forward_loss = _export(_ForwardLoss(model, names, updated, dtypes + [user_target.dtype], seeded, rewrites, loss_fn),
-                           state + inputs + (target,), "forward and loss", timings)
-    forward = _export(_Forward(model, names, updated, dtypes, seeded, rewrites, output_selector), state + inputs,
-                      "forward pass", timings)
+    forward_loss = _export(_ForwardLoss(model, names, updated, dtypes + [user_target.dtype], seeded, rewrites, loss_fn,
+                                        output_selector), state + inputs + (target,), "forward and loss", timings)
     start = time.perf_counter()
     importer = FxImporter(context=context)
     importer.import_frozen_program(forward_loss, func_name="forward_loss")
-    importer.import_frozen_program(forward, func_name="evaluate")
+    _add_evaluate(importer.module)
     timings["FX import into MLIR"] = time.perf_counter() - start
     return ImportedModel(
         module=importer.module,

@@ -49,9 +49,10 @@ def _grads(signature: StepSignature, loss, marked, ip, loc):
 
 
 def _call_forward_loss(forward_loss, params, buffers, batch, ip):
-    """(loss, [updated buffers...]); batch: the inputs, then the target."""
+    """(loss, [updated buffers...]); batch: the inputs, then the target. (Its last result,
+    evaluate's output, is dead code here.)"""
     results = func.CallOp(forward_loss, list(params) + list(buffers) + list(batch), ip=ip).results
-    return results[0], list(results[1:])
+    return results[0], list(results[1:-1])
 
 
 def build_training_functions(imported: ImportedModel, optimizer, policies: dict[str, Policy],

@@ -11,6 +11,8 @@ union of the clients' data for as many epochs as a client trains in all. "sparse
 tensors the scheme trains; "full" every parameter. Accuracy is on the vision task's test split,
 after every round (the server's evaluation) or epoch (centralised). Writes JSON and a Markdown
 table; deterministic data and splits for a seed (FedAvg's timing is not, nor its float sums).
+--quick (2 clients, 2 rounds) trains the sparse scheme alone: the full one takes the same path with
+a larger bundle, and would double the smoke run.
 
     python examples/quality/federated.py [--quick] [--out examples/quality/results] [--work DIR]
 """
@@ -41,11 +43,12 @@ from examples.quality.vision import BATCH, SCHEMES, fresh_head, images, pretrain
 CLIENTS = 4
 SHARDS_PER_CLIENT = 2
 COMPARED = {"sparse": "sparse preset", "full": "full"}  # this script's name -> the vision scheme
+QUICK_COMPARED = ("sparse",)
 
 
-def learning_rates() -> dict[str, float]:
+def learning_rates(names) -> dict[str, float]:
     chosen = json.loads((RESULTS / "vision.json").read_text())["results"]
-    return {name: chosen[scheme]["lr"] for name, scheme in COMPARED.items()}
+    return {name: chosen[COMPARED[name]]["lr"] for name in names}
 
 
 def label_shards(y: np.ndarray, clients: int, seed: int) -> list[np.ndarray]:
@@ -108,28 +111,28 @@ def centralised(bundle: Path, data: dict, epochs: int, seed: int) -> list[float]
 
 
 def markdown(results: dict) -> str:
-    rounds = results["rounds"]
+    rounds, compared = results["rounds"], list(results["federated"])
     rows = ["| scheme | training | tensors sent | bytes per round (to clients + from clients) | "
             f"test accuracy after {rounds} rounds (epochs) |",
             "| --- | --- | ---: | ---: | ---: |"]
-    for name in COMPARED:
+    for name in compared:
         run = results["federated"][name]
         last = run["rounds"][-1]
         per_round = last["bytes_to_clients"] + last["bytes_from_clients"]
         rows.append(f"| {name} | FedAvg, {results['clients']} clients | {run['wire_tensors']} of "
                     f"{results['parameters']} | {per_round:,} | {last['val_accuracy']:.3f} |")
-    for name in COMPARED:
+    for name in compared:
         rows.append(f"| {name} | centralised, union of the data | - | - | {results['centralised'][name][-1]:.3f} |")
-    rows += ["", "| round | " + " | ".join(f"{name} FedAvg | {name} bytes" for name in COMPARED) + " | "
-             + " | ".join(f"{name} centralised" for name in COMPARED) + " |",
-             "| ---: |" + " ---: |" * (3 * len(COMPARED))]
+    rows += ["", "| round | " + " | ".join(f"{name} FedAvg | {name} bytes" for name in compared) + " | "
+             + " | ".join(f"{name} centralised" for name in compared) + " |",
+             "| ---: |" + " ---: |" * (3 * len(compared))]
     for r in range(rounds + 1):
         cells = []
-        for name in COMPARED:
+        for name in compared:
             row = results["federated"][name]["rounds"][r]
             cells += [f"{row['val_accuracy']:.3f}", f"{row['bytes_to_clients'] + row['bytes_from_clients']:,}" if r else "-"]
         epoch = r * results["local_epochs"]  # as many as a client has trained after round r
-        cells += [f"{results['centralised'][name][epoch - 1]:.3f}" if r else "-" for name in COMPARED]
+        cells += [f"{results['centralised'][name][epoch - 1]:.3f}" if r else "-" for name in compared]
         rows.append(f"| {r} | " + " | ".join(cells) + " |")
     return "\n".join(rows)
 
@@ -151,10 +154,11 @@ def main(argv=None):
         pretrain(args.seed, pretrain_epochs, work / "pretrained.pt")
         files, test, data = write_data(work, clients, args.seed)
         x, y = data["train"]
-        lrs = learning_rates()
-        bundles = {name: compile_bundle(name, lrs[name], work / "pretrained.pt", args.seed, x, y, work)
-                   for name in COMPARED}
-        parameters = len(json.loads((bundles["full"] / "manifest.json").read_text())["params"])
+        lrs = learning_rates(QUICK_COMPARED if args.quick else COMPARED)
+        bundles = {name: compile_bundle(name, lr, work / "pretrained.pt", args.seed, x, y, work)
+                   for name, lr in lrs.items()}
+        # every parameter, trained or frozen (the manifest lists them all)
+        parameters = len(json.loads((bundles["sparse"] / "manifest.json").read_text())["params"])
         results = {"seed": args.seed, "clients": clients, "rounds": rounds, "local_epochs": epochs,
                    "learning_rates": lrs, "parameters": parameters, "federated": {}, "centralised": {}}
         for name, bundle in bundles.items():
