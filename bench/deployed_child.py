@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import sys
+from pathlib import Path
 
 from bench.protocol import block_torch, print_result, timed_rounds, torch_loaded
 
@@ -17,16 +18,14 @@ block_torch()  # before anything else is imported: this process must run without
 import numpy as np  # noqa: E402
 
 from bench.memory import rss_kb  # noqa: E402
-from pock_mlir.bundle import load_bundle  # noqa: E402
 from pock_mlir.runtime import Trainer  # noqa: E402
 
 
 def run_deployed(spec) -> dict:
-    bundle = load_bundle(spec["bundle"])
-    batch = bundle.path / "args" / "batch"
-    inputs = [np.load(batch / f"{input.name}.npy") for input in bundle.signature.model_inputs]
+    trainer = Trainer.from_bundle(spec["bundle"])  # as a device loads it: the bundle's host copies go
+    batch = Path(spec["bundle"]) / "args" / "batch"
+    inputs = [np.load(batch / f"{input.name}.npy") for input in trainer.signature.model_inputs]
     target = np.load(batch / "target.npy")
-    trainer = Trainer.from_bundle(bundle)
     result = timed_rounds(lambda: trainer.step(inputs, target), spec)
     return {**result, "torch_loaded": torch_loaded()}
 

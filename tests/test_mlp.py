@@ -87,6 +87,22 @@ def test_mse_loss_and_numpy_inputs():
         assert_close_to_norm(grads[name], want[name], 1e-4, name)
 
 
+def function_text(module: str, name: str) -> str:
+    start = module.index(f"func.func @{name}(")
+    end = module.find("\n  func.func ", start)
+    return module[start:end if end >= 0 else None]
+
+
+def test_evaluate_is_the_step_forward_without_the_loss(compiled):
+    """One export serves both: evaluate calls forward_loss on a zero target, and by the lowered
+    stage nothing of the loss (nor the zero target) is left in it."""
+    _, _, program = compiled
+    assert "call @forward_loss" in function_text(program.ir("imported"), "evaluate")
+    evaluate = function_text(program.ir("lowered"), "evaluate")
+    assert re.search(r"torch\.aten\.(linear|mm|addmm|matmul)\b", evaluate), evaluate  # the model's forward
+    assert not re.findall(r"torch\.aten\.(_log_softmax|nll_loss\w*|full)\b", evaluate), evaluate
+
+
 def test_ir_stages_are_inspectable(compiled):
     _, _, program = compiled
     assert "func.func @forward_loss" in program.ir("imported")

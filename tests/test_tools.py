@@ -2,6 +2,7 @@
 pock-opt's start-up without PyTorch."""
 
 import importlib.util
+import inspect
 import json
 import os
 import pty
@@ -106,6 +107,34 @@ def test_run_step_script_matches_the_python_runtime(bundle, example, tmp_path):
                                    optimizer[f"{name}.momentum_buffer"], rtol=1e-6, atol=1e-7)
     assert not (tmp_path / "out" / "params" / "0.weight.npy").exists()  # frozen: an argument only
     assert float(np.load(tmp_path / "out" / "optimizer" / "step.npy")) == 1
+
+
+def host_arrays(root) -> list[np.ndarray]:
+    """The numpy arrays reachable from `root` through containers, bound methods and pock_mlir's objects."""
+    seen, found, todo = set(), [], [root]
+    while todo:
+        obj = todo.pop()
+        if id(obj) in seen:
+            continue
+        seen.add(id(obj))
+        if isinstance(obj, np.ndarray):
+            found.append(obj)
+        elif isinstance(obj, dict):
+            todo += [*obj.keys(), *obj.values()]
+        elif isinstance(obj, (list, tuple, set, frozenset)):
+            todo += list(obj)
+        elif inspect.ismethod(obj):
+            todo.append(obj.__self__)
+        elif type(obj).__module__.startswith("pock_mlir") and hasattr(obj, "__dict__"):
+            todo += list(vars(obj).values())
+    return found
+
+
+def test_a_trainer_from_a_bundle_holds_no_host_copy_of_its_tensors(bundle, example):
+    """Its parameters and optimizer state live on the device; the bundle's host copies are freed."""
+    trainer = Trainer.from_bundle(bundle)
+    trainer.step(*example.example_batch())
+    assert not host_arrays(trainer), [a.shape for a in host_arrays(trainer)]
 
 
 def torch_accuracy(model, x, y, batch):

@@ -92,7 +92,9 @@ class Trainer:
         self.device_name = device or program.target.device
         program.target.check_runtime(self.device_name)
         self._config = rt.Config(self.device_name)
-        self._program = program
+        # Only the modules: a bundle's host copies of its tensors are not held once uploaded.
+        self._modules = program.modules  # compiled, by functions (a bundle's one module holds every function)
+        self._compile = getattr(program, "module", None)  # a TrainingProgram compiles the rest on first call
         self._workspace = Workspace(self._config.device)
         self._loaded: dict[str, ModuleFunctions] = {}  # by function: the loaded module that holds it
         sig = self.signature
@@ -121,11 +123,11 @@ class Trainer:
         loaded = self._loaded.get(function)  # a step looks its module up here: a dict, not a search
         if loaded is not None:
             return loaded
-        compiled = next((m for m in self._program.modules.values() if function in m.functions), None)
+        compiled = next((m for m in self._modules.values() if function in m.functions), None)
         if compiled is None:
             if not compile:
                 return None
-            compiled = self._program.module(trainer_module(function))
+            compiled = self._compile(trainer_module(function))
         context = rt.SystemContext(config=self._config)  # one per module: each is named "module"
         try:
             context.add_vm_module(rt.VmModule.copy_buffer(self._config.vm_instance, compiled.vmfb))
@@ -148,10 +150,14 @@ class Trainer:
         the bundle's parameters and optimizer state; raises BundleError or TargetError when it cannot run here."""
         from pock_mlir.bundle import Bundle, load_bundle
 
-        if not isinstance(bundle, Bundle):
+        loaded_here = not isinstance(bundle, Bundle)
+        if loaded_here:
             bundle = load_bundle(bundle)
         trainer = cls(bundle, device, on_nonfinite=on_nonfinite)
         trainer.load_optimizer_state(bundle.optimizer_state)
+        if loaded_here:  # its host copies of the parameters and optimizer state are on the device now
+            del bundle
+            release_freed_memory()
         return trainer
 
     @property
