@@ -42,3 +42,8 @@ def functions(module: ir.Operation):
     for op in module.regions[0].blocks[0].operations:
         if op.operation.name == "func.func":
             yield op
+
+
+def function_named(module: ir.Operation, name: str):
+    """The module's func.func called `name`."""
+    return next(f for f in functions(module) if ir.StringAttr(f.attributes["sym_name"]).value == name)

@@ -239,10 +239,10 @@ def _add_evaluate(module: ir.Module) -> None:
     target, its last result. The loss and buffer updates it drops are dead once inlined (pock-dce)."""
     from torch_mlir.dialects import func
 
+    from pock_mlir.passes.base import function_named
     from pock_mlir.torch_builder import TorchBuilder
 
-    forward_loss = next(op for op in module.body.operations if op.operation.name == "func.func"
-                        and ir.StringAttr(op.attributes["sym_name"]).value == "forward_loss")
+    forward_loss = function_named(module.operation, "forward_loss")
     arguments = list(forward_loss.regions[0].blocks[0].arguments)
     loc = ir.Location.name("evaluate")
     with loc, ir.InsertionPoint(module.body):

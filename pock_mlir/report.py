@@ -23,6 +23,7 @@ from pock_mlir.cost import BackwardCost, GradientShares, ancestors, backward_cos
 from pock_mlir.dialects.pock import GradOp
 from pock_mlir.op_facts import param_name
 from pock_mlir.passes import run_pipeline
+from pock_mlir.passes.base import function_named
 from pock_mlir.stages import STAGE_PIPELINES
 from pock_mlir.torch_types import tensor_type_of
 
@@ -84,7 +85,7 @@ def _gradient_function(module: ir.Module, name: str, full: bool) -> None:
         if op.operation.name == "func.func" and ir.StringAttr(op.attributes["sym_name"]).value != name \
                 and "sym_visibility" not in op.attributes:
             op.operation.erase()
-    target = next(op for op in module.body.operations if ir.StringAttr(op.attributes["sym_name"]).value == name)
+    target = function_named(module.operation, name)
     block = target.regions[0].blocks[0]
     grads = [op.operation for op in block.operations if op.operation.name == "pock.grad"]
     params = [op.operation for op in block.operations if op.operation.name == "pock.param"]
@@ -108,7 +109,7 @@ def _backward(text: str, function: str, full: bool, measure):
         module = ir.Module.parse(text)
         _gradient_function(module, function, full)
         run_pipeline(module, f"{STAGE_PIPELINES['autodiff']},{STAGE_PIPELINES['sparse']}")
-        target = next(op for op in module.body.operations if ir.StringAttr(op.attributes["sym_name"]).value == function)
+        target = function_named(module.operation, function)
         return measure(target)
 
 

@@ -14,6 +14,7 @@ from torch_mlir.dialects import func
 from pock_mlir.abi import Policy, Slot, StepSignature, TensorSpec, layout
 from pock_mlir.dialects.pock import ChannelSliceOp, ChannelUpdateOp, GradOp, ParamOp
 from pock_mlir.frontend import ImportedModel
+from pock_mlir.passes.base import function_named
 from pock_mlir.torch_builder import TorchBuilder
 from pock_mlir.torch_types import TensorType
 
@@ -72,8 +73,7 @@ def build_training_functions(imported: ImportedModel, optimizer, policies: dict[
 
     module = imported.module
     body = module.body
-    forward_loss = next(op for op in body.operations if op.operation.name == "func.func"
-                        and ir.StringAttr(op.attributes["sym_name"]).value == "forward_loss")
+    forward_loss = function_named(module.operation, "forward_loss")
     forward_loss.attributes["sym_visibility"] = ir.StringAttr.get("private")
     loc = ir.Location.name("train_step")
 

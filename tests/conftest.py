@@ -7,8 +7,8 @@ import tempfile
 sys.path.insert(0, os.path.dirname(__file__))  # tests import the oracle helpers as `oracle`
 
 # Two xdist workers share the machine's cores. PyTorch's OpenMP threads in one wait at every op's
-# barrier for a core the other holds (a quality script's PyTorch reference stepped at 1.7 s instead
-# of 20 ms), so PyTorch runs one thread in the tests and the scripts they start; their results do
+# barrier for a core the other holds (a quality script's PyTorch reference stepped tens of times
+# slower), so PyTorch runs one thread in the tests and the scripts they start; their results do
 # not depend on it. Set before anything loads torch (OpenMP reads it once).
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
