@@ -53,7 +53,13 @@ def square(n, c, h, o, k, stride, pad, groups) -> ConvShape:
     return ConvShape(n, c, o, groups, Window.of((k, k), (stride, stride), (pad, pad), (1, 1), (h, h)))
 
 
-# The conv shape classes of the bench CNNs at batch 8 (MobileNetV2 x0.5 at 96 px, ResNet-18-like at 64 px).
+def line(n, c, w, o, k, stride, pad) -> ConvShape:
+    """A 1-D convolution as pock-backend-switch sees it: 2-D, of height 1."""
+    return ConvShape(n, c, o, 1, Window.of((1, k), (1, stride), (0, pad), (1, 1), (1, w)))
+
+
+# The conv shape classes of the bench CNNs at batch 8 (MobileNetV2 x0.5 at 96 px, ResNet-18-like
+# at 64 px, the keyword spotter's Conv1d layers).
 CONV_CASES = [
     square(8, 3, 96, 16, 3, 2, 1, 1),     # stem
     square(8, 16, 48, 48, 1, 1, 0, 1),    # pointwise expand, early
@@ -69,6 +75,8 @@ CONV_CASES = [
     square(8, 256, 4, 512, 3, 2, 1, 1),   # ResNet stage 4 entry
     square(8, 512, 2, 512, 3, 1, 1, 1),   # ResNet stage 4
     square(8, 256, 4, 512, 1, 2, 0, 1),   # ResNet strided 1x1 shortcut
+    line(8, 40, 98, 64, 3, 1, 1),         # keyword spotter, first layer
+    line(8, 64, 98, 64, 3, 2, 1),         # keyword spotter, strided
 ]
 
 

@@ -12,7 +12,8 @@ im2col, depthwise patches).
 
 The choice is visible in the IR: the op doing the work carries `pock.backend = "<form>"` and
 `pock.backend_reason = "<the measurements behind it>"` (TrainingProgram.backend_report() lists
-them). Transposed convolutions stay direct.
+them). Transposed convolutions stay direct. A 1-D convolution (nn.Conv1d) takes its forms as a 2-D
+one of height 1: IREE lowers a 1-D convolution without its im2col rewrite, several times slower.
 
 Data tiling (IREE packs matmul operands into the CPU's register-tile layout) is a flag of the
 whole IREE compilation, so its choice marks the module: `pock.data_tiling = "data-tiled"` or
@@ -46,22 +47,26 @@ TRANSPOSED = Choice("direct", "transposed convolutions have only the direct form
 
 
 def conv_shape(op, x, w, output, stride, padding, dilation, transposed, groups) -> ConvShape | None:
-    """The ConvShape of a 2-D convolution, or None for a transposed one. PassError at `op` when
-    its attributes, operands and output (the result, or g of a backward) do not fit together."""
+    """The ConvShape of a 2-D convolution, or of a 1-D one as 2-D of height 1; None for a
+    transposed one. PassError at `op` when its attributes, operands and output (the result, or g
+    of a backward) do not fit together."""
     xt, wt, ot = tensor_type_of(x), tensor_type_of(w), tensor_type_of(output)
-    if xt is None or wt is None or xt.rank != 4 or transposed:
+    if xt is None or wt is None or xt.rank not in (3, 4) or transposed:
         return None
     problem = None
-    if wt.rank != 4 or ot is None or ot.rank != 4 or len(stride) != 2 or len(padding) != 2 or len(dilation) != 2:
-        problem = "it is not a 2-D convolution of rank-4 tensors"
+    rank = xt.rank
+    if wt.rank != rank or ot is None or ot.rank != rank or not len(stride) == len(padding) == len(dilation) == rank - 2:
+        problem = "it is not a 1-D or 2-D convolution of tensors of one rank"
     elif min(stride) < 1 or min(dilation) < 1 or min(padding) < 0 or groups < 1:
         problem = f"stride {stride} and dilation {dilation} must be positive, padding {padding} non-negative"
     elif xt.shape[1] % groups or wt.shape[0] % groups or wt.shape[1] * groups != xt.shape[1]:
         problem = f"input {list(xt.shape)} and weight {list(wt.shape)} do not fit {groups} group(s)"
     if problem is None:
+        row = (1,) * (4 - rank)  # a 1-D convolution's height
+        spatial = [(*row, *v) for v in (wt.shape[2:], stride, dilation, xt.shape[2:])]
         shape = ConvShape(xt.shape[0], xt.shape[1], wt.shape[0], groups,
-                          Window.of(wt.shape[2:], stride, padding, dilation, xt.shape[2:]))
-        if shape.output_shape() != tuple(ot.shape):
+                          Window.of(spatial[0], spatial[1], (0,) * len(row) + tuple(padding), spatial[2], spatial[3]))
+        if shape.output_shape() != (*ot.shape[:2], *row, *ot.shape[2:]):
             problem = f"it gives {list(shape.output_shape())}, not the declared {list(ot.shape)}"
     if problem:
         raise PassError(f"{op.name}: its operands and result do not fit each other: {problem}", op.location)
@@ -73,15 +78,18 @@ def _mark(op, choice: Choice, what: str) -> None:
     op.attributes["pock.backend_reason"] = ir.StringAttr.get(f"{what}: {choice.reason}")
 
 
-def _emit(op, choice: Choice, what: str, emitter):
-    """Emit a form before `op`, marking the ops doing its work (for a form made of elementwise
-    ops, the one producing the result); returns the result."""
+def _emit(op, choice: Choice, what: str, emitter, *operands):
+    """Emit a form on `operands` before `op`, marking the ops doing its work (for a form made of
+    elementwise ops, the one producing the result); returns the result. A 1-D convolution's
+    operands get a height of 1, and its result loses it."""
     created = []
-    result = emitter(TorchBuilder(ir.InsertionPoint(op), op.location, created))
+    b = TorchBuilder(ir.InsertionPoint(op), op.location, created)
+    one_d = len(b.shape(operands[-1])) == 3
+    result = emitter(b, *(b.aten.unsqueeze(v, 2) if one_d else v for v in operands))
     work = [o for o in created if o.name in WORK_OPS]
     for work_op in work or [result.owner]:
         _mark(work_op, choice, what)
-    return result
+    return b.aten.squeeze.dim(result, 2) if one_d else result
 
 
 @dataclass(frozen=True)
@@ -128,13 +136,14 @@ class BackendSwitchPass(ModulePass):
             _mark(op, TRANSPOSED, "convolution")
             return
         choice, what = self._choose(shape, "forward"), f"convolution {shape.kind()}"
-        if choice.form == "direct" and not needs_fitting(shape):
+        one_d = len(stride) == 1
+        if choice.form == "direct" and not needs_fitting(shape) and not one_d:
             _mark(op, choice, what)
             return
-        y = _emit(op, choice, what, lambda b: FORMS["forward", choice.form](b, shape, None, x, w))
+        y = _emit(op, choice, what, lambda b, x, w: FORMS["forward", choice.form](b, shape, None, x, w), x, w)
         if bias is not None:
             b = TorchBuilder(ir.InsertionPoint(op), op.location)
-            y = b.add(y, b.reshape(bias, [1, shape.o, 1, 1]))
+            y = b.add(y, b.reshape(bias, [1, shape.o] + [1] * (2 - one_d)))
         op.results[0].replace_all_uses_with(y)
         op.erase()
 
@@ -150,8 +159,9 @@ class BackendSwitchPass(ModulePass):
             if mask[index] and list(op.results[index].uses):
                 choice = self._choose(shape, name)
                 value = _emit(op, choice, f"{name} {shape.kind()}",
-                              lambda b: FORMS[name, choice.form](b, shape, g, x, w))
+                              lambda b, g, x, w: FORMS[name, choice.form](b, shape, g, x, w), g, x, w)
                 op.results[index].replace_all_uses_with(value)
         if mask[2] and list(op.results[2].uses):
-            op.results[2].replace_all_uses_with(TorchBuilder(ir.InsertionPoint(op), op.location).sum(g, [0, 2, 3]))
+            spatial = list(range(2, 2 + len(stride)))
+            op.results[2].replace_all_uses_with(TorchBuilder(ir.InsertionPoint(op), op.location).sum(g, [0, *spatial]))
         op.erase()

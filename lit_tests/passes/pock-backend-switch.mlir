@@ -68,6 +68,26 @@
 // DIRECT-LABEL:     func.func @strided_pointwise
 // DIRECT:           torch.aten.convolution {{.*}} {pock.backend = "direct", pock.backend_reason = "convolution dense 1x1/s2 4->8 6x6 n2: forced by force=direct"}
 
+// A 1-D convolution (nn.Conv1d) takes the forms of a 2-D one of height 1: its operands gain the
+// height and its result loses it (IREE's own 1-D convolution is several times slower); a bias is
+// added to the 1-D result, and a backward's bias gradient sums over the one spatial dim.
+// UNMEASURED-LABEL: func.func @conv1d
+// UNMEASURED:       %[[X:.*]] = torch.aten.unsqueeze %arg0, {{.*}} -> !torch.vtensor<[2,3,1,10],f32>
+// UNMEASURED:       %[[W:.*]] = torch.aten.unsqueeze %arg1, {{.*}} -> !torch.vtensor<[4,3,1,3],f32>
+// UNMEASURED:       %[[Y:.*]] = torch.aten.convolution %[[X]], %[[W]], {{.*}} {pock.backend = "direct", pock.backend_reason = "convolution dense 1x3/s1x2 3->4 1x10 n2: no measurements {{.*}} -> !torch.vtensor<[2,4,1,5],f32>
+// UNMEASURED:       %[[ROW:.*]] = torch.aten.squeeze.dim %[[Y]], {{.*}} -> !torch.vtensor<[2,4,5],f32>
+// UNMEASURED:       %[[BIAS:.*]] = torch.aten.view %arg2, {{.*}} -> !torch.vtensor<[1,4,1],f32>
+// UNMEASURED:       torch.aten.add.Tensor %[[ROW]], %[[BIAS]]
+// UNMEASURED:       torch.aten.bmm {{.*}} {pock.backend = "im2col", pock.backend_reason = "input_grad dense 1x3/s1x2 3->4 1x10 n2
+// UNMEASURED:       torch.aten.squeeze.dim {{.*}} -> !torch.vtensor<[2,3,10],f32>
+// UNMEASURED:       torch.aten.bmm {{.*}} {pock.backend = "im2col", pock.backend_reason = "weight_grad dense 1x3/s1x2 3->4 1x10 n2
+// UNMEASURED:       torch.aten.squeeze.dim {{.*}} -> !torch.vtensor<[4,3,3],f32>
+// UNMEASURED:       torch.aten.sum.dim_IntList %arg3, {{.*}} -> !torch.vtensor<[4],f32>
+// UNMEASURED-NOT:   torch.aten.convolution_backward
+// IM2COL-LABEL:     func.func @conv1d
+// IM2COL:           torch.aten.mm {{.*}} {pock.backend = "im2col", pock.backend_reason = "convolution dense 1x3/s1x2 3->4 1x10 n2: forced by force=im2col"} : !torch.vtensor<[4,9],f32>, !torch.vtensor<[9,10],f32> -> !torch.vtensor<[4,10],f32>
+// IM2COL:           torch.aten.squeeze.dim {{.*}} -> !torch.vtensor<[2,4,5],f32>
+
 func.func @main(%arg0: !torch.vtensor<[2,3,6,6],f32>, %arg1: !torch.vtensor<[4,3,3,3],f32>, %arg2: !torch.vtensor<[4,1,3,3],f32>, %arg3: !torch.vtensor<[2,4,6,6],f32>) -> (!torch.vtensor<[2,4,3,3],f32>, !torch.vtensor<[2,3,6,6],f32>, !torch.vtensor<[4,3,3,3],f32>) {
   %true = torch.constant.bool true
   %int4 = torch.constant.int 4
@@ -107,6 +127,24 @@ func.func @strided_pointwise(%arg0: !torch.vtensor<[2,4,6,6],f32>, %arg1: !torch
   %output_padding = torch.prim.ListConstruct %int0, %int0 : (!torch.int, !torch.int) -> !torch.list<int>
   %0 = torch.aten.convolution %arg0, %arg1, %none, %stride, %padding, %dilation, %false, %output_padding, %int1 : !torch.vtensor<[2,4,6,6],f32>, !torch.vtensor<[8,4,1,1],f32>, !torch.none, !torch.list<int>, !torch.list<int>, !torch.list<int>, !torch.bool, !torch.list<int>, !torch.int -> !torch.vtensor<[2,8,3,3],f32>
   return %0 : !torch.vtensor<[2,8,3,3],f32>
+}
+
+func.func @conv1d(%arg0: !torch.vtensor<[2,3,10],f32>, %arg1: !torch.vtensor<[4,3,3],f32>, %arg2: !torch.vtensor<[4],f32>, %arg3: !torch.vtensor<[2,4,5],f32>) -> (!torch.vtensor<[2,4,5],f32>, !torch.vtensor<[2,3,10],f32>, !torch.vtensor<[4,3,3],f32>, !torch.vtensor<[4],f32>) {
+  %true = torch.constant.bool true
+  %false = torch.constant.bool false
+  %int0 = torch.constant.int 0
+  %int1 = torch.constant.int 1
+  %int2 = torch.constant.int 2
+  %int4 = torch.constant.int 4
+  %stride = torch.prim.ListConstruct %int2 : (!torch.int) -> !torch.list<int>
+  %padding = torch.prim.ListConstruct %int1 : (!torch.int) -> !torch.list<int>
+  %dilation = torch.prim.ListConstruct %int1 : (!torch.int) -> !torch.list<int>
+  %output_padding = torch.prim.ListConstruct %int0 : (!torch.int) -> !torch.list<int>
+  %0 = torch.aten.convolution %arg0, %arg1, %arg2, %stride, %padding, %dilation, %false, %output_padding, %int1 : !torch.vtensor<[2,3,10],f32>, !torch.vtensor<[4,3,3],f32>, !torch.vtensor<[4],f32>, !torch.list<int>, !torch.list<int>, !torch.list<int>, !torch.bool, !torch.list<int>, !torch.int -> !torch.vtensor<[2,4,5],f32>
+  %bias_sizes = torch.prim.ListConstruct %int4 : (!torch.int) -> !torch.list<int>
+  %mask = torch.prim.ListConstruct %true, %true, %true : (!torch.bool, !torch.bool, !torch.bool) -> !torch.list<bool>
+  %gx, %gw, %gb = torch.aten.convolution_backward %arg3, %arg0, %arg1, %bias_sizes, %stride, %padding, %dilation, %false, %output_padding, %int1, %mask : !torch.vtensor<[2,4,5],f32>, !torch.vtensor<[2,3,10],f32>, !torch.vtensor<[4,3,3],f32>, !torch.list<int>, !torch.list<int>, !torch.list<int>, !torch.list<int>, !torch.bool, !torch.list<int>, !torch.int, !torch.list<bool> -> !torch.vtensor<[2,3,10],f32>, !torch.vtensor<[4,3,3],f32>, !torch.vtensor<[4],f32>
+  return %0, %gx, %gw, %gb : !torch.vtensor<[2,4,5],f32>, !torch.vtensor<[2,3,10],f32>, !torch.vtensor<[4,3,3],f32>, !torch.vtensor<[4],f32>
 }
 
 // -----
