@@ -33,7 +33,7 @@ from pock_mlir.conv_forms import FORM_NAMES, FORMS, GRADIENT_INDEX, ConvShape, W
 from pock_mlir.cost import op_flops
 from pock_mlir.torch_builder import TorchBuilder, decode_operand
 from pock_mlir.torch_types import tensor_type_of
-from pock_mlir.tuning import Choice, choose_conv_form, choose_data_tiling
+from pock_mlir.tuning import MATMUL_TILE, Choice, MatmulFlops, choose_conv_form, choose_data_tiling
 
 from .base import ModulePass, PassError, functions, option
 
@@ -71,6 +71,19 @@ def conv_shape(op, x, w, output, stride, padding, dilation, transposed, groups) 
     if problem:
         raise PassError(f"{op.name}: its operands and result do not fit each other: {problem}", op.location)
     return shape
+
+
+def matmul_flops(ops) -> MatmulFlops:
+    """The FLOPs of `ops`' convolutions and matmuls that the data-tiling choice weighs."""
+    matmuls = [(op_flops(op), op) for op in ops if op.name in MATMULS]
+
+    def untiled(op) -> bool:
+        lhs, rhs = (tensor_type_of(v).shape for v in op.operands[:2])
+        return any(d % MATMUL_TILE for d in (*lhs[-2:], rhs[-1]))
+
+    return MatmulFlops(convolutions=sum(op_flops(op) for op in ops if op.name in CONVOLUTIONS),
+                       matmuls=sum(f for f, _ in matmuls), largest_matmul=max((f for f, _ in matmuls), default=0),
+                       untiled_matmuls=sum(f for f, op in matmuls if untiled(op)))
 
 
 def _mark(op, choice: Choice, what: str) -> None:
@@ -111,8 +124,7 @@ class BackendSwitchPass(ModulePass):
         if not TARGET_NAME.fullmatch(self.target):
             raise PassError(f"target must be a target name (letters, digits, '_', '-'), got '{self.target}'")
         ops = [op.operation for func in functions(module) for op in func.regions[0].blocks[0].operations]
-        tiling = choose_data_tiling(self.target, any(op.name in CONVOLUTIONS for op in ops),
-                                    max((op_flops(op) for op in ops if op.name in MATMULS), default=0))
+        tiling = choose_data_tiling(self.target, matmul_flops(ops))
         module.attributes["pock.data_tiling"] = ir.StringAttr.get(tiling.form)
         module.attributes["pock.data_tiling_reason"] = ir.StringAttr.get(tiling.reason)
         for func in functions(module):

@@ -79,23 +79,41 @@ BASELINE_SET = "im2col"
 # Packing a matmul's operands into the CPU's tile layout costs a dispatch per operand; the MLP's
 # 34-MFLOP matmuls do not win that back, the transformers' matmuls of 0.5 GFLOP and up do.
 MIN_DATA_TILED_MATMUL_FLOPS = 100_000_000
+# IREE's plain CPU matmul code handles a dimension that is not a multiple of its tile through a
+# remainder path: 260 rows (a ViT's 4 x 65 tokens) ran 1.2-1.6x slower than 256, data-tiled not.
+MATMUL_TILE = 8
 
 
-def choose_data_tiling(target: str, has_convolutions: bool, largest_matmul_flops: int) -> Choice:
-    """Form "data-tiled" or "plain" for a whole program, from the whole-step measurements of the
-    target's flag study: data tiling for programs without convolutions whose largest matmul is
-    big enough, because it measured faster there and slower on the convolutional steps."""
+@dataclass(frozen=True)
+class MatmulFlops:
+    """What the data-tiling choice reads of a program: FLOPs of its convolutions and matmuls."""
+
+    convolutions: int
+    matmuls: int
+    largest_matmul: int
+    untiled_matmuls: int  # in matmuls with a dimension (M, K or N) not a multiple of MATMUL_TILE
+
+
+def choose_data_tiling(target: str, flops: MatmulFlops) -> Choice:
+    """Form "data-tiled" or "plain" for a whole program, from the target's flag study (the fastest
+    whole step with and without data tiling: on a shared machine the least disturbed). Plain where
+    convolutions carry most of the FLOPs (not faster on the CNNs); data-tiled where the largest
+    matmul is big enough, or where most matmul FLOPs are in matmuls whose dimensions do not fit
+    the plain code's tile (faster there)."""
     steps = load_table(target).get("flags", {}).get("step_ms", {})
-    ratios = {model: sets[DATA_TILING_SET]["step_ms_median"] / sets[BASELINE_SET]["step_ms_median"]
+    ratios = {model: sets[DATA_TILING_SET]["step_ms_min"] / sets[BASELINE_SET]["step_ms_min"]
               for model, sets in steps.items()
-              if "step_ms_median" in sets.get(DATA_TILING_SET, {}) and "step_ms_median" in sets.get(BASELINE_SET, {})}
+              if "step_ms_min" in sets.get(DATA_TILING_SET, {}) and "step_ms_min" in sets.get(BASELINE_SET, {})}
     if not ratios:
         return Choice("plain", f"no data-tiling measurements for target '{target}' (python -m bench.iree_study flags)")
     measured = "step time with data tiling, measured on " + target + ": " + ", ".join(
         f"{model} {ratio:.2f}x" for model, ratio in ratios.items())
-    if has_convolutions:  # backend_report() counts them per function
-        return Choice("plain", f"the program has convolutions; {measured}")
-    if largest_matmul_flops < MIN_DATA_TILED_MATMUL_FLOPS:
-        return Choice("plain", f"largest matmul {largest_matmul_flops / 1e6:.0f} MFLOP, under "
-                               f"{MIN_DATA_TILED_MATMUL_FLOPS / 1e6:.0f}; {measured}")
-    return Choice("data-tiled", f"no convolutions, largest matmul {largest_matmul_flops / 1e6:.0f} MFLOP; {measured}")
+    if flops.convolutions and flops.convolutions >= flops.matmuls:  # backend_report() lists them
+        return Choice("plain", f"convolutions carry most of the FLOPs; {measured}")
+    largest = f"largest matmul {flops.largest_matmul / 1e6:.0f} MFLOP"
+    if flops.largest_matmul >= MIN_DATA_TILED_MATMUL_FLOPS:
+        return Choice("data-tiled", f"matmuls carry most of the FLOPs, {largest}; {measured}")
+    if 2 * flops.untiled_matmuls > flops.matmuls:
+        return Choice("data-tiled", f"{largest}, but {100 * flops.untiled_matmuls / flops.matmuls:.0f}% of matmul "
+                                    f"FLOPs have a dimension not a multiple of {MATMUL_TILE}; {measured}")
+    return Choice("plain", f"{largest}, under {MIN_DATA_TILED_MATMUL_FLOPS / 1e6:.0f}; {measured}")
