@@ -82,7 +82,6 @@ def test_convolution_backward_forms_match_torch():
     form, compiled by IREE, against torch's own convolution_backward."""
     import iree.compiler as ic
     import iree.runtime as rt
-    from torch_mlir import ir
     from torch_mlir.extras.fx_decomp_util import get_decomposition_table
     from torch_mlir.extras.fx_importer import FxImporter
 
