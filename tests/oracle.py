@@ -65,6 +65,22 @@ def torch_trajectory(model: torch.nn.Module, inputs, target, optimizer, steps: i
     return losses, {n: t.detach().numpy().copy() for n, t in state}
 
 
+FLOAT32_THREADS = (1, 2)  # make test's workers run PyTorch on one thread; users and the bench on two
+
+
+def torch_float32_trajectories(model, inputs, target, optimizer, steps: int, loss="cross_entropy", trainable=None):
+    """torch_trajectory in float32 on each of FLOAT32_THREADS threads."""
+    threads = torch.get_num_threads()
+    try:
+        runs = []
+        for count in FLOAT32_THREADS:
+            torch.set_num_threads(count)
+            runs.append(torch_trajectory(model, inputs, target, optimizer, steps, loss, trainable))
+        return runs
+    finally:
+        torch.set_num_threads(threads)
+
+
 def assert_gradients_close(actual: dict, expected: dict, rtol: float = 1e-4, what: str = "gradient",
                            allowed: dict | None = None) -> None:
     """Each gradient within rtol of its expected one in the 2-norm. A gradient that is zero up
@@ -100,14 +116,18 @@ def assert_trajectory_close(losses, state: dict, model, inputs, target, optimize
     1e-3 (relative) from float64, and which way depends on the order of float32 sums. So each
     loss and tensor may stray from float64 by rtol, or by `slack` times as far as torch's float32
     run strays there, whichever is larger: pock-mlir is held to PyTorch's own float32 accuracy
-    rather than to where a sensitive trajectory lands in exact arithmetic."""
+    rather than to where a sensitive trajectory lands in exact arithmetic. PyTorch's order of
+    sums depends on how many threads split them (the test MobileNetV2's loss at step 10: 4e-7 off
+    float64 on one thread, 5.6e-4 on two), so its runs on each of FLOAT32_THREADS count."""
     want_losses, want_state = torch_trajectory(model, inputs, target, optimizer, steps, loss, trainable, float64=True)
-    f32_losses, f32_state = torch_trajectory(model, inputs, target, optimizer, steps, loss, trainable)
-    for step, (got, want, f32) in enumerate(zip(losses, want_losses, f32_losses), 1):
+    runs = torch_float32_trajectories(model, inputs, target, optimizer, steps, loss, trainable)
+    for step, (got, want) in enumerate(zip(losses, want_losses), 1):
+        f32 = max((run_losses[step - 1] for run_losses, _ in runs), key=lambda value: abs(value - want))
         bound = max(rtol * abs(want), slack * abs(f32 - want))
         assert abs(got - want) <= bound, (f"{what} loss at step {step}: {got:.8g}, float64 {want:.8g}, "
                                           f"torch float32 {f32:.8g}; error {abs(got - want):.3e} > {bound:.3e}")
     assert set(state) == set(want_state)
-    strays = {name: slack * np.linalg.norm(np.asarray(f32_state[name], np.float64) - np.asarray(want, np.float64))
+    strays = {name: slack * max(np.linalg.norm(np.asarray(run_state[name], np.float64) - np.asarray(want, np.float64))
+                                for _, run_state in runs)
               for name, want in want_state.items()}
     assert_gradients_close(state, want_state, rtol, f"{what} final value", allowed=strays)
