@@ -62,10 +62,10 @@ def conv_shape(op, x, w, output, stride, padding, dilation, transposed, groups) 
     elif xt.shape[1] % groups or wt.shape[0] % groups or wt.shape[1] * groups != xt.shape[1]:
         problem = f"input {list(xt.shape)} and weight {list(wt.shape)} do not fit {groups} group(s)"
     if problem is None:
-        row = (1,) * (4 - rank)  # a 1-D convolution's height
-        spatial = [(*row, *v) for v in (wt.shape[2:], stride, dilation, xt.shape[2:])]
-        shape = ConvShape(xt.shape[0], xt.shape[1], wt.shape[0], groups,
-                          Window.of(spatial[0], spatial[1], (0,) * len(row) + tuple(padding), spatial[2], spatial[3]))
+        row = (1,) * (4 - rank)  # a 1-D convolution's height: one row, unpadded
+        kernel, stride, dilation, size = ((*row, *v) for v in (wt.shape[2:], stride, dilation, xt.shape[2:]))
+        padding = (*(0 for _ in row), *padding)
+        shape = ConvShape(xt.shape[0], xt.shape[1], wt.shape[0], groups, Window.of(kernel, stride, padding, dilation, size))
         if shape.output_shape() != (*ot.shape[:2], *row, *ot.shape[2:]):
             problem = f"it gives {list(shape.output_shape())}, not the declared {list(ot.shape)}"
     if problem:
