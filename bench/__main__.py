@@ -31,8 +31,10 @@ from pock_mlir.files import atomic_write
 
 ROOT = Path(__file__).resolve().parent.parent
 SYSTEMS = ("eager", "torch.compile", "ort-training", "jax", "pock-mlir", "pock-mlir-deployed", "pock-mlir-no-reorder",
-           "pock-mlir-no-retain")
-QUICK_SYSTEMS = ("eager", "pock-mlir", "pock-mlir-no-reorder", "pock-mlir-no-retain")
+           "pock-mlir-no-param-order", "pock-mlir-no-retain")
+QUICK_SYSTEMS = ("eager", "pock-mlir", "pock-mlir-no-reorder", "pock-mlir-no-param-order", "pock-mlir-no-retain")
+# The pass each pipeline ablation leaves out of the lowered stage.
+ABLATED_PASSES = {"pock-mlir-no-reorder": "pock-reorder-updates", "pock-mlir-no-param-order": "pock-order-param-reads"}
 # pock-reorder-updates' effect is shown on these full-BP steps only: each ablation is one more
 # IREE compile (minutes for the CNNs), and the pass measured no effect under IREE so far.
 REORDER_ABLATION = (("mlp", "full"), ("mlp", "sparse"), ("bert", "full"))
@@ -40,7 +42,11 @@ REORDER_ABLATION = (("mlp", "full"), ("mlp", "sparse"), ("bert", "full"))
 # these rows show both sides, on the models whose steps allocate the most.
 RETAIN_ABLATION = (("mlp", "full"), ("resnet18", "full"), ("resnet18", "sparse"), ("bert", "sparse"),
                    ("llama", "full"), ("llama", "sparse"))
-ABLATIONS = {"pock-mlir-no-reorder": REORDER_ABLATION, "pock-mlir-no-retain": RETAIN_ABLATION}
+# Without pock-order-param-reads the parameters fail the in-place check and take a second set:
+# these rows show what that costs in memory and what the added order costs in step time.
+PARAM_ORDER_ABLATION = (("mlp", "full"), ("mobilenetv2", "full"), ("resnet18", "full"), ("bert", "full"), ("kws", "full"))
+ABLATIONS = {"pock-mlir-no-reorder": REORDER_ABLATION, "pock-mlir-no-param-order": PARAM_ORDER_ABLATION,
+             "pock-mlir-no-retain": RETAIN_ABLATION}
 ORT_SCHEMES = ("full", "sparse")  # ONNX Runtime trains or freezes whole parameters: no LoRA adapters
 JAX_SCHEMES = ("full", "sparse")  # the JAX port differentiates the trained parameters only: no LoRA adapters
 DEPLOYED_SCHEMES = ("full", "sparse")  # pock-mlir's bundle in a torch-free process, beside ONNX Runtime's
@@ -57,10 +63,10 @@ def pock_flags() -> list[str]:
     return resolve_target("host").compile_flags()
 
 
-def no_reorder_pipelines() -> dict[str, str]:
+def pipelines_without(pass_name: str) -> dict[str, str]:
     from pock_mlir.stages import STAGE_PIPELINES
 
-    return {"lowered": ",".join(p for p in STAGE_PIPELINES["lowered"].split(",") if p != "pock-reorder-updates")}
+    return {"lowered": ",".join(p for p in STAGE_PIPELINES["lowered"].split(",") if p != pass_name)}
 
 
 def _child_command(spec: dict) -> list[str]:
@@ -172,7 +178,7 @@ def measure(model: str, scheme: str, systems, args, workdir: Path) -> dict[str, 
         outputs.append(program)
         deployed = system == "pock-mlir" and "pock-mlir-deployed" in systems
         outputs += [bundle] if deployed else []
-        pipelines = no_reorder_pipelines() if system == "pock-mlir-no-reorder" else None
+        pipelines = pipelines_without(ABLATED_PASSES[system]) if system in ABLATED_PASSES else None
         rows[system] = run_child({**common, "task": "pock-compile", "program": str(program), "iree_flags": args.iree_flags,
                                   "pipelines": pipelines, **({"bundle": str(bundle)} if deployed else {})},
                                  args.timeout)

@@ -29,7 +29,7 @@ import torch
 import pock_mlir as pock
 from bench.memory import rss_kb
 from bench.models import MODELS, PEFT_SCHEMES, library, scheme_spec, trainable_names
-from bench.protocol import first_line, print_result, timed_rounds
+from bench.protocol import first_line, memory_facts, print_result, timed_rounds
 from pock_mlir.bundle import write_bundle
 from pock_mlir.frontend import resolve_loss
 
@@ -131,7 +131,7 @@ def run_pock(spec) -> dict:
     trainer = program.trainer(retain_memory=spec.get("retain_memory", True))
     del program  # the trainer holds what it needs on the device
     gc.collect()
-    result = timed_rounds(lambda: trainer.step(inputs, target), spec)
+    result = {**timed_rounds(lambda: trainer.step(inputs, target), spec), **memory_facts(trainer)}
     if spec.get("profile"):
         from bench.profile import profile_step
 

@@ -11,7 +11,7 @@ import json
 import sys
 from pathlib import Path
 
-from bench.protocol import block_torch, print_result, timed_rounds, torch_loaded
+from bench.protocol import block_torch, memory_facts, print_result, timed_rounds, torch_loaded
 
 block_torch()  # before anything else is imported: this process must run without it
 
@@ -27,7 +27,7 @@ def run_deployed(spec) -> dict:
     inputs = [np.load(batch / f"{input.name}.npy") for input in trainer.signature.model_inputs]
     target = np.load(batch / "target.npy")
     result = timed_rounds(lambda: trainer.step(inputs, target), spec)
-    return {**result, "torch_loaded": torch_loaded()}
+    return {**result, **memory_facts(trainer), "torch_loaded": torch_loaded()}
 
 
 def main() -> None:

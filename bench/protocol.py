@@ -4,6 +4,7 @@ rounds it answers the parent with and the RESULT line it ends with (protocol: be
 from __future__ import annotations
 
 import json
+import math
 import statistics
 import sys
 import time
@@ -75,3 +76,13 @@ def print_result(run: Callable[[], dict], baseline_kb: int,
         result = {"status": f"not supported yet: {reason}"} if reason else \
             {"status": f"failed: {type(e).__name__}: {first_line(e)}", "traceback": traceback.format_exc()[-3000:]}
     print("RESULT " + json.dumps(result), flush=True)
+
+
+def memory_facts(trainer) -> dict:
+    """What a pock-mlir Trainer's step writes, by role, which of those it writes where it reads them
+    (Trainer.in_place), and the MB of optimizer state it holds."""
+    sig = trainer.signature
+    written = {"params": sig.trainable, "optimizer": sig.state, "buffers": sig.updated_buffers}
+    state_bytes = sum(4 * math.prod(s.shape) for s in sig.state)  # float32
+    return {"written": sorted(role for role, tensors in written.items() if tensors), "in_place": sorted(trainer.in_place),
+            "optimizer_state_mb": state_bytes / 2**20}

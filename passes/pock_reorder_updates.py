@@ -63,18 +63,32 @@ def reorder_block(block: ir.Block, roots: str) -> None:
     if not group:
         return
 
-    # A group goes right after the last op outside it that any of its ops needs.
-    ready: dict[ir.Operation, int] = {}
+    # A group goes right after the last op that stays in place that any of its ops needs, directly
+    # or through another group it needs (a channel-sparse write-back needs its update's group),
+    # which moves too: never after that group's ops, which may move earlier than the group itself.
+    stays: dict[ir.Operation, int] = {}  # by root: the last op that stays in place its own ops need
+    needs: dict[ir.Operation, set] = {}  # by root: the other groups its ops need
     for op, root in group.items():
+        stays.setdefault(root, -1)
+        needs.setdefault(root, set())
         for operand in op.operands:
             owner = operand.owner
-            if isinstance(owner, ir.Block) or owner.operation in group and group[owner.operation] is root:
+            if isinstance(owner, ir.Block):
                 continue
-            ready[root] = max(ready.get(root, -1), position[owner.operation])
-    # A group that needs only arguments and its own constants goes first.
-    for op in ops:
-        if group.get(op) is op:
-            ready.setdefault(op, -1)
+            other = group.get(owner.operation)
+            if other is None:
+                stays[root] = max(stays[root], position[owner.operation])
+            elif other is not root:
+                needs[root].add(other)
+    ready: dict[ir.Operation, int] = {}  # by root; -1: it needs only arguments and constants, it goes first
+
+    def resolve(root: ir.Operation) -> int:
+        if root not in ready:
+            ready[root] = max([stays[root], *(resolve(other) for other in needs[root])])
+        return ready[root]
+
+    for root in needs:
+        resolve(root)
 
     last_placed: dict[int, ir.Operation] = {}
     for op in ops:  # original order within a group keeps every def before its uses

@@ -5,6 +5,7 @@ from .pock_autodiff import AutodiffPass
 from .pock_backend_switch import BackendSwitchPass
 from .pock_dce import DeadCodeEliminationPass
 from .pock_lower_optimizers import LowerOptimizersPass
+from .pock_order_param_reads import OrderParamReadsPass
 from .pock_reorder_updates import ReorderUpdatesPass
 from .pock_sparse_bp import SparseBackpropPass
 from .pock_step_into import StepIntoPass
@@ -18,6 +19,7 @@ PASSES = {
         BackendSwitchPass,
         DeadCodeEliminationPass,
         LowerOptimizersPass,
+        OrderParamReadsPass,
         ReorderUpdatesPass,
         SparseBackpropPass,
         StepIntoPass,

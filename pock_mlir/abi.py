@@ -140,12 +140,15 @@ class StepSignature:
             return output[1]
         return output[-1] if output[:-1] == target else None
 
-    def state_argument_pairs(self) -> list[tuple[int, int]]:
-        """train_step_into's (argument holding an optimizer state tensor, argument its new value is
-        written into), by position (pock_mlir/in_place.py checks whether they may be one buffer)."""
+    def written_argument_pairs(self) -> dict[str, list[tuple[int, int]]]:
+        """By role (params, optimizer, buffers): train_step_into's (argument holding a tensor the
+        step updates, argument its new value is written into), by position (pock_mlir/in_place.py
+        checks whether they may be one buffer)."""
         arguments, _ = layout(self, "train_step_into")
         position = {(slot.role, slot.spec.name): i for i, slot in enumerate(arguments)}
-        return [(position["optimizer", s.name], position["into", s.name]) for s in self.state]
+        updated = {"params": self.trainable, "optimizer": [s.name for s in self.state], "buffers": self.updated_buffers}
+        return {role: [(position[role, name], position["into", name]) for name in names]
+                for role, names in updated.items()}
 
 
 def layout(signature: StepSignature, function: str) -> tuple[list[Slot], list[Slot]]:

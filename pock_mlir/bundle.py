@@ -121,7 +121,7 @@ def _manifest(program, *, model, model_file: str | None, loss, sparse) -> dict:
         "versions": _versions(),
         # the workspace each function takes (pock_mlir/runtime/workspace.py)
         "module": {"file": MODULE, "workspace_bytes": {name: module_transient_bytes(program.vmfb, name) for name in abi},
-                   "state_in_place": program.state_in_place},
+                   "in_place": sorted(program.in_place)},
         "loss": _loss_name(loss),
         "optimizer": {"name": type(optimizer).__name__.lower(), **dataclasses.asdict(optimizer)},
         "sparse": {"scheme": program.scheme.source, "config": None if sparse is None else str(sparse),
@@ -326,15 +326,19 @@ class Bundle:
         return (self.path / MODULE).read_bytes()
 
     @property
-    def state_in_place(self) -> bool:
-        """See TrainingProgram.state_in_place (bundles written before it was recorded: False)."""
-        return bool(self.manifest["module"].get("state_in_place", False))
+    def in_place(self) -> frozenset[str]:
+        """See TrainingProgram.in_place (bundles written before it was recorded: the optimizer state
+        where their `state_in_place` says so)."""
+        module = self.manifest["module"]
+        if "in_place" in module:
+            return frozenset(module["in_place"])
+        return frozenset({"optimizer"} if module.get("state_in_place") else ())
 
     @cached_property
     def modules(self) -> dict[tuple[str, ...], CompiledModule]:
         """Its one module, which holds every function the Trainer calls (TrainingProgram.modules):
         nothing is left to compile."""
-        return {FUNCTIONS: CompiledModule(self.vmfb, FUNCTIONS, self.state_in_place)}
+        return {FUNCTIONS: CompiledModule(self.vmfb, FUNCTIONS, self.in_place)}
 
     @property
     def module_sha256(self) -> str:

@@ -64,7 +64,7 @@ def load(root: Path, entry: str) -> tuple[bytes, dict] | None:
     except (OSError, ValueError):
         return None
     if (not isinstance(facts, dict) or facts.get("sha256") != hashlib.sha256(module).hexdigest()
-            or not isinstance(facts.get("state_in_place"), bool)):
+            or not isinstance(facts.get("in_place"), list)):  # entries from before it was a list: recompiled
         return None
     for path in (root / f"{entry}.json", root / f"{entry}.vmfb"):
         try:

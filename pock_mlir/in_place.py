@@ -1,16 +1,16 @@
-"""Whether a compiled step may write its optimizer state into the buffers it reads it from.
+"""Which of the values a compiled step writes it may write into the buffers it reads them from.
 
-train_step_into (passes/pock_step_into.py) reads the old state from its arguments and writes the
-new state into caller-given buffers. Passing the same buffer for both halves the state's memory,
-but IREE cannot know the two arguments alias: it imports them as separate resources and orders
-their commands independently. So the Trainer does it only where IREE's own schedule shows it is
-safe, read from the step's stream-phase IR (`iree-compile --compile-to=stream`, walked with IREE's
-Python bindings): for each state tensor, one command writes the new value, and every command that
-reads the old value is that command or runs entirely before it; every read of the new value runs
-after it. For the momentum and AdamW updates the writer is the fused update dispatch, which reads
-the old element where it writes the new one. Parameters fail the check (the input gradient of a
-layer reads its weight after the fused weight-gradient-and-update dispatch wrote the new one), so
-they stay in two sets.
+train_step_into (passes/pock_step_into.py) reads the old parameters, optimizer state and buffers
+from its arguments and writes the new ones into caller-given buffers. Passing the same buffer for
+both halves their memory, but IREE cannot know the two arguments alias: it imports them as
+separate resources and orders their commands independently. So the Trainer does it only where
+IREE's own schedule shows it is safe, read from the step's stream-phase IR (`iree-compile
+--compile-to=stream`, walked with IREE's Python bindings): for each tensor, one command writes the
+new value, and every command that reads the old value is that command or runs entirely before it;
+every read of the new value runs after it. For the momentum and AdamW updates the writer is the
+fused update dispatch, which reads the old element where it writes the new one. A parameter is
+also read by its layer's input gradient, which nothing in the dataflow orders before the update;
+pock-order-param-reads (passes/pock_order_param_reads.py) adds that order.
 """
 
 from __future__ import annotations
@@ -113,10 +113,7 @@ def step_commands(stream_ir: str, function: str) -> list[Command]:
         return commands
 
 
-def unsafe_in_place(stream_ir: str, function: str, pairs: list[tuple[int, int]]) -> list[str]:
-    """For (read argument, written argument) pairs of `function`, why passing one buffer as both
-    is unsafe; empty when every pair is safe."""
-    commands = step_commands(stream_ir, function)
+def _problems(commands: list[Command], pairs: list[tuple[int, int]]) -> list[str]:
     problems = []
     for read_arg, written_arg in pairs:
         old, new = (read_arg, False), (written_arg, True)
@@ -131,3 +128,15 @@ def unsafe_in_place(stream_ir: str, function: str, pairs: list[tuple[int, int]])
             problems.append(f"argument {read_arg} is read by {(early or late)[0].name} "
                             f"while or after {writer.name} writes argument {written_arg}")
     return problems
+
+
+def unsafe_in_place(stream_ir: str, function: str, pairs: list[tuple[int, int]]) -> list[str]:
+    """For (read argument, written argument) pairs of `function`, why passing one buffer as both
+    is unsafe; empty when every pair is safe."""
+    return _problems(step_commands(stream_ir, function), pairs)
+
+
+def roles_in_place(stream_ir: str, function: str, pairs_by_role: dict[str, list[tuple[int, int]]]) -> frozenset[str]:
+    """The roles (pock_mlir.abi's) all of whose pairs are safe to pass as one buffer."""
+    commands = step_commands(stream_ir, function)
+    return frozenset(role for role, pairs in pairs_by_role.items() if pairs and not _problems(commands, pairs))

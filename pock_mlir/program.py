@@ -23,7 +23,7 @@ METHODS = {"step": "train_step_into", "gradients": "gradients", "loss": "loss", 
 class CompiledModule:
     vmfb: bytes
     functions: tuple[str, ...]  # what it holds, of pock_mlir.abi's FUNCTIONS
-    state_in_place: bool  # train_step_into may overwrite the optimizer state it reads (False without it)
+    in_place: frozenset[str]  # the roles train_step_into may overwrite where it reads them (empty without it)
 
 
 def trainer_module(function: str) -> tuple[str, ...]:
@@ -78,10 +78,10 @@ class TrainingProgram:
         return self.module(FUNCTIONS).vmfb
 
     @property
-    def state_in_place(self) -> bool:
-        """Whether that module's train_step_into may write the optimizer state into the buffers it
-        reads it from, as IREE scheduled it (see pock_mlir/in_place.py)."""
-        return self.module(FUNCTIONS).state_in_place
+    def in_place(self) -> frozenset[str]:
+        """What that module's train_step_into may write into the buffers it reads it from, as IREE
+        scheduled it, by role: params, optimizer (its state), buffers (see pock_mlir/in_place.py)."""
+        return self.module(FUNCTIONS).in_place
 
     def module(self, functions) -> CompiledModule:
         """IREE's module of `functions` alone (the others are made private, and IREE drops them),
@@ -111,9 +111,9 @@ class TrainingProgram:
         hit = cache.load(root, entry)
         if hit is not None:
             self.timings[_phase("from the compile cache", functions)] = time.perf_counter() - start
-            return CompiledModule(hit[0], functions, hit[1]["state_in_place"])
+            return CompiledModule(hit[0], functions, frozenset(hit[1]["in_place"]))
         compiled = self._compile(source, functions)
-        cache.store(root, entry, compiled.vmfb, {"state_in_place": compiled.state_in_place})
+        cache.store(root, entry, compiled.vmfb, {"in_place": sorted(compiled.in_place)})
         return compiled
 
     def _compile(self, source: str, functions: tuple[str, ...]) -> CompiledModule:
@@ -121,7 +121,7 @@ class TrainingProgram:
         from iree.compiler import compile_str
         from iree.compiler.tools import CompilerToolError
 
-        from pock_mlir.in_place import unsafe_in_place
+        from pock_mlir.in_place import roles_in_place
 
         try:
             start = time.perf_counter()
@@ -132,10 +132,10 @@ class TrainingProgram:
             self.timings[_phase("code generation", functions)] = time.perf_counter() - start
         except CompilerToolError as e:
             raise RuntimeError(iree_failure(str(e), self.target.name, source)) from None
-        in_place = False
+        in_place = frozenset()
         if "train_step_into" in functions:
             start = time.perf_counter()
-            in_place = not unsafe_in_place(stream.decode(), "train_step_into", self.signature.state_argument_pairs())
+            in_place = roles_in_place(stream.decode(), "train_step_into", self.signature.written_argument_pairs())
             self.timings[_phase("in-place check of the schedule", functions)] = time.perf_counter() - start
         return CompiledModule(vmfb, functions, in_place)
 

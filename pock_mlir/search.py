@@ -32,7 +32,8 @@ How, and what it costs:
      scheme is the union of its gradients' shares, so a scheme's saved activations, gradient
      bytes and FLOPs cost a set union, and are not additive (layers share the activations
      between them). Memory: what the Trainer holds as parameters, buffers, optimizer state and
-     the second set each step writes (exact, from the shapes), plus the workspace, from the
+     the second set of what each step writes where not in place (exact, from the shapes, and
+     full BP's Trainer.in_place), plus the workspace, from the
      forward's (measured) up to the full step's (measured) in proportion to the backward's saved
      activations and gradients, plus the largest channel-sparse tensor, which the step assembles
      whole there. Step time: the forward's and backward's FLOPs over full BP's. Over an int8 frozen
@@ -182,11 +183,14 @@ class CostModel:
         self.specs = {p.name: p for p in sig.params}
         buffers = {b.name: b for b in sig.buffers}
         self.slots = len(program.optimizer.state_slots)
-        # Parameters and buffers, and the second set of the buffers each step updates.
-        self.fixed_bytes = sum(map(_bytes, sig.params + sig.buffers)) + sum(_bytes(buffers[n]) for n in sig.updated_buffers)
-        self.int8_savings = int8_savings or {}
         # What a Trainer that steps and validates holds: the step's module (gradients has its own).
         step_module = program.module(trainer_module("train_step_into"))
+        # What each step writes where it reads it (Trainer.in_place), taken to be full BP's for every scheme.
+        self.copies = {role: 1 if role in step_module.in_place else 2 for role in ("params", "optimizer", "buffers")}
+        # Parameters and buffers, and the second set of the buffers each step updates.
+        self.fixed_bytes = (sum(map(_bytes, sig.params + sig.buffers))
+                            + (self.copies["buffers"] - 1) * sum(_bytes(buffers[n]) for n in sig.updated_buffers))
+        self.int8_savings = int8_savings or {}
         transient = {function: module_transient_bytes(step_module.vmfb, function) or 0
                      for function in step_module.functions}
         self.forward_workspace = max(transient["loss"], transient["evaluate"])
@@ -197,12 +201,12 @@ class CostModel:
 
     def estimate(self, units) -> Estimate:
         """The Estimate of training `units` (at most one per parameter), the rest frozen."""
-        rows, trained, state, written_back = {}, 0, 0, 0
+        rows, spare_params, state, written_back = {}, 0, 0, 0
         for unit in units:
             spec = self.specs[unit.parameter]
             share = unit.rows(spec.shape) / (spec.shape[0] if spec.shape else 1)
             rows[self.index[unit.parameter]] = share
-            trained += _bytes(spec)  # the second set a step writes holds whole tensors
+            spare_params += (self.copies["params"] - 1) * _bytes(spec)  # a second set holds whole tensors
             state += round(share * self.slots * 4 * math.prod(spec.shape))  # float32 state of the trained rows
             if share < 1:  # pock.channel_update assembles the whole tensor in the workspace
                 written_back = max(written_back, _bytes(spec))
@@ -210,11 +214,10 @@ class CostModel:
         activity = backward.saved_activation_bytes + backward.gradient_bytes
         workspace = written_back + max(self.forward_workspace, self.forward_workspace
                                        + (self.full_workspace - self.forward_workspace) * activity / self.full_activity)
-        # Two sets of optimizer state: the Trainer keeps one only where IREE's schedule allows it.
         # An int8 base stores the frozen layer weights so; a trained tensor stays float32.
         trained_names = {unit.parameter for unit in units}
         frozen_int8 = sum(saved for name, saved in self.int8_savings.items() if name not in trained_names)
-        device = self.fixed_bytes - frozen_int8 + trained + 2 * state + round(workspace)
+        device = self.fixed_bytes - frozen_int8 + spare_params + self.copies["optimizer"] * state + round(workspace)
         return Estimate(device, (self.shares.forward_flops + backward.flops) / self.full_flops, backward)
 
 

@@ -60,13 +60,18 @@ def test_compiled_functions_have_the_layout(program):
             assert [_spec(t) for t in types[function].results] == [(s.spec.shape, s.spec.dtype) for s in results], function
 
 
-def test_state_argument_pairs_point_at_the_state(program):
-    arguments, _ = layout(program.signature, "train_step_into")
-    pairs = program.signature.state_argument_pairs()
-    assert len(pairs) == len(program.signature.state) == 2 * len(program.signature.trainable)  # AdamW: two slots
-    for read, written in pairs:
-        assert arguments[read].role == "optimizer" and arguments[written].role == "into"
-        assert arguments[read].spec == arguments[written].spec
+def test_written_argument_pairs_point_at_what_a_step_updates(program):
+    """Each (read, written) pair of train_step_into names one tensor twice: as its role's argument
+    and as the buffer its new value goes into."""
+    sig = program.signature
+    arguments, _ = layout(sig, "train_step_into")
+    pairs = sig.written_argument_pairs()
+    assert len(pairs["optimizer"]) == len(sig.state) == 2 * len(sig.trainable)  # AdamW: two slots
+    assert len(pairs["params"]) == len(sig.trainable) and len(pairs["buffers"]) == len(sig.updated_buffers)
+    for role, role_pairs in pairs.items():
+        for read, written in role_pairs:
+            assert arguments[read].role == role and arguments[written].role == "into"
+            assert arguments[read].spec == arguments[written].spec
 
 
 def test_loss_function_is_the_forward_loss(program):

@@ -34,7 +34,7 @@ def test_a_second_compilation_comes_from_the_cache(tmp_path, monkeypatch):
     assert "iree: code generation" in first.timings and len(entries(tmp_path)) == 2
     second = compile_mlp()
     assert "iree: from the compile cache" in second.timings and "iree: code generation" not in second.timings
-    assert second.vmfb == first.vmfb and second.state_in_place == first.state_in_place
+    assert second.vmfb == first.vmfb and second.in_place == first.in_place
     steps = [[program.trainer().step(X, Y) for _ in range(2)] for program in (first, second)]
     assert steps[0] == steps[1]
 
@@ -95,9 +95,9 @@ def test_host_code_is_keyed_by_this_cpu(monkeypatch):
 def test_the_cache_keeps_the_most_recently_used_within_its_size(tmp_path, monkeypatch):
     monkeypatch.setattr(cache, "MAX_BYTES", 3000)
     for i, entry in enumerate("abc"):
-        cache.store(tmp_path, entry, bytes(1000), {"state_in_place": True})
+        cache.store(tmp_path, entry, bytes(1000), {"in_place": ["optimizer"]})
         for path in tmp_path.glob(f"{entry}.*"):
             os.utime(path, (i, i))  # a older than b older than c
     assert cache.load(tmp_path, "a") is None and cache.load(tmp_path, "b") is not None
-    assert cache.load(tmp_path, "c") == (bytes(1000), {"state_in_place": True,
+    assert cache.load(tmp_path, "c") == (bytes(1000), {"in_place": ["optimizer"],
                                                        "sha256": hashlib.sha256(bytes(1000)).hexdigest()})

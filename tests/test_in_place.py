@@ -1,6 +1,7 @@
-"""The check that decides whether the optimizer state is updated in place (pock_mlir/in_place.py):
-on schedules written out here, and on IREE's schedule of a real step, where the parameters must
-fail it (a layer's input gradient reads its weight after the update wrote the new one)."""
+"""The check that decides what a step updates in place (pock_mlir/in_place.py): on schedules
+written out here, and on IREE's schedule of a real step, where the parameters pass it with
+pock-order-param-reads and fail it without (a layer's input gradient reads its weight while or
+after the update writes the new one)."""
 
 import numpy as np
 import pytest
@@ -9,6 +10,7 @@ import torch.nn as nn
 
 import pock_mlir as pock
 from pock_mlir.in_place import unsafe_in_place
+from pock_mlir.stages import STAGE_PIPELINES
 
 RESOURCE = "!stream.resource<external>{%c16}"
 
@@ -68,31 +70,30 @@ def test_schedules(case):
         assert fragment in problem
 
 
-@pytest.fixture(scope="module")
-def momentum_step():
+def momentum_step(pipelines=None):
     """An MLP step with momentum SGD and its stream-phase IR."""
     from iree.compiler import compile_str
 
     torch.manual_seed(0)
     model = nn.Sequential(nn.Linear(8, 32), nn.ReLU(), nn.Linear(32, 4))
     x, y = torch.randn(16, 8).numpy(), torch.randint(0, 4, (16,)).numpy().astype(np.int32)
-    program = pock.compile_training(model, x, y, optimizer=pock.SGD(lr=0.1, momentum=0.9))
+    program = pock.compile_training(model, x, y, optimizer=pock.SGD(lr=0.1, momentum=0.9), pipelines=pipelines)
     stream = compile_str(program.ir("lowered"), extra_args=[*program.iree_flags(), "--compile-to=stream"]).decode()
     return program, stream
 
 
-def test_momentum_is_updated_in_place(momentum_step):
-    program, stream = momentum_step
-    assert program.state_in_place
-    assert unsafe_in_place(stream, "train_step_into", program.signature.state_argument_pairs()) == []
+def test_parameters_and_momentum_are_updated_in_place():
+    program, stream = momentum_step()
+    assert program.in_place == {"params", "optimizer"}  # the MLP has no buffers
+    pairs = program.signature.written_argument_pairs()
+    assert unsafe_in_place(stream, "train_step_into", pairs["params"] + pairs["optimizer"]) == []
 
 
-def test_parameters_could_not_be(momentum_step):
-    program, stream = momentum_step
-    sig = program.signature
-    first_written = len(sig.params) + len(sig.buffers) + len(sig.state) + 1 + len(sig.inputs) + 1
-    weights = [(i, first_written + sig.trainable.index(p.name)) for i, p in enumerate(sig.params) if len(p.shape) == 2]
-    problems = unsafe_in_place(stream, "train_step_into", weights)
-    # the second layer's weight (argument 2) is read for its input's gradient after the fused
-    # weight-gradient-and-update dispatch wrote the new weight
+def test_parameters_are_not_without_ordering_their_reads():
+    lowered = STAGE_PIPELINES["lowered"].replace("pock-order-param-reads,", "")
+    program, stream = momentum_step({"lowered": lowered})
+    assert program.in_place == {"optimizer"}
+    problems = unsafe_in_place(stream, "train_step_into", program.signature.written_argument_pairs()["params"])
+    # the second layer's weight (argument 2) is read for its input's gradient while or after the
+    # fused weight-gradient-and-update dispatch writes the new weight
     assert any(problem.startswith("argument 2 is read by") for problem in problems), problems

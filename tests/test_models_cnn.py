@@ -89,6 +89,8 @@ def test_training_matches_torch_optim(compiled):
     # the largest one's norm, as gradients that are zero up to rounding are.
     assert_trajectory_close(losses, state, model, x, y, OPTIMIZER, STEPS, what=name)
     trained_stats = [key for key in before if not np.array_equal(state[key], before[key].numpy())]
+    # ... with every parameter, optimizer state and buffer a step writes overwritten where it was
+    assert trainer.in_place == ({"params", "optimizer", "buffers"} if model.training else {"params", "optimizer"})
     if model.training:
         assert trained_stats == list(program.signature.updated_buffers)
         assert all(state[key] == STEPS for key in state if key.endswith("num_batches_tracked"))

@@ -39,14 +39,15 @@ def growth_after_first_step(trainer, inputs, target, steps=4) -> float:
 
 
 def device_bytes(trainer) -> int:
-    """What a trainer holds on the device: parameters and buffers, the optimizer state, the second
-    set of trainable parameters (and of the state, unless it is updated in place) and the workspace."""
+    """What a trainer holds on the device: parameters and buffers, the optimizer state, a second
+    set of the trainable parameters and of the state unless each is updated in place, and the
+    workspace."""
     sig = trainer.signature
     size = lambda spec: 4 * math.prod(spec.shape)  # noqa: E731  (every tensor of these models is 32-bit)
     params = {p.name: size(p) for p in sig.params}
-    state_copies = 1 if trainer.state_in_place else 2
-    return (sum(params.values()) + sum(size(b) for b in sig.buffers) + state_copies * sum(size(s) for s in sig.state)
-            + sum(params[name] for name in sig.trainable) + (trainer.workspace_bytes or 0))
+    copies = {role: 1 if role in trainer.in_place else 2 for role in ("params", "optimizer")}
+    return (sum(params.values()) + sum(size(b) for b in sig.buffers) + copies["optimizer"] * sum(size(s) for s in sig.state)
+            + (copies["params"] - 1) * sum(params[name] for name in sig.trainable) + (trainer.workspace_bytes or 0))
 
 
 def measure_in_fresh_process(classes: int, batch: int, measure: str, retain_memory: bool = False) -> list[str]:

@@ -199,8 +199,8 @@ def test_memory_estimate_of_full_bp_is_the_trainers(mlp_program):
     costs = CostModel(mlp_program)
     trainer = mlp_program.trainer()
     units = [Unit(name) for name in costs.names]
-    state = sum(np.prod(s.shape) * 4 for s in mlp_program.signature.state)
-    assert costs.estimate(units).device_bytes == trainer.device_bytes + (state if trainer.state_in_place else 0)
+    assert trainer.in_place >= {"params", "optimizer"}  # so the estimate counts one set of each
+    assert costs.estimate(units).device_bytes == trainer.device_bytes
     assert costs.estimate(units).time_fraction == 1.0
 
 

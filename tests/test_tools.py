@@ -7,6 +7,7 @@ import json
 import os
 import pty
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -128,6 +129,25 @@ def host_arrays(root) -> list[np.ndarray]:
         elif type(obj).__module__.startswith("pock_mlir") and hasattr(obj, "__dict__"):
             todo += list(vars(obj).values())
     return found
+
+
+def test_a_bundle_records_what_its_step_writes_in_place(bundle, example, tmp_path):
+    """The manifest's in_place is what the Trainer from the bundle writes in place; a bundle
+    written before it was recorded (its "state_in_place" flag) keeps the optimizer state in place
+    where the flag says so, and the parameters in two sets."""
+    manifest = json.loads((bundle / "manifest.json").read_text())
+    assert manifest["module"]["in_place"] == ["optimizer", "params"]
+    trainer = Trainer.from_bundle(bundle)
+    assert trainer.in_place == {"optimizer", "params"}
+    old = tmp_path / "old"
+    shutil.copytree(bundle, old)
+    del manifest["module"]["in_place"]
+    manifest["module"]["state_in_place"] = True
+    (old / "manifest.json").write_text(json.dumps(manifest))
+    old_trainer = Trainer.from_bundle(old)
+    assert old_trainer.in_place == {"optimizer"}
+    batch = example.example_batch()
+    assert [old_trainer.step(*batch) for _ in range(3)] == [trainer.step(*batch) for _ in range(3)]
 
 
 def test_a_trainer_from_a_bundle_holds_no_host_copy_of_its_tensors(bundle, example):

@@ -70,3 +70,43 @@ func.func @two_layers(%w1: !torch.vtensor<[4,4],f32>, %w2: !torch.vtensor<[4,4],
   %n2 = "pock.sgd"(%p2, %gw2) {lr = 0.1 : f64, weight_decay = 0.0 : f64} : (!torch.vtensor<[4,4],f32>, !torch.vtensor<[4,4],f32>) -> !torch.vtensor<[4,4],f32>
   return %n1, %n2, %gx : !torch.vtensor<[4,4],f32>, !torch.vtensor<[4,4],f32>, !torch.vtensor<[2,4],f32>
 }
+
+// A group that needs another group: the channel-sparse write-back needs the update's rows, and
+// (after pock-order-param-reads) the input gradient %gx, which stays in place (the backward below
+// reads it). The update's group moves up to just after %y; the write-back goes after %gx, not
+// after where the update's group went (the write-back's own ops come after the update in the input,
+// as pock-order-param-reads inserts them).
+// CHECK-LABEL: func.func @write_back_after_its_needs
+// CHECK:      %[[Y:.*]] = torch.aten.mm %arg1,
+// CHECK:      %[[ROWS:.*]] = "pock.channel_slice"
+// CHECK-NEXT: %[[NEW:.*]] = "pock.sgd"(%[[ROWS]],
+// CHECK:      %[[GX:.*]] = torch.aten.mm %[[Y]],
+// CHECK:      torch.aten.view %[[GX]]
+// CHECK:      %[[WRITTEN:.*]] = "pock.channel_update"(%{{.*}}, %[[NEW]])
+// CHECK:      return %{{.*}}, %[[WRITTEN]],
+func.func @write_back_after_its_needs(%w: !torch.vtensor<[4,4],f32>, %x: !torch.vtensor<[2,4],f32>) -> (!torch.vtensor<[],f32>, !torch.vtensor<[4,4],f32>, !torch.vtensor<[],f32>) {
+  %none = torch.constant.none
+  %int0 = torch.constant.int 0
+  %int1 = torch.constant.int 1
+  %int2 = torch.constant.int 2
+  %p = "pock.param"(%w) {param_name = "l.weight", policy = "channels", ratio = 0.5 : f64} : (!torch.vtensor<[4,4],f32>) -> !torch.vtensor<[4,4],f32>
+  %y = torch.aten.mm %x, %p : !torch.vtensor<[2,4],f32>, !torch.vtensor<[4,4],f32> -> !torch.vtensor<[2,4],f32>
+  %loss = torch.aten.sum %y, %none : !torch.vtensor<[2,4],f32>, !torch.none -> !torch.vtensor<[],f32>
+  %xt = torch.aten.transpose.int %x, %int0, %int1 : !torch.vtensor<[2,4],f32>, !torch.int, !torch.int -> !torch.vtensor<[4,2],f32>
+  %g = torch.aten.mm %xt, %y : !torch.vtensor<[4,2],f32>, !torch.vtensor<[2,4],f32> -> !torch.vtensor<[4,4],f32>
+  %g_rows = torch.aten.slice.Tensor %g, %int0, %int0, %int2, %int1 : !torch.vtensor<[4,4],f32>, !torch.int, !torch.int, !torch.int, !torch.int -> !torch.vtensor<[2,4],f32>
+  %pt = torch.aten.transpose.int %p, %int0, %int1 : !torch.vtensor<[4,4],f32>, !torch.int, !torch.int -> !torch.vtensor<[4,4],f32>
+  %gx = torch.aten.mm %y, %pt : !torch.vtensor<[2,4],f32>, !torch.vtensor<[4,4],f32> -> !torch.vtensor<[2,4],f32>
+  %rows = "pock.channel_slice"(%p) {channels = 2 : i64} : (!torch.vtensor<[4,4],f32>) -> !torch.vtensor<[2,4],f32>
+  %new = "pock.sgd"(%rows, %g_rows) {lr = 0.1 : f64, weight_decay = 0.0 : f64} : (!torch.vtensor<[2,4],f32>, !torch.vtensor<[2,4],f32>) -> !torch.vtensor<[2,4],f32>
+  %int-1 = torch.constant.int -1
+  %float0 = torch.constant.float 0.0
+  %shape = torch.prim.ListConstruct %int-1 : (!torch.int) -> !torch.list<int>
+  %flat = torch.aten.view %gx, %shape : !torch.vtensor<[2,4],f32>, !torch.list<int> -> !torch.vtensor<[8],f32>
+  %first = torch.aten.select.int %flat, %int0, %int0 : !torch.vtensor<[8],f32>, !torch.int, !torch.int -> !torch.vtensor<[],f32>
+  %zero = torch.aten.mul.Scalar %first, %float0 : !torch.vtensor<[],f32>, !torch.float -> !torch.vtensor<[],f32>
+  %ordered = torch.aten.add.Tensor %p, %zero, %int1 : !torch.vtensor<[4,4],f32>, !torch.vtensor<[],f32>, !torch.int -> !torch.vtensor<[4,4],f32>
+  %written = "pock.channel_update"(%ordered, %new) : (!torch.vtensor<[4,4],f32>, !torch.vtensor<[2,4],f32>) -> !torch.vtensor<[4,4],f32>
+  %gx_sum = torch.aten.sum %gx, %none : !torch.vtensor<[2,4],f32>, !torch.none -> !torch.vtensor<[],f32>
+  return %loss, %written, %gx_sum : !torch.vtensor<[],f32>, !torch.vtensor<[4,4],f32>, !torch.vtensor<[],f32>
+}

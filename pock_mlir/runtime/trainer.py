@@ -105,13 +105,12 @@ class Trainer:
         self._buffers = {b.name: self._put(program.initial_buffers[b.name]) for b in sig.buffers}
         self._state = [self._put(np.zeros(s.shape, np.float32)) for s in sig.state]
         self._step = self._put(np.zeros((), np.float32))
-        # What the next step writes its new state into (see passes/pock_step_into.py); what it
-        # replaces becomes the step after's, so no call reads and writes one buffer. The optimizer
-        # state is the exception where the step's compiled schedule allows it (its module's
-        # state_in_place, known once that is loaded): each step then overwrites it where it is.
-        self._state_in_place, self._spare_state = None, None
-        self._spare_params = [self._put(np.zeros(p.shape, p.dtype)) for p in sig.params if p.name in sig.trainable]
-        self._spare_buffers = [self._put(program.initial_buffers[name]) for name in sig.updated_buffers]
+        # What the next step writes its new values into (see passes/pock_step_into.py), by role:
+        # where the step's compiled schedule allows it (its module's in_place, known once that is
+        # loaded), the buffers it reads, which it overwrites where they are; else a spare set, and
+        # what a step replaces becomes the step after's, so no call reads and writes one buffer.
+        self._in_place: frozenset[str] | None = None
+        self._spare: dict[str, list] = {}
         self._spare_step = self._put(np.zeros((), np.float32))
         self.seed = 0  # the dropout seed of the next call; step() increments it
         self._functions_for("train_step_into", compile=False)  # what is compiled already loads now
@@ -139,10 +138,18 @@ class Trainer:
                               f"recompile it") from None
         self._loaded.update(dict.fromkeys(loaded.names, loaded))
         if "train_step_into" in compiled.functions:
-            self._state_in_place = compiled.state_in_place
-            if not self._state_in_place:
-                self._spare_state = [self._put(np.zeros(s.shape, np.float32)) for s in self.signature.state]
+            self._in_place = compiled.in_place & set(self._written)
+            self._spare = {role: [self._put(np.zeros(spec.shape, spec.dtype)) for spec in specs]
+                           for role, specs in self._written.items() if role not in self._in_place}
         return loaded
+
+    @property
+    def _written(self) -> dict[str, list[TensorSpec]]:
+        """What a step writes besides the loss and step count, by role."""
+        sig = self.signature
+        by_name = {spec.name: spec for spec in sig.params + sig.buffers}
+        return {"params": [by_name[n] for n in sig.trainable], "optimizer": list(sig.state),
+                "buffers": [by_name[n] for n in sig.updated_buffers]}
 
     @classmethod
     def from_bundle(cls, bundle, device: str | None = None, on_nonfinite: str = "raise") -> Trainer:
@@ -161,24 +168,26 @@ class Trainer:
         return trainer
 
     @property
-    def state_in_place(self) -> bool:
-        """Whether each step overwrites the optimizer state where it is (one copy on the device)
-        rather than writing it into a second set (see pock_mlir/in_place.py)."""
+    def in_place(self) -> frozenset[str]:
+        """What each step overwrites where it is (one copy on the device) rather than writing it into
+        a second set, by role: params (the trained ones), optimizer (its state), buffers (those the
+        forward updates); see pock_mlir/in_place.py."""
         self._functions_for("train_step_into")
-        return self._state_in_place
+        return self._in_place
 
     @property
     def device_bytes(self) -> int:
         """The device memory the trainer holds: parameters, buffers, optimizer state, the second
-        set of what each step writes (see __init__) and the workspace (see workspace_bytes)."""
+        set of what each step writes where it is not written in place (see __init__) and the
+        workspace (see workspace_bytes)."""
         self._functions_for("train_step_into")
-        sig, by_name = self.signature, {s.name: s for s in self.signature.params + self.signature.buffers}
+        sig = self.signature
 
         def size(specs) -> int:
             return sum(np.dtype(s.dtype).itemsize * math.prod(s.shape) for s in specs)
 
-        written = [by_name[n] for n in [*sig.trainable, *sig.updated_buffers]] + ([] if self._state_in_place else sig.state)
-        return size(sig.params + sig.buffers + sig.state) + size(written) + (self.workspace_bytes or 0)
+        spare = [spec for role, specs in self._written.items() if role not in self._in_place for spec in specs]
+        return size(sig.params + sig.buffers + sig.state) + size(spare) + (self.workspace_bytes or 0)
 
     @property
     def workspace_bytes(self) -> int | None:
@@ -260,19 +269,19 @@ class Trainer:
         loss leaves parameters, buffers and optimizer state as they were and raises
         NonFiniteLossError (or, with on_nonfinite="skip", counts the batch in skipped_steps)."""
         sig = self.signature
-        self._functions_for("train_step_into")  # which sets _state_in_place
-        state_into = self._state if self._state_in_place else self._spare_state
+        self._functions_for("train_step_into")  # which sets _in_place and _spare
+        current = {"params": [self._params[name] for name in sig.trainable], "optimizer": self._state,
+                   "buffers": [self._buffers[name] for name in sig.updated_buffers]}
+        into = {role: self._spare.get(role, current[role]) for role in current}
         (loss,) = self._call("train_step_into", optimizer=[*self._state, self._step], batch=self._batch(inputs, target),
-                             into=[*self._spare_params, *state_into, *self._spare_buffers, self._spare_step])
-        # a step that raised above changed nothing here (the state written in place aside)
-        old_params = [self._params[name] for name in sig.trainable]
-        self._params.update(zip(sig.trainable, self._spare_params))
-        self._spare_params = old_params
-        old_buffers = [self._buffers[name] for name in sig.updated_buffers]
-        self._buffers.update(zip(sig.updated_buffers, self._spare_buffers))
-        self._spare_buffers = old_buffers
-        if not self._state_in_place:
-            self._state, self._spare_state = self._spare_state, self._state
+                             into=[*into["params"], *into["optimizer"], *into["buffers"], self._spare_step])
+        # a step that raised above changed nothing here (what it writes in place aside)
+        for role, old in current.items():
+            if role in self._spare:
+                self._spare[role] = old
+        self._params.update(zip(sig.trainable, into["params"]))
+        self._state = into["optimizer"]
+        self._buffers.update(zip(sig.updated_buffers, into["buffers"]))
         self._step, self._spare_step = self._spare_step, self._step
         self.seed += 1
         value = float(self._host(loss))

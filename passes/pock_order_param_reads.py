@@ -1,0 +1,160 @@
+"""pock-order-param-reads: make each parameter's update wait for the backward's other reads of it.
+
+train_step_into may write a parameter's new value into the buffer that holds the old one (one set
+of parameters on the device instead of two), but only where IREE's schedule runs every read of
+the old value before the write (pock_mlir/in_place.py checks). The forward's reads come first by
+dataflow, and the update reads the old value where it writes the new one. The backward's input
+gradient also reads the weight (dx = dy W), yet nothing orders it before the update: IREE runs
+the two dispatches side by side. This pass gives the update a data dependency on what the input
+gradient computes: the update reads `param + 0 * d[0]`, where d is the first value downstream of
+each such read that IREE materializes (an operand of the next contraction, or a returned value).
+IREE fuses the addition into the update's dispatch as one scalar load, so the update runs after
+that dispatch and costs nothing else. The product is not folded, since 0 * NaN is NaN: a
+non-finite input gradient makes the parameter non-finite, where it would already have made every
+earlier layer's gradient so.
+
+Runs before pock-reorder-updates, which then places each update after the values it now needs.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from torch_mlir import ir
+
+from pock_mlir.optim import UPDATE_OPS
+from pock_mlir.torch_builder import TorchBuilder
+from pock_mlir.torch_types import tensor_type_of
+
+from .base import ModulePass, functions
+
+# Ops whose operands IREE materializes as buffers: it fuses elementwise consumers into them, not producers.
+CONTRACTIONS = frozenset(f"torch.aten.{name}" for name in (
+    "mm", "bmm", "matmul", "linear", "addmm", "baddbmm", "convolution", "convolution_backward"))
+# What reads a parameter to update it: an optimizer update, or the channel slice it updates.
+UPDATE_READERS = frozenset((*UPDATE_OPS, "pock.channel_slice", "pock.channel_update"))
+
+
+def _ancestors(value: ir.Value) -> set:
+    """The ops `value` is computed from, itself included."""
+    seen, stack = set(), [value]
+    while stack:
+        owner = stack.pop().owner
+        if isinstance(owner, ir.Block) or owner.operation in seen:
+            continue
+        seen.add(owner.operation)
+        stack.extend(owner.operation.operands)
+    return seen
+
+
+def _is_float_tensor(value: ir.Value) -> bool:
+    t = tensor_type_of(value)
+    return t is not None and t.element.startswith(("f", "bf"))
+
+
+class _Dataflow:
+    """Which values of one function are functions of a parameter alone (a view of the weight, which
+    IREE folds into whatever reads it, so never the value to wait for)."""
+
+    def __init__(self):
+        self._only = {}
+
+    def only_from(self, value: ir.Value, param: ir.Value) -> bool:
+        key = (value, param)
+        if key not in self._only:
+            owner = value.owner
+            self._only[key] = value == param or (not isinstance(owner, ir.Block) and all(
+                v == param or tensor_type_of(v) is None or self.only_from(v, param) for v in owner.operation.operands)
+                and any(tensor_type_of(v) is not None for v in owner.operation.operands))
+        return self._only[key]
+
+
+def _materialized_after(reader: ir.Operation, param: ir.Value, flow: _Dataflow) -> list[ir.Value]:
+    """The first float values downstream of `reader` that IREE holds in a buffer: each is used by a
+    contraction, returned, or a gradient an update reads (where no contraction follows, as in the
+    embeddings' backward), and is not a function of the parameter alone."""
+    found, seen = [], set()
+    frontier = list(reader.results)
+    while frontier:
+        value = frontier.pop(0)
+        if value in seen:
+            continue
+        seen.add(value)
+        users = [use.owner.operation for use in value.uses]
+        if not flow.only_from(value, param) and _is_float_tensor(value) and any(
+                u.name in CONTRACTIONS or u.name in UPDATE_READERS or u.name == "func.return" for u in users):
+            found.append(value)
+            continue
+        frontier.extend(r for u in users if u.name not in UPDATE_READERS for r in u.results)
+    return found
+
+
+def _downstream(ops: list[ir.Operation]) -> set:
+    """The ops that use the results of `ops`, transitively, `ops` included."""
+    seen, stack = set(), list(ops)
+    while stack:
+        op = stack.pop()
+        if op in seen:
+            continue
+        seen.add(op)
+        stack.extend(use.owner.operation for r in op.results for use in r.uses)
+    return seen
+
+
+def order_function(func) -> None:
+    block = func.regions[0].blocks[0]
+    ops = [op.operation for op in block.operations]
+    updates = [op for op in ops if op.name in UPDATE_OPS]
+    if not updates:
+        return
+    loss = ops[-1].operands[0]
+    forward = _ancestors(loss)
+    # What reads the updates' results reads the old parameter in the same dispatch (the step's
+    # guard against a non-finite loss selects between the two).
+    updating = _downstream([op for op in ops if op.name in UPDATE_READERS])
+    flow = _Dataflow()
+    # A dense update reads its parameter; a channel-sparse one, a slice of it (pock.channel_slice),
+    # and pock.channel_update writes the rows back into it.
+    params = [op.operands[0] for op in ops if op.name in (*UPDATE_OPS, "pock.channel_update")]
+    params = list(dict.fromkeys(p for p in params if not isinstance(p.owner, ir.Block) and p.owner.name == "pock.param"))
+    for param in params:
+        # The backward may read the weight through a view the forward made of it (a linear layer's
+        # W^T): IREE folds a view into its reader, so the reader reads the weight.
+        views, readers, stack = {param}, {}, [param]
+        while stack:
+            for use in stack.pop().uses:
+                user = use.owner.operation
+                if user.results and all(flow.only_from(r, param) for r in user.results):
+                    new = [r for r in user.results if r not in views]
+                    views.update(new)
+                    stack.extend(new)
+                else:
+                    readers[user] = None
+        late = [r for r in readers if r not in updating and r not in forward]
+        if not late:
+            continue
+        waits = list(dict.fromkeys(v for r in late for v in _materialized_after(r, param, flow)))
+        if not waits:
+            continue
+        for reader in [r for r in readers if r.name in UPDATE_READERS and param in list(r.operands)]:
+            b = TorchBuilder(ir.InsertionPoint(reader), reader.location)
+            zero = None
+            for wait in waits:
+                flat = wait if len(b.shape(wait)) == 1 else b.reshape(wait, [-1])
+                first = b.aten.select.int(flat, 0, 0)
+                zero = first if zero is None else b.add(zero, first)
+            ordered = b.add(param, b.mul(zero, 0.0))
+            for index, operand in enumerate(reader.operands):
+                if operand == param:
+                    reader.operands[index] = ordered
+
+
+@dataclass(frozen=True)
+class OrderParamReadsPass(ModulePass):
+    name = "pock-order-param-reads"
+    description = ("Make each parameter update depend on the backward's other reads of the old parameter, so "
+                   "that the step may write the new parameter where the old one is")
+
+    def apply(self, module: ir.Operation) -> None:
+        for func in functions(module):
+            order_function(func)
