@@ -7,11 +7,13 @@ dataflow, and the update reads the old value where it writes the new one. The ba
 gradient also reads the weight (dx = dy W), yet nothing orders it before the update: IREE runs
 the two dispatches side by side. This pass gives the update a data dependency on what the input
 gradient computes: the update reads `param + 0 * d[0]`, where d is the first value downstream of
-each such read that IREE materializes (an operand of the next contraction, or a returned value).
-IREE fuses the addition into the update's dispatch as one scalar load, so the update runs after
-that dispatch and costs nothing else. The product is not folded, since 0 * NaN is NaN: a
-non-finite input gradient makes the parameter non-finite, where it would already have made every
-earlier layer's gradient so.
+each such read that IREE materializes (an operand of the next contraction, a returned value, or a
+gradient an update reads) and that is computed before the update. IREE fuses the addition into the
+update's dispatch as one scalar load, so the update runs after that dispatch. Running later can
+keep the update's own inputs alive longer: on a model whose memory is its activations the step's
+workspace grew (README, Quality). The product is not folded, since 0 * NaN is NaN: a non-finite
+input gradient makes the parameter non-finite, where it would already have made every earlier
+layer's gradient so.
 
 Runs before pock-reorder-updates, which then places each update after the values it now needs.
 """
@@ -52,36 +54,35 @@ def _is_float_tensor(value: ir.Value) -> bool:
     return t is not None and t.element.startswith(("f", "bf"))
 
 
-class _Dataflow:
-    """Which values of one function are functions of a parameter alone (a view of the weight, which
-    IREE folds into whatever reads it, so never the value to wait for)."""
-
-    def __init__(self):
-        self._only = {}
-
-    def only_from(self, value: ir.Value, param: ir.Value) -> bool:
-        key = (value, param)
-        if key not in self._only:
-            owner = value.owner
-            self._only[key] = value == param or (not isinstance(owner, ir.Block) and all(
-                v == param or tensor_type_of(v) is None or self.only_from(v, param) for v in owner.operation.operands)
-                and any(tensor_type_of(v) is not None for v in owner.operation.operands))
-        return self._only[key]
+def _views(param: ir.Value) -> set:
+    """The values computed from `param` alone (with constants): views of the weight, such as a
+    linear layer's W^T, which IREE folds into whatever reads them, so never the value to wait for."""
+    views, stack = {param}, [param]
+    while stack:
+        for use in stack.pop().uses:
+            user = use.owner.operation
+            tensors = [v for v in user.operands if tensor_type_of(v) is not None]
+            if user.results and all(v in views for v in tensors):  # revisited as each operand becomes a view
+                new = [r for r in user.results if r not in views]
+                views.update(new)
+                stack.extend(new)
+    return views
 
 
-def _materialized_after(reader: ir.Operation, param: ir.Value, flow: _Dataflow) -> list[ir.Value]:
-    """The first float values downstream of `reader` that IREE holds in a buffer: each is used by a
-    contraction, returned, or a gradient an update reads (where no contraction follows, as in the
-    embeddings' backward), and is not a function of the parameter alone."""
+def _materialized_after(reader: ir.Operation, views: set, position: dict, before: int) -> list[ir.Value]:
+    """The first float values downstream of `reader` that IREE holds in a buffer and that are
+    computed before position `before`: each is used by a contraction, returned, or a gradient an
+    update reads (where no contraction follows, as in the embeddings' backward), and is not a view
+    of the parameter."""
     found, seen = [], set()
     frontier = list(reader.results)
     while frontier:
         value = frontier.pop(0)
-        if value in seen:
+        if value in seen or position[value.owner.operation] >= before:
             continue
         seen.add(value)
         users = [use.owner.operation for use in value.uses]
-        if not flow.only_from(value, param) and _is_float_tensor(value) and any(
+        if value not in views and _is_float_tensor(value) and any(
                 u.name in CONTRACTIONS or u.name in UPDATE_READERS or u.name == "func.return" for u in users):
             found.append(value)
             continue
@@ -112,7 +113,7 @@ def order_function(func) -> None:
     # What reads the updates' results reads the old parameter in the same dispatch (the step's
     # guard against a non-finite loss selects between the two).
     updating = _downstream([op for op in ops if op.name in UPDATE_READERS])
-    flow = _Dataflow()
+    position = {op: i for i, op in enumerate(ops)}
     # A dense update reads its parameter; a channel-sparse one, a slice of it (pock.channel_slice),
     # and pock.channel_update writes the rows back into it.
     params = [op.operands[0] for op in ops if op.name in (*UPDATE_OPS, "pock.channel_update")]
@@ -120,23 +121,22 @@ def order_function(func) -> None:
     for param in params:
         # The backward may read the weight through a view the forward made of it (a linear layer's
         # W^T): IREE folds a view into its reader, so the reader reads the weight.
-        views, readers, stack = {param}, {}, [param]
-        while stack:
-            for use in stack.pop().uses:
-                user = use.owner.operation
-                if user.results and all(flow.only_from(r, param) for r in user.results):
-                    new = [r for r in user.results if r not in views]
-                    views.update(new)
-                    stack.extend(new)
-                else:
-                    readers[user] = None
+        views = _views(param)
+        readers = list(dict.fromkeys(use.owner.operation for v in views for use in v.uses
+                                     if not all(r in views for r in use.owner.operation.results)))
         late = [r for r in readers if r not in updating and r not in forward]
         if not late:
             continue
-        waits = list(dict.fromkeys(v for r in late for v in _materialized_after(r, param, flow)))
+        update_readers = [r for r in readers if r.name in UPDATE_READERS and param in list(r.operands)]
+        if not update_readers:
+            continue
+        # the values the updates wait for must be computed before them (not the step's guard
+        # against a non-finite loss, which selects between old and new after every update)
+        earliest = min(position[r] for r in update_readers)
+        waits = list(dict.fromkeys(v for r in late for v in _materialized_after(r, views, position, earliest)))
         if not waits:
             continue
-        for reader in [r for r in readers if r.name in UPDATE_READERS and param in list(r.operands)]:
+        for reader in update_readers:
             b = TorchBuilder(ir.InsertionPoint(reader), reader.location)
             zero = None
             for wait in waits:

@@ -21,8 +21,8 @@ REPO = Path(__file__).resolve().parent.parent
 MUTANTS = int(os.environ.get("POCK_FUZZ_MUTANTS", "300"))
 SEED = int(os.environ.get("POCK_FUZZ_SEED", "0"))
 PIPELINES = ["", "pock-autodiff,pock-dce",
-             "inline,pock-autodiff,pock-sparse-bp,pock-backend-switch,pock-reorder-updates,pock-lower-optimizers,"
-             "pock-strip-params,pock-dce,canonicalize"]
+             "inline,pock-autodiff,pock-sparse-bp,pock-backend-switch,pock-order-param-reads,pock-reorder-updates,"
+             "pock-lower-optimizers,pock-strip-params,pock-dce,canonicalize"]
 HANG_SECONDS = 60
 TOKEN = re.compile(r"%[\w.-]+|@[\w.$-]+|\b\d+\b|\b[a-z_]+\.[\w.]+\b|[\[\]{}()<>,:=]")
 

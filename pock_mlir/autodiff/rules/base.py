@@ -34,6 +34,8 @@ def reduced_size(shape, dims) -> int:
     """How many elements a reduction over `dims` (None or [] for all) combines."""
     size = 1
     for d in range(len(shape)) if not dims else dims:
+        if not -len(shape) <= d < len(shape):
+            raise ValueError(f"dimension {d} is out of range for a tensor of rank {len(shape)}")
         size *= shape[d]
     return size
 
