@@ -82,7 +82,6 @@ def memory_facts(trainer) -> dict:
     """What a pock-mlir Trainer's step writes, by role, which of those it writes where it reads them
     (Trainer.in_place), and the MB of optimizer state it holds."""
     sig = trainer.signature
-    written = {"params": sig.trainable, "optimizer": sig.state, "buffers": sig.updated_buffers}
     state_bytes = sum(4 * math.prod(s.shape) for s in sig.state)  # float32
-    return {"written": sorted(role for role, tensors in written.items() if tensors), "in_place": sorted(trainer.in_place),
+    return {"written": sorted(role for role, specs in sig.written().items() if specs), "in_place": sorted(trainer.in_place),
             "optimizer_state_mb": state_bytes / 2**20}

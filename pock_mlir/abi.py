@@ -140,15 +140,21 @@ class StepSignature:
             return output[1]
         return output[-1] if output[:-1] == target else None
 
+    def written(self) -> dict[str, list[TensorSpec]]:
+        """What a step updates besides the loss and step count, by role: params (the trained ones),
+        optimizer (its state), buffers (those the forward updates)."""
+        by_name = {spec.name: spec for spec in self.params + self.buffers}
+        return {"params": [by_name[n] for n in self.trainable], "optimizer": list(self.state),
+                "buffers": [by_name[n] for n in self.updated_buffers]}
+
     def written_argument_pairs(self) -> dict[str, list[tuple[int, int]]]:
-        """By role (params, optimizer, buffers): train_step_into's (argument holding a tensor the
-        step updates, argument its new value is written into), by position (pock_mlir/in_place.py
-        checks whether they may be one buffer)."""
+        """By role (see written): train_step_into's (argument holding a tensor the step updates,
+        argument its new value is written into), by position (pock_mlir/in_place.py checks whether
+        they may be one buffer)."""
         arguments, _ = layout(self, "train_step_into")
         position = {(slot.role, slot.spec.name): i for i, slot in enumerate(arguments)}
-        updated = {"params": self.trainable, "optimizer": [s.name for s in self.state], "buffers": self.updated_buffers}
-        return {role: [(position[role, name], position["into", name]) for name in names]
-                for role, names in updated.items()}
+        return {role: [(position[role, spec.name], position["into", spec.name]) for spec in specs]
+                for role, specs in self.written().items()}
 
 
 def layout(signature: StepSignature, function: str) -> tuple[list[Slot], list[Slot]]:

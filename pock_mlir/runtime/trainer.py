@@ -138,18 +138,11 @@ class Trainer:
                               f"recompile it") from None
         self._loaded.update(dict.fromkeys(loaded.names, loaded))
         if "train_step_into" in compiled.functions:
-            self._in_place = compiled.in_place & set(self._written)
+            written = self.signature.written()
+            self._in_place = compiled.in_place & set(written)
             self._spare = {role: [self._put(np.zeros(spec.shape, spec.dtype)) for spec in specs]
-                           for role, specs in self._written.items() if role not in self._in_place}
+                           for role, specs in written.items() if role not in self._in_place}
         return loaded
-
-    @property
-    def _written(self) -> dict[str, list[TensorSpec]]:
-        """What a step writes besides the loss and step count, by role."""
-        sig = self.signature
-        by_name = {spec.name: spec for spec in sig.params + sig.buffers}
-        return {"params": [by_name[n] for n in sig.trainable], "optimizer": list(sig.state),
-                "buffers": [by_name[n] for n in sig.updated_buffers]}
 
     @classmethod
     def from_bundle(cls, bundle, device: str | None = None, on_nonfinite: str = "raise") -> Trainer:
@@ -186,7 +179,7 @@ class Trainer:
         def size(specs) -> int:
             return sum(np.dtype(s.dtype).itemsize * math.prod(s.shape) for s in specs)
 
-        spare = [spec for role, specs in self._written.items() if role not in self._in_place for spec in specs]
+        spare = [spec for role, specs in sig.written().items() if role not in self._in_place for spec in specs]
         return size(sig.params + sig.buffers + sig.state) + size(spare) + (self.workspace_bytes or 0)
 
     @property
