@@ -20,10 +20,12 @@ Runs before pock-reorder-updates, which then places each update after the values
 
 from __future__ import annotations
 
+from collections import deque
 from dataclasses import dataclass
 
 from torch_mlir import ir
 
+from pock_mlir.cost import ancestors
 from pock_mlir.optim import UPDATE_OPS
 from pock_mlir.torch_builder import TorchBuilder
 from pock_mlir.torch_types import tensor_type_of
@@ -35,23 +37,6 @@ CONTRACTIONS = frozenset(f"torch.aten.{name}" for name in (
     "mm", "bmm", "matmul", "linear", "addmm", "baddbmm", "convolution", "convolution_backward"))
 # What reads a parameter to update it: an optimizer update, or the channel slice it updates.
 UPDATE_READERS = frozenset((*UPDATE_OPS, "pock.channel_slice", "pock.channel_update"))
-
-
-def _ancestors(value: ir.Value) -> set:
-    """The ops `value` is computed from, itself included."""
-    seen, stack = set(), [value]
-    while stack:
-        owner = stack.pop().owner
-        if isinstance(owner, ir.Block) or owner.operation in seen:
-            continue
-        seen.add(owner.operation)
-        stack.extend(owner.operation.operands)
-    return seen
-
-
-def _is_float_tensor(value: ir.Value) -> bool:
-    t = tensor_type_of(value)
-    return t is not None and t.element.startswith(("f", "bf"))
 
 
 def _views(param: ir.Value) -> set:
@@ -75,14 +60,15 @@ def _materialized_after(reader: ir.Operation, views: set, position: dict, before
     update reads (where no contraction follows, as in the embeddings' backward), and is not a view
     of the parameter."""
     found, seen = [], set()
-    frontier = list(reader.results)
+    frontier = deque(reader.results)
     while frontier:
-        value = frontier.pop(0)
+        value = frontier.popleft()
         if value in seen or position[value.owner.operation] >= before:
             continue
         seen.add(value)
         users = [use.owner.operation for use in value.uses]
-        if value not in views and _is_float_tensor(value) and any(
+        tensor = tensor_type_of(value)
+        if value not in views and tensor is not None and tensor.is_float and any(
                 u.name in CONTRACTIONS or u.name in UPDATE_READERS or u.name == "func.return" for u in users):
             found.append(value)
             continue
@@ -105,11 +91,9 @@ def _downstream(ops: list[ir.Operation]) -> set:
 def order_function(func) -> None:
     block = func.regions[0].blocks[0]
     ops = [op.operation for op in block.operations]
-    updates = [op for op in ops if op.name in UPDATE_OPS]
-    if not updates:
+    if not any(op.name in UPDATE_OPS for op in ops):
         return
-    loss = ops[-1].operands[0]
-    forward = _ancestors(loss)
+    forward = ancestors([ops[-1].operands[0]])  # of the loss
     # What reads the updates' results reads the old parameter in the same dispatch (the step's
     # guard against a non-finite loss selects between the two).
     updating = _downstream([op for op in ops if op.name in UPDATE_READERS])

@@ -186,7 +186,7 @@ class CostModel:
         # What a Trainer that steps and validates holds: the step's module (gradients has its own).
         step_module = program.module(trainer_module("train_step_into"))
         # What each step writes where it reads it (Trainer.in_place), taken to be full BP's for every scheme.
-        self.copies = {role: 1 if role in step_module.in_place else 2 for role in ("params", "optimizer", "buffers")}
+        self.copies = {role: 1 if role in step_module.in_place else 2 for role in sig.written()}
         # Parameters and buffers, and the second set of the buffers each step updates.
         self.fixed_bytes = (sum(map(_bytes, sig.params + sig.buffers))
                             + (self.copies["buffers"] - 1) * sum(_bytes(buffers[n]) for n in sig.updated_buffers))
