@@ -25,13 +25,13 @@ import threading
 import time
 from pathlib import Path
 
-from bench.models import MODELS, PEFT_SCHEMES, QUICK_MODELS, SCHEMES, scheme_spec
+from bench.models import MODELS, PEFT_SCHEMES, QUICK_MODELS, SCHEMES, ort_optimizer, scheme_spec
 from bench.report import add_ratios, write_markdown, write_plot
 from pock_mlir.files import atomic_write
 
 ROOT = Path(__file__).resolve().parent.parent
-SYSTEMS = ("eager", "torch.compile", "ort-training", "jax", "pock-mlir", "pock-mlir-deployed", "pock-mlir-no-reorder",
-           "pock-mlir-no-param-order", "pock-mlir-no-retain")
+SYSTEMS = ("eager", "torch.compile", "ort-training", "jax", "pock-mlir", "pock-mlir-deployed",
+           "pock-mlir-deployed-ort-optimizer", "pock-mlir-no-reorder", "pock-mlir-no-param-order", "pock-mlir-no-retain")
 QUICK_SYSTEMS = ("eager", "pock-mlir", "pock-mlir-no-reorder", "pock-mlir-no-param-order", "pock-mlir-no-retain")
 # The pass each pipeline ablation leaves out of the lowered stage.
 ABLATED_PASSES = {"pock-mlir-no-reorder": "pock-reorder-updates", "pock-mlir-no-param-order": "pock-order-param-reads"}
@@ -50,6 +50,9 @@ ABLATIONS = {"pock-mlir-no-reorder": REORDER_ABLATION, "pock-mlir-no-param-order
 ORT_SCHEMES = ("full", "sparse")  # ONNX Runtime trains or freezes whole parameters: no LoRA adapters
 JAX_SCHEMES = ("full", "sparse")  # the JAX port differentiates the trained parameters only: no LoRA adapters
 DEPLOYED_SCHEMES = ("full", "sparse")  # pock-mlir's bundle in a torch-free process, beside ONNX Runtime's
+# The deployed bundle compiled with the optimizer ONNX Runtime runs (bench.models.ort_optimizer), on
+# the models where that differs from theirs: ONNX Runtime's memory against the same training.
+ORT_OPTIMIZER = "pock-mlir-deployed-ort-optimizer"
 THREADS = os.cpu_count() or 1  # IREE's local-task driver starts one worker per core; torch and ONNX Runtime get as many
 # tasks that must not import torch; the rest run in bench.child
 CHILD_MODULES = {"ort-run": "bench.ort_child", "jax-run": "bench.jax_child", "pock-deployed": "bench.deployed_child"}
@@ -166,6 +169,15 @@ def measure(model: str, scheme: str, systems, args, workdir: Path) -> dict[str, 
                 children[system] = TrainingChild({**common, "task": run, "artifacts": str(artifacts), **learning_rate},
                                                  args.timeout)
             continue
+        if system == ORT_OPTIMIZER:  # a program and bundle of its own, trained by the deployed child
+            own_bundle, program = workdir / f"{model}-{scheme}-{system}-bundle", workdir / f"{model}-{scheme}-{system}.pickle"
+            outputs += [own_bundle, program]
+            rows[system] = run_child({**common, "task": "pock-compile", "program": str(program), "iree_flags": args.iree_flags,
+                                      "ort_optimizer": True, "bundle": str(own_bundle)}, args.timeout)
+            if rows[system]["status"] == "ok":
+                children[system] = TrainingChild({**common, "task": "pock-deployed", "bundle": str(own_bundle)},
+                                                 args.timeout)
+            continue
         if system == "pock-mlir-deployed":  # pock-mlir's own program, from the bundle its compilation wrote
             compiled = rows.get("pock-mlir", {"status": "not run: it deploys the pock-mlir row's bundle"})
             rows[system] = {k: v for k, v in compiled.items()
@@ -257,8 +269,9 @@ def main(argv=None) -> int:
                     continue
                 systems = [s for s in args.systems if (s not in ABLATIONS or (model, scheme) in ABLATIONS[s])
                            and (s != "jax" or MODELS[model].jax_port)
+                           and (s != ORT_OPTIMIZER or ort_optimizer(MODELS[model].optimizer) != MODELS[model].optimizer)
                            and scheme in {"ort-training": ORT_SCHEMES, "jax": JAX_SCHEMES,
-                                          "pock-mlir-deployed": DEPLOYED_SCHEMES}.get(
+                                          "pock-mlir-deployed": DEPLOYED_SCHEMES, ORT_OPTIMIZER: DEPLOYED_SCHEMES}.get(
                                s, SCHEMES if s.startswith("pock-mlir") else ("full", "sparse", *PEFT_SCHEMES))]
                 for system, measured in measure(model, scheme, systems, args, Path(workdir)).items():
                     row = {"model": model, "scheme": scheme, "system": system, **measured}

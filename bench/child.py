@@ -28,7 +28,7 @@ import torch
 
 import pock_mlir as pock
 from bench.memory import rss_kb
-from bench.models import MODELS, PEFT_SCHEMES, library, scheme_spec, trainable_names
+from bench.models import MODELS, PEFT_SCHEMES, library, ort_optimizer, scheme_spec, trainable_names
 from bench.protocol import first_line, memory_facts, print_result, timed_rounds
 from pock_mlir.bundle import write_bundle
 from pock_mlir.frontend import resolve_loss
@@ -103,7 +103,9 @@ def run_torch(spec, compiled: bool) -> dict:
 def compile_pock(spec) -> dict:
     model_def, module, inputs, target, scheme, label = _setup(spec)
     start = time.perf_counter()
-    program = pock.compile_training(module, inputs, target, loss=model_def.loss, optimizer=model_def.optimizer,
+    # "ort_optimizer": the optimizer ONNX Runtime runs in its place (pock-mlir-deployed-ort-optimizer)
+    optimizer = ort_optimizer(model_def.optimizer) if spec.get("ort_optimizer") else model_def.optimizer
+    program = pock.compile_training(module, inputs, target, loss=model_def.loss, optimizer=optimizer,
                                     sparse=None if scheme == "full" else scheme, iree_flags=tuple(spec["iree_flags"]),
                                     pipelines=spec.get("pipelines"), cache=False)  # time the compilation itself
     compile_s = time.perf_counter() - start
@@ -162,14 +164,15 @@ def _layer_norms_with_statistics(graph) -> None:
 
 
 def _ort_optimizer(optimizer):
-    """ONNX Runtime's optimizer block for the model's optimizer, and the note when it differs: its
-    on-device training has AdamW and SGD without momentum."""
+    """ONNX Runtime's optimizer block for the model's optimizer (bench.models.ort_optimizer), and
+    the note when it differs."""
     from onnxruntime.training.onnxblock import optim
 
-    if isinstance(optimizer, pock.AdamW):
-        return optim.AdamW(betas=optimizer.betas, eps=optimizer.eps, weight_decay=optimizer.weight_decay), None
-    if isinstance(optimizer, pock.SGD) and not (optimizer.weight_decay or optimizer.nesterov):
-        return optim.SGD(), "SGD without momentum (ONNX Runtime has none)" if optimizer.momentum else None
+    runs = ort_optimizer(optimizer)
+    if isinstance(runs, pock.AdamW):
+        return optim.AdamW(betas=runs.betas, eps=runs.eps, weight_decay=runs.weight_decay), None
+    if isinstance(runs, pock.SGD) and not (runs.momentum or runs.weight_decay or runs.nesterov):
+        return optim.SGD(), "SGD without momentum (ONNX Runtime has none)" if runs != optimizer else None
     raise NotImplementedError(f"ONNX Runtime's on-device training has no optimizer like {optimizer}")
 
 

@@ -7,14 +7,20 @@ stopping the run.
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 import importlib
+import json
+import re
 import sys
 import types
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Callable
 
 import torch
 import torch.nn as nn
+import yaml
 
 import pock_mlir as pock
 
@@ -33,6 +39,7 @@ class BenchModel:
     tokens_per_step: int | None = None  # for language models: report tokens/s
     compile_target_s: float | None = None  # the full-BP compile time this model should stay within
     jax_port: bool = False  # a LlamaLike, which bench/jax_child.py ports to JAX: JAX trains it too
+    searched: Callable[[], tuple[dict, str]] | None = None  # the "searched" scheme and its label (language_searched)
 
 
 def _examples(module: str):
@@ -84,7 +91,7 @@ def _resnet():
 
 
 BERT_SEQ, BERT_BATCH, BERT_VOCAB = 128, 8, 8000
-LLAMA_SEQ, LLAMA_BATCH, LLAMA_VOCAB = 256, 4, 8000
+LLAMA_SEQ, LLAMA_BATCH, LLAMA_VOCAB, LLAMA_LAYERS = 256, 4, 8000, 6
 
 
 def _bert():
@@ -95,8 +102,34 @@ def _bert():
 
 def _llama():
     t = _examples("transformer")
-    return t.LlamaLike(t.LlamaConfig(vocab=LLAMA_VOCAB, max_len=LLAMA_SEQ, dim=384, heads=6, kv_heads=2, layers=6,
+    return t.LlamaLike(t.LlamaConfig(vocab=LLAMA_VOCAB, max_len=LLAMA_SEQ, dim=384, heads=6, kv_heads=2, layers=LLAMA_LAYERS,
                                      hidden=1024))
+
+
+QUALITY_RESULTS = Path(__file__).resolve().parent.parent / "examples" / "quality" / "results"
+SEARCHED_AT = "sparse preset (last 2 blocks)"  # the language task's hand-written scheme whose memory it was searched at
+
+
+def language_searched(layers: int) -> tuple[dict, str]:
+    """The scheme pock.search_sparse found on the language quality task at its sparse preset's
+    memory (examples/quality/language.py --search presets), for a LlamaLike of `layers` blocks, and
+    its label: what it trains and its test loss there against PyTorch full BP's (#21). The task's
+    model has fewer blocks: its block i is block i + (layers - its blocks) here, counted from the
+    last as the transformer presets count, and the blocks below stay frozen."""
+    from examples.quality.cli import searched_schemes
+    from examples.quality.language import REFERENCE
+
+    task = json.loads((QUALITY_RESULTS / "language.json").read_text())
+    rows = task["results"]
+    (searched,) = searched_schemes(QUALITY_RESULTS, "language", {rows[f"pock {SEARCHED_AT}"]["device_mb"]: SEARCHED_AT})
+    shift = layers - task["config"]["layers"]
+    entries = yaml.safe_load(Path(searched.file).read_text())
+    scheme = {re.sub(r"^blocks\.(\d+)\.", lambda m: f"blocks.{int(m.group(1)) + shift}.", name): policy
+              for name, policy in entries.items()}
+    loss = rows[f"pock {searched.name}"]["test_loss"] / rows[REFERENCE]["test_loss"] - 1
+    trained = sum(policy != "frozen" for name, policy in entries.items() if name != "default")
+    return scheme, (f"the language task's search at its sparse preset's memory, blocks moved up {shift}: "
+                    f"{trained} tensors; test loss {loss:+.1%} vs PyTorch full BP there")
 
 
 def _token_loss(logits, target):
@@ -196,11 +229,11 @@ MODELS = {m.name: m for m in (
                {"preset": "transformer-last-2", "tokens": "frozen", "positions": "frozen", "norm": "frozen",
                 "blocks.0": "frozen", "blocks.1": "frozen"},
                lora={"blocks.*.attention": LORA, "classifier": "full"}, lora_all={"blocks": LORA, "classifier": "full"}),
-    BenchModel("llama", f"LLaMA-like, 6 layers, d=384, seq {LLAMA_SEQ}, batch {LLAMA_BATCH}", _seeded(_llama),
+    BenchModel("llama", f"LLaMA-like, {LLAMA_LAYERS} layers, d=384, seq {LLAMA_SEQ}, batch {LLAMA_BATCH}", _seeded(_llama),
                _tokens(LLAMA_BATCH, LLAMA_SEQ, LLAMA_VOCAB, "tokens"), _token_loss, ADAMW,
                {"preset": "transformer-last-2", "tokens": "frozen", "blocks.[0-3]": "frozen"},
                lora={"blocks.*.attention": LORA}, lora_all={"blocks": LORA}, tokens_per_step=LLAMA_BATCH * LLAMA_SEQ,
-               jax_port=True),
+               jax_port=True, searched=functools.partial(language_searched, LLAMA_LAYERS)),
     # Library models as users have them (random init): compile time is what these rows are for.
     BenchModel("tv-mobilenetv2", "torchvision MobileNetV2, 96 px, batch 8", _seeded(_torchvision_mobilenet),
                _images(8, 96, 10), "cross_entropy", MOMENTUM_SGD,
@@ -225,9 +258,18 @@ MODELS = {m.name: m for m in (
 QUICK_MODELS = ("mlp",)
 # PockEngine's comparison (its Table 4): sparse BP against LoRA, each also over an int8 frozen base
 # ("-int8"), on the models that have LoRA schemes (the transformers).
-SCHEMES = ("full", "sparse", "sparse-int8", "lora", "lora-int8", "lora-all", "lora-all-int8")
+# "searched": a scheme pock.search_sparse found on a quality task, where its quality is measured.
+SCHEMES = ("full", "sparse", "sparse-int8", "lora", "lora-int8", "lora-all", "lora-all-int8", "searched")
 PEFT_SCHEMES = ("lora", "lora-all")  # the schemes PyTorch runs too, through PEFT (it has no int8 base on the CPU)
 INT8 = {"quantize": {"frozen": "int8"}}
+
+
+def ort_optimizer(optimizer):
+    """The optimizer ONNX Runtime's on-device training runs for `optimizer`: it has AdamW and SGD
+    without momentum, so momentum SGD runs there as plain SGD."""
+    if isinstance(optimizer, pock.SGD) and optimizer.momentum:
+        return dataclasses.replace(optimizer, momentum=0.0)
+    return optimizer
 
 
 def scheme_spec(model: BenchModel, scheme: str) -> tuple[dict | str, str] | None:
@@ -235,6 +277,8 @@ def scheme_spec(model: BenchModel, scheme: str) -> tuple[dict | str, str] | None
     a scheme this model does not run."""
     if scheme == "full":
         return "full", "full"
+    if scheme == "searched":
+        return model.searched() if model.searched else None
     base, int8 = scheme.removesuffix("-int8"), scheme.endswith("-int8")
     spec = {"sparse": model.sparse, "lora": model.lora, "lora-all": model.lora_all}[base]
     if not spec or (int8 and not model.lora):
