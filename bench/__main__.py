@@ -25,7 +25,7 @@ import threading
 import time
 from pathlib import Path
 
-from bench.models import MODELS, PEFT_SCHEMES, QUICK_MODELS, SCHEMES, ort_optimizer, scheme_spec
+from bench.models import MODELS, PEFT_SCHEMES, QUICK_MODELS, SCHEMES, ort_optimizer, runs_scheme
 from bench.report import add_ratios, write_markdown, write_plot
 from pock_mlir.files import atomic_write
 
@@ -265,7 +265,7 @@ def main(argv=None) -> int:
     with tempfile.TemporaryDirectory(prefix="pock-bench-") as workdir:
         for model in args.models:
             for scheme in args.schemes:
-                if scheme_spec(MODELS[model], scheme) is None:
+                if not runs_scheme(MODELS[model], scheme):
                     continue
                 systems = [s for s in args.systems if (s not in ABLATIONS or (model, scheme) in ABLATIONS[s])
                            and (s != "jax" or MODELS[model].jax_port)

@@ -119,14 +119,18 @@ def language_searched(layers: int) -> tuple[dict, str]:
     from examples.quality.cli import searched_schemes
     from examples.quality.language import REFERENCE
 
-    task = json.loads((QUALITY_RESULTS / "language.json").read_text())
-    rows = task["results"]
-    (searched,) = searched_schemes(QUALITY_RESULTS, "language", {rows[f"pock {SEARCHED_AT}"]["device_mb"]: SEARCHED_AT})
+    try:
+        task = json.loads((QUALITY_RESULTS / "language.json").read_text())
+        rows = task["results"]
+        (searched,) = searched_schemes(QUALITY_RESULTS, "language", {rows[f"pock {SEARCHED_AT}"]["device_mb"]: SEARCHED_AT})
+        entries = yaml.safe_load(Path(searched.file).read_text())
+        loss = rows[f"pock {searched.name}"]["test_loss"] / rows[REFERENCE]["test_loss"] - 1
+    except (OSError, KeyError, ValueError) as e:
+        raise RuntimeError(f"the searched scheme is the language task's (missing: {e}); run "
+                           "python examples/quality/language.py --search presets") from None
     shift = layers - task["config"]["layers"]
-    entries = yaml.safe_load(Path(searched.file).read_text())
     scheme = {re.sub(r"^blocks\.(\d+)\.", lambda m: f"blocks.{int(m.group(1)) + shift}.", name): policy
               for name, policy in entries.items()}
-    loss = rows[f"pock {searched.name}"]["test_loss"] / rows[REFERENCE]["test_loss"] - 1
     trained = sum(policy != "frozen" for name, policy in entries.items() if name != "default")
     return scheme, (f"the language task's search at its sparse preset's memory, blocks moved up {shift}: "
                     f"{trained} tensors; test loss {loss:+.1%} vs PyTorch full BP there")
@@ -270,6 +274,12 @@ def ort_optimizer(optimizer):
     if isinstance(optimizer, pock.SGD) and optimizer.momentum:
         return dataclasses.replace(optimizer, momentum=0.0)
     return optimizer
+
+
+def runs_scheme(model: BenchModel, scheme: str) -> bool:
+    """Whether the model has the scheme, without reading the files a searched scheme comes from (its
+    row's child does: missing files fail that row alone)."""
+    return model.searched is not None if scheme == "searched" else scheme_spec(model, scheme) is not None
 
 
 def scheme_spec(model: BenchModel, scheme: str) -> tuple[dict | str, str] | None:

@@ -239,6 +239,16 @@ def test_the_searched_row_trains_the_language_search_moved_to_the_bench_decoder(
     assert [name for name in MODELS if scheme_spec(MODELS[name], "searched")] == ["llama"] and "searched" in SCHEMES
 
 
+def test_without_the_language_results_the_searched_row_alone_fails_and_says_why(tmp_path, monkeypatch):
+    import bench.models
+    from bench.models import runs_scheme, scheme_spec
+
+    monkeypatch.setattr(bench.models, "QUALITY_RESULTS", tmp_path)
+    assert runs_scheme(MODELS["llama"], "searched") and not runs_scheme(MODELS["bert"], "searched")
+    with pytest.raises(RuntimeError, match=r"run python examples/quality/language.py --search presets"):
+        scheme_spec(MODELS["llama"], "searched")
+
+
 def test_the_pytorch_lora_row_trains_in_its_own_process():
     """The child imports PEFT itself (which imports transformers and torchvision: bench.models.library),
     and its loss after a warm-up step is PEFT's, trained here on the same model and batch."""
