@@ -7,14 +7,13 @@ stopping the run.
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import importlib
 import json
 import re
 import sys
 import types
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Callable
 
@@ -272,7 +271,7 @@ def ort_optimizer(optimizer):
     """The optimizer ONNX Runtime's on-device training runs for `optimizer`: it has AdamW and SGD
     without momentum, so momentum SGD runs there as plain SGD."""
     if isinstance(optimizer, pock.SGD) and optimizer.momentum:
-        return dataclasses.replace(optimizer, momentum=0.0)
+        return replace(optimizer, momentum=0.0)
     return optimizer
 
 

@@ -107,7 +107,8 @@ def order_function(func) -> None:
         # W^T): IREE folds a view into its reader, so the reader reads the weight.
         views = _views(param)
         readers = list(dict.fromkeys(use.owner.operation for v in views for use in v.uses
-                                     if not all(r in views for r in use.owner.operation.results)))
+                                     if not (use.owner.operation.results and
+                                             all(r in views for r in use.owner.operation.results))))
         late = [r for r in readers if r not in updating and r not in forward]
         if not late:
             continue

@@ -273,28 +273,27 @@ def test_the_pytorch_lora_row_trains_in_its_own_process():
     assert row["loss"] == pytest.approx(loss.item(), rel=1e-5)
 
 
-@pytest.mark.parametrize("ort_optimizer", [False, True])
-def test_the_deployed_row_trains_the_bundle_without_torch(tmp_path, ort_optimizer):
+@pytest.mark.parametrize("as_ort_runs_it", [False, True])
+def test_the_deployed_row_trains_the_bundle_without_torch(tmp_path, as_ort_runs_it):
     """pock-mlir-deployed: the pock-mlir row's compilation writes a bundle, which a torch-free
     process trains; its loss after the warm-up, the round's untimed step and one timed step is
     torch.optim's fourth. pock-mlir-deployed-ort-optimizer's is compiled with the optimizer ONNX
     Runtime runs (plain SGD for the MLP's momentum SGD), and its loss is that optimizer's."""
     from bench.__main__ import run_child
-    from bench.models import MODELS
-    from bench.models import ort_optimizer as optimizer_of_ort
+    from bench.models import MODELS, ort_optimizer
     from oracle import torch_trajectory
     from test_bench_ort import torch_free_round
 
     common = {"model": "mlp", "scheme": "full", "warmup": 2, "steps": 1}
     compiled = run_child({**common, "task": "pock-compile", "program": str(tmp_path / "mlp.pickle"),
-                          "iree_flags": [], "bundle": str(tmp_path / "bundle"), "ort_optimizer": ort_optimizer},
+                          "iree_flags": [], "bundle": str(tmp_path / "bundle"), "ort_optimizer": as_ort_runs_it},
                          timeout=600)
     assert compiled["status"] == "ok", compiled["status"]
     row = torch_free_round({**common, "task": "pock-deployed", "bundle": str(tmp_path / "bundle")}, timeout=300)
     model_def = MODELS["mlp"]
-    optimizer = optimizer_of_ort(model_def.optimizer) if ort_optimizer else model_def.optimizer
-    assert (optimizer.momentum == 0.0) == ort_optimizer and model_def.optimizer.momentum > 0
+    optimizer = ort_optimizer(model_def.optimizer) if as_ort_runs_it else model_def.optimizer
+    assert (optimizer.momentum == 0.0) == as_ort_runs_it and model_def.optimizer.momentum > 0
     (inputs,), target = model_def.batch()
     losses, _ = torch_trajectory(model_def.build(), inputs, target, optimizer, 4)
     assert row["loss"] == pytest.approx(losses[-1], rel=1e-4)
-    assert (row["optimizer_state_mb"] == 0) == ort_optimizer
+    assert (row["optimizer_state_mb"] == 0) == as_ort_runs_it
