@@ -66,6 +66,12 @@ def _normalize_arch(machine: str) -> str:
 # (python -m bench.iree_study convs; pock_mlir/tuning/host.json); no DWARF in the kernels, which
 # nothing on a device reads and which cost compile time and about a quarter of a module's bytes.
 _CPU_COMMON = ("--iree-global-opt-use-im2col-for-convs", "--iree-llvmcpu-debug-symbols=false")
+# x86 CPUs: where a loop's trip count is not a multiple of the vector width, IREE 3.13 vectorizes
+# the remainder with masked operations on AVX-512 by default, which ran several times slower than
+# peeling it off into a loop of its own (a ViT's softmax over 65 tokens); measured on whole steps by
+# python -m bench.iree_study flags, "im2col" against "im2col+masked-tails" (README: Targets).
+X86_VECTOR_TAILS = "--iree-llvmcpu-vector-pproc-strategy=peel"
+MASKED_VECTOR_TAILS = "--iree-llvmcpu-vector-pproc-strategy=mask"  # IREE's default there, for the comparisons
 # Per program, where pock-backend-switch chooses it (TrainingProgram.iree_flags): IREE's data
 # tiling through the global-optimization phase. Its default path (--iree-opt-data-tiling) fails
 # in IREE 3.13 on bool tensors passed between dispatches, e.g. attention's masked-row guard.
@@ -93,14 +99,15 @@ def resolve_target(spec: str) -> Target:
     if name == "host":
         if option:
             raise TargetError(f"target 'host' takes no option, got '{option}'")
-        return _cpu(spec, _normalize_arch(platform.machine()), ("--iree-llvmcpu-target-cpu=host",),
+        arch = _normalize_arch(platform.machine())
+        return _cpu(spec, arch, ("--iree-llvmcpu-target-cpu=host", *([X86_VECTOR_TAILS] if arch == "x86_64" else [])),
                     "this machine's CPU, with every feature it has")
     if name == "x86-64":
         cpu = option or "x86-64-v3"
         if cpu not in X86_64_CPUS:
             raise TargetError(f"x86-64 takes {', '.join(X86_64_CPUS)}, got '{cpu}'")
         return _cpu(spec, "x86_64", ("--iree-llvmcpu-target-triple=x86_64-unknown-linux-gnu",
-                                     f"--iree-llvmcpu-target-cpu={cpu}"), f"portable x86-64 ({cpu})")
+                                     f"--iree-llvmcpu-target-cpu={cpu}", X86_VECTOR_TAILS), f"portable x86-64 ({cpu})")
     if name == "aarch64":
         features = [f for f in option.split(",") if f]
         bad = [f for f in features if not re.fullmatch(r"[+-][a-z0-9.-]+", f)]

@@ -3,6 +3,7 @@ own process, in interleaved rounds, profiles pock-mlir's step per dispatch, and 
 results.json, results.md and results.png. No timing assertions."""
 
 import json
+import platform
 import subprocess
 import sys
 from pathlib import Path
@@ -18,7 +19,7 @@ ROOT = Path(__file__).resolve().parent.parent
 def results(tmp_path_factory):
     out = tmp_path_factory.mktemp("bench")
     done = subprocess.run([sys.executable, "-m", "bench", "--quick", "--steps", "3", "--warmup", "1", "--rounds", "2",
-                           "--systems", "eager,pock-mlir", "--profile", "--out", str(out)],
+                           "--systems", "eager,pock-mlir,pock-mlir-masked-tails", "--profile", "--out", str(out)],
                           cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stdout + done.stderr
     return out, json.loads((out / "results.json").read_text())
@@ -27,7 +28,14 @@ def results(tmp_path_factory):
 def test_every_row_measured(results):
     _, data = results
     rows = {(r["model"], r["scheme"], r["system"]): r for r in data["rows"]}
-    assert set(rows) == {("mlp", s, system) for s in ("full", "sparse") for system in ("eager", "pock-mlir")}
+    # the masked-tails ablation runs on full BP only, the same program with IREE's masked remainders
+    assert set(rows) == {("mlp", s, system) for s in ("full", "sparse") for system in ("eager", "pock-mlir")} | {
+        ("mlp", "full", "pock-mlir-masked-tails")}
+    masked = rows["mlp", "full", "pock-mlir-masked-tails"]
+    assert masked["iree_flags"][-1] == "--iree-llvmcpu-vector-pproc-strategy=mask"
+    assert masked["loss"] == pytest.approx(rows["mlp", "full", "pock-mlir"]["loss"], rel=1e-5)
+    if platform.machine() == "x86_64":
+        assert "--iree-llvmcpu-vector-pproc-strategy=peel" in rows["mlp", "full", "pock-mlir"]["iree_flags"]
     for key, row in rows.items():
         assert row["status"] == "ok", (key, row["status"])
         assert row["steps"] == 3 and row["rounds"] == 2 and row["step_ms"] > 0 and row["peak_mb"] > 0, key

@@ -4,6 +4,7 @@ schemes. A file of its own so that `make test`'s two workers share the long exam
 import json
 import sys
 
+import numpy as np
 import pytest
 
 from test_examples import REPO, run
@@ -33,8 +34,8 @@ def test_search_budgets_and_the_searched_rows_order():
     import argparse
     from pathlib import Path
 
-    from examples.quality.cli import (PRESETS, add_search_option, in_table_order, search_budgets, searched_schemes,
-                                      searches)
+    from examples.quality.cli import (PRESETS, add_search_option, in_table_order, search_budgets,
+                                      searched_against, searched_schemes, searches)
 
     parser = argparse.ArgumentParser()
     add_search_option(parser)
@@ -57,3 +58,36 @@ def test_search_budgets_and_the_searched_rows_order():
         ("searched over int8 (9.25 MB, preset, int8 base's memory)", "out/language_search_9.25MB_int8.yaml", "int8"),
         ("searched (10.50 MB, preset's memory)", "out/language_search_10.50MB.yaml", None)]
     assert searches(searched) == {"int8": searched[:1], None: searched[1:]}
+    assert [searched_against(s.name) for s in searched] == ["preset, int8 base", "preset"]
+    assert searched_against("searched (4.00 MB)") is None and searched_against("preset") is None
+
+
+def test_seeds_table_pairs_each_searched_row_with_its_scheme(tmp_path):
+    """examples/quality/seeds.py: rows line up across seeds although the budgets differ; the mean
+    difference and its standard error are numpy's."""
+    from examples.quality import seeds
+
+    accuracy = {0: (0.95, 0.97), 1: (0.96, 0.94), 2: (0.90, 0.93)}  # seed: (preset, searched)
+    for seed, (preset, searched) in accuracy.items():
+        where = tmp_path if seed == 0 else tmp_path / f"seed{seed}"
+        where.mkdir(exist_ok=True)
+        rows = {"full": {"accuracy": 0.98}, "preset": {"accuracy": preset},
+                f"searched ({5 + seed:.2f} MB, preset's memory)": {"accuracy": searched}}
+        (where / "vision.json").write_text(json.dumps({"seed": seed, "results": rows}))
+    assert seeds.main(["--results", str(tmp_path)]) == 0
+    table = (tmp_path / "vision_seeds.md").read_text()
+    differences = 100 * np.array([s - p for p, s in accuracy.values()])
+    error = differences.std(ddof=1) / np.sqrt(len(differences))
+    assert f"| searched at preset's memory | 0.970 | 0.940 | 0.930 | 0.947 | {differences.mean():+.1f} ± {error:.1f} |" in table
+    assert "| full | 0.980 | 0.980 | 0.980 | 0.980 |  |" in table
+    # a seed run with other rows is refused, naming the fix
+    (tmp_path / "seed1" / "vision.json").write_text(json.dumps({"seed": 1, "results": {"full": {"accuracy": 0.9}}}))
+    with pytest.raises(SystemExit, match="same options"):
+        seeds.main(["--results", str(tmp_path)])
+
+
+def test_the_quoted_seeds_table_is_the_committed_runs():
+    from examples.quality import seeds
+    from examples.quality.cli import RESULTS
+
+    assert (RESULTS / "vision_seeds.md").read_text() == seeds.table(seeds.runs(RESULTS)) + "\n"

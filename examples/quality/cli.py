@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -74,6 +75,13 @@ def searched_schemes(out: Path, task: str, budgets: dict[float, str | None],
                                  str(out / f"{task}_search_{mb:.2f}MB{'_' + quantize if quantize else ''}.yaml"),
                                  against, quantize))
     return searched
+
+
+def searched_against(name: str) -> str | None:
+    """The hand-written scheme whose memory a searched row's name (searched_schemes) says it was
+    searched at; None for any other row."""
+    found = re.fullmatch(r"searched(?: over \S+)? \(\d+\.\d\d MB, (?P<against>.*)'s memory\)", name)
+    return found.group("against") if found else None
 
 
 def searches(searched: list[Searched]) -> dict[str | None, list[Searched]]:
