@@ -32,7 +32,8 @@ from pock_mlir.targets import MASKED_VECTOR_TAILS
 
 ROOT = Path(__file__).resolve().parent.parent
 SYSTEMS = ("eager", "torch.compile", "ort-training", "jax", "pock-mlir", "pock-mlir-deployed",
-           "pock-mlir-deployed-ort-optimizer", "pock-mlir-no-reorder", "pock-mlir-no-param-order", "pock-mlir-no-retain", "pock-mlir-masked-tails")
+           "pock-mlir-deployed-ort-optimizer", "pock-mlir-no-reorder", "pock-mlir-no-param-order", "pock-mlir-no-retain",
+           "pock-mlir-masked-tails")
 QUICK_SYSTEMS = ("eager", "pock-mlir", "pock-mlir-no-reorder", "pock-mlir-no-param-order", "pock-mlir-no-retain",
                  "pock-mlir-masked-tails")
 # The pass each pipeline ablation leaves out of the lowered stage.
