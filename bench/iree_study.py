@@ -35,7 +35,7 @@ import torch.nn.functional as F
 from pock_mlir.conv_forms import CONV_OPS, FORMS, ConvShape, Window
 from pock_mlir.files import atomic_write
 from pock_mlir.runtime.workspace import ModuleFunctions
-from pock_mlir.targets import DATA_TILING, MASKED_VECTOR_TAILS, X86_VECTOR_TAILS
+from pock_mlir.targets import DATA_TILING, MASKED_VECTOR_TAILS, vector_tails
 from pock_mlir.tuning import DATA_TILING_SET
 
 TUNING = Path(__file__).resolve().parent.parent / "pock_mlir" / "tuning"
@@ -186,7 +186,7 @@ def _reference(shape: ConvShape, op: str, g, x, w):
 NO_DATA_TILING = f"{DATA_TILING}=false"
 FLAG_SETS = {
     "im2col": [IM2COL_FLAG, NO_DATA_TILING],
-    # IREE's default on AVX-512, in place of the host target's peeled tails (targets.X86_VECTOR_TAILS)
+    # IREE's default on AVX-512, in place of the host target's peeled tails (targets.vector_tails)
     "im2col+masked-tails": [IM2COL_FLAG, MASKED_VECTOR_TAILS, NO_DATA_TILING],
     "none": [NO_DATA_TILING],
     "im2col+ukernels": [IM2COL_FLAG, UKERNELS_FLAG, NO_DATA_TILING],
@@ -212,8 +212,8 @@ def study_flags(models: list[str], flag_sets=FLAG_SETS, steps=20) -> dict:
         module = spec.build()
         inputs, target = spec.batch()
         program = pock.compile_training(module, inputs, target, loss=spec.loss, optimizer=spec.optimizer)
-        tails = (X86_VECTOR_TAILS,) if program.target.arch == "x86_64" else ()
-        base_target = dataclasses.replace(program.target, flags=("--iree-llvmcpu-target-cpu=host", *tails))
+        base_target = dataclasses.replace(program.target, flags=("--iree-llvmcpu-target-cpu=host",
+                                                                  *vector_tails(program.target.arch)))
         results[name], trainers = {}, {}
         for label, flags in flag_sets.items():
             # compiled afresh with these flags: no modules of the program's own, no cached ones

@@ -72,6 +72,13 @@ _CPU_COMMON = ("--iree-global-opt-use-im2col-for-convs", "--iree-llvmcpu-debug-s
 # python -m bench.iree_study flags, "im2col" against "im2col+masked-tails" (README: Targets).
 X86_VECTOR_TAILS = "--iree-llvmcpu-vector-pproc-strategy=peel"
 MASKED_VECTOR_TAILS = "--iree-llvmcpu-vector-pproc-strategy=mask"  # IREE's default there, for the comparisons
+
+
+def vector_tails(arch: str) -> tuple[str, ...]:
+    """How a CPU target of `arch` vectorizes loop remainders: peeled on x86, IREE's default elsewhere."""
+    return (X86_VECTOR_TAILS,) if arch == "x86_64" else ()
+
+
 # Per program, where pock-backend-switch chooses it (TrainingProgram.iree_flags): IREE's data
 # tiling through the global-optimization phase. Its default path (--iree-opt-data-tiling) fails
 # in IREE 3.13 on bool tensors passed between dispatches, e.g. attention's masked-row guard.
@@ -90,7 +97,7 @@ _CUDA_COMMON = ("--iree-codegen-llvmgpu-use-reduction-vector-distribution=false"
 
 
 def _cpu(spec: str, arch: str, flags: tuple[str, ...], description: str) -> Target:
-    return Target(spec, "local", "llvm-cpu", CPU_DRIVERS, arch, flags + _CPU_COMMON, description)
+    return Target(spec, "local", "llvm-cpu", CPU_DRIVERS, arch, flags + vector_tails(arch) + _CPU_COMMON, description)
 
 
 def resolve_target(spec: str) -> Target:
@@ -99,15 +106,14 @@ def resolve_target(spec: str) -> Target:
     if name == "host":
         if option:
             raise TargetError(f"target 'host' takes no option, got '{option}'")
-        arch = _normalize_arch(platform.machine())
-        return _cpu(spec, arch, ("--iree-llvmcpu-target-cpu=host", *([X86_VECTOR_TAILS] if arch == "x86_64" else [])),
+        return _cpu(spec, _normalize_arch(platform.machine()), ("--iree-llvmcpu-target-cpu=host",),
                     "this machine's CPU, with every feature it has")
     if name == "x86-64":
         cpu = option or "x86-64-v3"
         if cpu not in X86_64_CPUS:
             raise TargetError(f"x86-64 takes {', '.join(X86_64_CPUS)}, got '{cpu}'")
         return _cpu(spec, "x86_64", ("--iree-llvmcpu-target-triple=x86_64-unknown-linux-gnu",
-                                     f"--iree-llvmcpu-target-cpu={cpu}", X86_VECTOR_TAILS), f"portable x86-64 ({cpu})")
+                                     f"--iree-llvmcpu-target-cpu={cpu}"), f"portable x86-64 ({cpu})")
     if name == "aarch64":
         features = [f for f in option.split(",") if f]
         bad = [f for f in features if not re.fullmatch(r"[+-][a-z0-9.-]+", f)]

@@ -111,7 +111,8 @@ def test_target_flags():
     assert resolve_target("x86-64:generic").compile_flags() == [
         "--iree-hal-target-device=local", "--iree-hal-local-target-device-backends=llvm-cpu",
         "--iree-llvmcpu-target-triple=x86_64-unknown-linux-gnu", "--iree-llvmcpu-target-cpu=generic",
-        "--iree-llvmcpu-vector-pproc-strategy=peel", "--iree-global-opt-use-im2col-for-convs", "--iree-llvmcpu-debug-symbols=false",
+        "--iree-llvmcpu-vector-pproc-strategy=peel", "--iree-global-opt-use-im2col-for-convs",
+        "--iree-llvmcpu-debug-symbols=false",
         "--iree-torch-externalize-transients"]
     assert "--iree-llvmcpu-target-cpu-features=+dotprod,+sve" in resolve_target("aarch64:+dotprod,+sve").compile_flags()
     assert not any("pproc" in f for f in resolve_target("aarch64").compile_flags())  # measured on x86 only

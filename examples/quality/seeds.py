@@ -18,7 +18,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import re
+import statistics
 import sys
 from pathlib import Path
 
@@ -40,44 +40,37 @@ def runs(results: Path) -> dict[int, dict]:
     return found
 
 
-def by_scheme(results: dict) -> dict[str, dict]:
-    """A run's rows keyed so that seeds line up: a searched row's budget differs between seeds
-    (it is the preset's measured memory), so it is keyed by the scheme it was searched at."""
+def by_scheme(results: dict) -> dict[str, tuple[dict, str | None]]:
+    """A run's rows, each with the hand-written scheme it was searched at (None for the others),
+    keyed so that seeds line up: a searched row's budget differs between seeds (it is the
+    preset's measured memory), so it is keyed by that scheme."""
     keyed = {}
     for name, row in results.items():
         against = searched_against(name)
-        keyed[f"searched at {against}'s memory" if against else name] = row
+        keyed[f"searched at {against}'s memory" if against else name] = row, against
     return keyed
-
-
-def mean_and_error(values: list[float]) -> tuple[float, float]:
-    mean = sum(values) / len(values)
-    if len(values) < 2:
-        return mean, math.nan
-    variance = sum((v - mean) ** 2 for v in values) / (len(values) - 1)
-    return mean, math.sqrt(variance / len(values))
 
 
 def table(seeds: dict[int, dict]) -> str:
     keyed = {seed: by_scheme(results) for seed, results in sorted(seeds.items())}
-    names = list(next(iter(keyed.values())))
     order = list(keyed)
-    rows = [f"| scheme | {' | '.join(f'seed {s}' for s in order)} | mean test accuracy | searched - hand-written "
-            f"(points, mean ± s.e. over seeds) |",
-            "| --- |" + " ---: |" * (len(order) + 2)]
+    names = list(keyed[order[0]])
     for seed, rows_of_seed in keyed.items():
         if list(rows_of_seed) != names:
             raise SystemExit(f"seed {seed}'s run has the rows {list(rows_of_seed)}, seed {order[0]}'s {names}: run "
                              f"every seed with the same options (--search presets)")
+    rows = [f"| scheme | {' | '.join(f'seed {s}' for s in order)} | mean test accuracy | searched - hand-written "
+            f"(points, mean ± s.e. over seeds) |",
+            "| --- |" + " ---: |" * (len(order) + 2)]
     for name in names:
-        accuracy = [keyed[s][name]["accuracy"] for s in order]
+        accuracy = [keyed[s][name][0]["accuracy"] for s in order]
         difference = ""
-        against = re.fullmatch(r"searched at (.*)'s memory", name)
+        against = keyed[order[0]][name][1]
         if against:
-            mean, error = mean_and_error([100 * (keyed[s][name]["accuracy"] - keyed[s][against.group(1)]["accuracy"])
-                                          for s in order])
-            difference = f"{mean:+.1f} ± {error:.1f}"
-        rows.append(f"| {name} | {' | '.join(f'{a:.3f}' for a in accuracy)} | {sum(accuracy) / len(accuracy):.3f} | "
+            points = [100 * (keyed[s][name][0]["accuracy"] - keyed[s][against][0]["accuracy"]) for s in order]
+            error = f" ± {statistics.stdev(points) / math.sqrt(len(points)):.1f}" if len(points) > 1 else ""
+            difference = f"{statistics.mean(points):+.1f}{error}"
+        rows.append(f"| {name} | {' | '.join(f'{a:.3f}' for a in accuracy)} | {statistics.mean(accuracy):.3f} | "
                     f"{difference} |")
     return "\n".join(rows)
 
