@@ -47,7 +47,7 @@ def dropouts():
     model = Dropouts()
     x = torch.ones(SHAPE)
     program = pock.compile_training(model, x, torch.zeros(3 * SHAPE[0], SHAPE[1]), loss="mse",
-                                    functions="all")  # one IREE module for the steps and gradients the tests take
+                                    functions=("step", "gradients"))  # one IREE module for both
     trainer = program.trainer()
 
     def masks(seed):

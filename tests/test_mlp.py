@@ -124,7 +124,8 @@ def test_wrong_batch_shape_is_a_clear_error(compiled, batch):
 def test_a_trainer_compiles_what_it_calls(batch):
     """compile_training compiles the step's module (with loss and evaluate); gradients' module
     compiles the first time it is called, and the workspace grows to the largest function of the
-    two; a program compiled for gradients alone compiles the step's module on the first step."""
+    two; a program compiled for gradients alone compiles the step's module on the first step, and
+    one compiled for both holds them in one module."""
     from pock_mlir.runtime.workspace import module_transient_bytes
 
     x, y = batch
@@ -146,5 +147,11 @@ def test_a_trainer_compiles_what_it_calls(batch):
     trainer = only.trainer()
     assert trainer.gradients(x, y)[0] == pytest.approx(want_losses[0], rel=1e-5)
     assert trainer.step(x, y) == pytest.approx(want_losses[0], rel=1e-5) and list(only.modules)[1] == step_module
+
+    both = pock.compile_training(make_mlp(), x, y, optimizer=OPTIMIZERS["adamw"], functions=("step", "gradients"))
+    assert list(both.modules) == [("train_step_into", "gradients", "loss", "evaluate")]  # one module of both
+    trainer = both.trainer()
+    assert trainer.gradients(x, y)[0] == pytest.approx(want_losses[0], rel=1e-5)
+    assert trainer.step(x, y) == pytest.approx(want_losses[0], rel=1e-5) and len(both.modules) == 1
     with pytest.raises(ValueError, match="functions: give the Trainer methods to compile now, of step, gradients"):
         pock.compile_training(make_mlp(), x, y, functions=("train",))

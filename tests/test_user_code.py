@@ -61,7 +61,7 @@ def test_a_pytorch_loss_on_int64_targets_compiles_and_matches_autograd(case):
     model = make_model()
     x, y = make_batch(torch.Generator().manual_seed(1))
     assert y.dtype == torch.int64
-    program = pock.compile_training(model, x, y, loss=loss, functions="all")  # one module: gradients and step
+    program = pock.compile_training(model, x, y, loss=loss, functions=("step", "gradients"))  # one module
     assert program.signature.target.dtype == "int32"  # the device's side of the boundary
     assert_matches_autograd(program, model, loss, x, y)
     assert np.isfinite(program.trainer().step(x.numpy(), y.numpy()))  # numpy's int64 too
@@ -105,7 +105,7 @@ def test_structured_outputs_reach_the_loss_as_the_model_returns_them(case):
     model = Structured(kind)
     g = torch.Generator().manual_seed(1)
     x, y = torch.randn(8, 6, generator=g), torch.randint(0, 4, (8,), generator=g)
-    program = pock.compile_training(model, x, y, loss=loss, output=selector, functions="all")  # evaluate, gradients
+    program = pock.compile_training(model, x, y, loss=loss, output=selector, functions=("evaluate", "gradients"))
     np.testing.assert_allclose(program.trainer().evaluate(x), model.head(torch.relu(model.body(x))).detach().numpy(),
                                rtol=1e-5, atol=1e-6)  # evaluate returns the logits
     assert_matches_autograd(program, model, loss, x, y)

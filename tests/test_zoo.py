@@ -164,10 +164,8 @@ def compiled(request):
     name = request.param
     model, (inputs, target) = make_model(name), batch(name)
     assert target.dtype == torch.int64
-    # functions="all": one IREE module for the step and the gradients the tests call (a module of
-    # their own would compile the backward a second time)
     return name, model, pock.compile_training(model, inputs, target, loss=MODELS[name][1], optimizer=OPTIMIZER,
-                                              functions="all")
+                                              functions=("step", "gradients"))  # one IREE module for both
 
 
 def test_gradients_match_autograd(compiled):

@@ -16,7 +16,9 @@ JSON result, a Markdown table and a PNG plot.
 SEARCH_AGAINST measured (--search 4,8: under budgets given in MB, as Trainer.device_bytes counts
 it), all from one search on the fine-tuning training and validation splits, written to
 OUT/vision_search_<MB>MB.yaml; they then train like the hand-written schemes, each row after the
-scheme whose memory it was searched at. --quick searches whole tensors only, for 3 steps each.
+scheme whose memory it was searched at. --quick, a smoke test, pretrains a smaller network (one
+block per stage) for 2 epochs, fine-tunes for 1 at one learning rate, and searches whole tensors
+only, for 3 steps each.
 
     python examples/quality/vision.py [--quick] [--out examples/quality/results] [--search presets|MB,...]
 """
@@ -28,6 +30,7 @@ import json
 import subprocess
 import sys
 import time
+from dataclasses import astuple
 from pathlib import Path
 
 import numpy as np
@@ -48,6 +51,8 @@ from examples.quality.plots import save_against_memory, save_loss_curves  # noqa
 BATCH = 32
 SIZE = 32
 STAGES = (Stage(1, 16, 1, 1), Stage(4, 24, 2, 2), Stage(4, 32, 2, 2), Stage(4, 64, 2, 2))
+# --quick, a smoke test of the path: one block per stage, which compiles in about half the time
+QUICK_STAGES = (Stage(1, 16, 1, 1), Stage(4, 24, 1, 2), Stage(4, 32, 1, 2), Stage(4, 64, 1, 2))
 LEARNING_RATES = (0.003, 0.01, 0.03, 0.1)  # SGD with momentum 0.9; each scheme keeps its best
 REFERENCE = "pytorch full (reference)"
 SEARCH_LR = 0.03  # the candidates' fine-tuning in the search (SGD with momentum 0.9)
@@ -112,10 +117,15 @@ def accuracy(predict, x, y) -> float:
     return correct / seen
 
 
-def pretrain(seed: int, epochs: int, path: Path):
+def network(stages) -> nn.Module:
+    return MobileNetV2Like(width=1.0, num_classes=5, stages=stages, stem=16, head=128)
+
+
+def pretrain(seed: int, epochs: int, path: Path, stages=STAGES):
+    """Pretrain the network of `stages` and save it to `path` with its stages (fresh_head reads them)."""
     x, y = images(seed)["pretrain"]
     torch.manual_seed(seed)
-    model = MobileNetV2Like(width=1.0, num_classes=5, stages=STAGES, stem=16, head=128)
+    model = network(stages)
     opt = torch.optim.AdamW(model.parameters(), lr=3e-3)
     for epoch in range(epochs):
         model.train()
@@ -127,12 +137,13 @@ def pretrain(seed: int, epochs: int, path: Path):
     with torch.no_grad():
         acc = accuracy(lambda xb: model(torch.from_numpy(xb)).numpy(), x, y)
     print(f"pretrained on digits 0-4: train accuracy {acc:.3f}", flush=True)
-    torch.save(model.state_dict(), path)
+    torch.save({"stages": [astuple(stage) for stage in stages], "state": model.state_dict()}, path)
 
 
 def fresh_head(path: Path, seed: int) -> nn.Module:
-    model = MobileNetV2Like(width=1.0, num_classes=5, stages=STAGES, stem=16, head=128)
-    model.load_state_dict(torch.load(path))
+    saved = torch.load(path)
+    model = network(tuple(Stage(*stage) for stage in saved["stages"]))
+    model.load_state_dict(saved["state"])
     torch.manual_seed(seed + 100)
     model.classifier[-1].reset_parameters()  # new classes: a fresh head
     return model.eval()
@@ -244,7 +255,7 @@ def main(argv=None):
         scheme = args.scheme_file or SCHEMES.get(args.scheme)  # None: full, or the reference
         print(json.dumps(run_scheme(args.scheme, scheme, args.lr, checkpoint, args.seed, finetune_epochs)))
         return
-    pretrain(args.seed, pretrain_epochs, checkpoint)
+    pretrain(args.seed, pretrain_epochs, checkpoint, QUICK_STAGES if args.quick else STAGES)
     results, sweeps = {}, {}
     sweep([REFERENCE, *(n for n in SCHEMES if not args.quick or n in QUICK_SCHEMES)], learning_rates, args, results,
           sweeps, {})
