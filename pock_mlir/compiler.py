@@ -56,9 +56,8 @@ def compile_training(model, example_inputs, example_target, *, loss="cross_entro
         one module; the others compile the first time they are called. step, loss and evaluate
         share a module (their forward is the same); gradients, which repeats the backward and
         which training does not call, is left out of it unless asked for now (one module of both
-        compiles in about two thirds of the time two modules take). "all" compiles one module of
-        every function, as a bundle (pock_mlir.bundle) holds it: for a program that is written as
-        a bundle.
+        compiles faster than two). "all" compiles one module of every function, as a bundle
+        (pock_mlir.bundle) holds it: for a program that is written as a bundle.
     """
     optimizer = optimizer or SGD(lr=0.01)
     if functions != "all" and not (isinstance(functions, (tuple, list)) and set(functions) <= set(METHODS)):

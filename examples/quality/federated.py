@@ -11,8 +11,8 @@ union of the clients' data for as many epochs as a client trains in all. "sparse
 tensors the scheme trains; "full" every parameter. Accuracy is on the vision task's test split,
 after every round (the server's evaluation) or epoch (centralised). Writes JSON and a Markdown
 table; deterministic data and splits for a seed (FedAvg's timing is not, nor its float sums).
---quick (2 clients, 2 rounds, vision.py --quick's smaller network) trains the sparse scheme alone: the full one takes the same path with
-a larger bundle, and would double the smoke run.
+--quick (2 clients, 2 rounds, vision.py --quick's smaller network) trains the sparse scheme alone:
+the full one takes the same path with a larger bundle, and would double the smoke run.
 
     python examples/quality/federated.py [--quick] [--out examples/quality/results] [--work DIR]
 """
@@ -38,7 +38,7 @@ from pock_mlir.files import atomic_save, atomic_write  # noqa: E402
 from pock_mlir.runtime import Trainer  # noqa: E402
 from pock_mlir.data import Split, batch_order, evaluate  # noqa: E402
 from examples.quality.cli import RESULTS, add_output_options, output_directory  # noqa: E402
-from examples.quality.vision import BATCH, QUICK_STAGES, SCHEMES, STAGES, fresh_head, images, pretrain  # noqa: E402
+from examples.quality.vision import BATCH, SCHEMES, fresh_head, images, pretrain  # noqa: E402
 
 CLIENTS = 4
 SHARDS_PER_CLIENT = 2
@@ -151,7 +151,7 @@ def main(argv=None):
     work = work.resolve()
     work.mkdir(parents=True, exist_ok=True)
     try:
-        pretrain(args.seed, pretrain_epochs, work / "pretrained.pt", QUICK_STAGES if args.quick else STAGES)
+        pretrain(args.seed, pretrain_epochs, work / "pretrained.pt", args.quick)
         files, test, data = write_data(work, clients, args.seed)
         x, y = data["train"]
         lrs = learning_rates(QUICK_COMPARED if args.quick else COMPARED)

@@ -51,7 +51,7 @@ from examples.quality.plots import save_against_memory, save_loss_curves  # noqa
 BATCH = 32
 SIZE = 32
 STAGES = (Stage(1, 16, 1, 1), Stage(4, 24, 2, 2), Stage(4, 32, 2, 2), Stage(4, 64, 2, 2))
-# --quick, a smoke test of the path: one block per stage, which compiles in about half the time
+# --quick, a smoke test of the path: one block per stage, fewer distinct layers to compile
 QUICK_STAGES = (Stage(1, 16, 1, 1), Stage(4, 24, 1, 2), Stage(4, 32, 1, 2), Stage(4, 64, 1, 2))
 LEARNING_RATES = (0.003, 0.01, 0.03, 0.1)  # SGD with momentum 0.9; each scheme keeps its best
 REFERENCE = "pytorch full (reference)"
@@ -121,8 +121,10 @@ def network(stages) -> nn.Module:
     return MobileNetV2Like(width=1.0, num_classes=5, stages=stages, stem=16, head=128)
 
 
-def pretrain(seed: int, epochs: int, path: Path, stages=STAGES):
-    """Pretrain the network of `stages` and save it to `path` with its stages (fresh_head reads them)."""
+def pretrain(seed: int, epochs: int, path: Path, quick: bool = False):
+    """Pretrain the network (QUICK_STAGES' for a --quick run) and save it to `path` with its stages,
+    which fresh_head reads."""
+    stages = QUICK_STAGES if quick else STAGES
     x, y = images(seed)["pretrain"]
     torch.manual_seed(seed)
     model = network(stages)
@@ -255,7 +257,7 @@ def main(argv=None):
         scheme = args.scheme_file or SCHEMES.get(args.scheme)  # None: full, or the reference
         print(json.dumps(run_scheme(args.scheme, scheme, args.lr, checkpoint, args.seed, finetune_epochs)))
         return
-    pretrain(args.seed, pretrain_epochs, checkpoint, QUICK_STAGES if args.quick else STAGES)
+    pretrain(args.seed, pretrain_epochs, checkpoint, args.quick)
     results, sweeps = {}, {}
     sweep([REFERENCE, *(n for n in SCHEMES if not args.quick or n in QUICK_SCHEMES)], learning_rates, args, results,
           sweeps, {})
