@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -91,6 +91,14 @@ class TrainingProgram:
         if functions not in self.modules:
             self.modules[functions] = self._cached(functions)
         return self.modules[functions]
+
+    def compiler(self) -> TrainingProgram:
+        """What compiling more of this program's modules needs, sharing its compiled modules and
+        timings: the lowered IR, without the other stages' IR and without the initial parameters
+        and buffers, a host copy of the model (what a Trainer keeps for the modules it compiles on
+        first call, so that dropping the program frees them)."""
+        return replace(self, stages={k: v for k, v in self.stages.items() if k == "lowered"}, initial_params={},
+                       initial_buffers={})
 
     def _source(self, functions: tuple[str, ...]) -> str:
         lowered = self.stages["lowered"]

@@ -1,6 +1,8 @@
 """The walking skeleton end to end: an MLP through torch -> pock -> passes -> IREE -> runtime."""
 
+import gc
 import re
+import weakref
 
 import numpy as np
 import pytest
@@ -125,7 +127,8 @@ def test_a_trainer_compiles_what_it_calls(batch):
     """compile_training compiles the step's module (with loss and evaluate); gradients' module
     compiles the first time it is called, and the workspace grows to the largest function of the
     two; a program compiled for gradients alone compiles the step's module on the first step, and
-    one compiled for both holds them in one module."""
+    one compiled for both holds them in one module. A trainer keeps what compiling needs, not the
+    program: dropping it frees the program's copy of the initial values."""
     from pock_mlir.runtime.workspace import module_transient_bytes
 
     x, y = batch
@@ -144,9 +147,13 @@ def test_a_trainer_compiles_what_it_calls(batch):
 
     only = pock.compile_training(make_mlp(), x, y, optimizer=OPTIMIZERS["adamw"], functions=("gradients",))
     assert list(only.modules) == [gradients_module]
+    initial, modules = weakref.ref(only.initial_params["0.weight"]), only.modules
     trainer = only.trainer()
+    del only  # the trainer does not keep the program's host copy of the initial values
+    gc.collect()
+    assert initial() is None
     assert trainer.gradients(x, y)[0] == pytest.approx(want_losses[0], rel=1e-5)
-    assert trainer.step(x, y) == pytest.approx(want_losses[0], rel=1e-5) and list(only.modules)[1] == step_module
+    assert trainer.step(x, y) == pytest.approx(want_losses[0], rel=1e-5) and list(modules)[1] == step_module
 
     both = pock.compile_training(make_mlp(), x, y, optimizer=OPTIMIZERS["adamw"], functions=("step", "gradients"))
     assert list(both.modules) == [("train_step_into", "gradients", "loss", "evaluate")]  # one module of both

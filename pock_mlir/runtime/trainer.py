@@ -17,7 +17,7 @@ from pock_mlir import lora
 from pock_mlir.quantize import dequantized
 from pock_mlir.abi import TensorSpec, layout, runs
 from pock_mlir.runtime.memory import release_freed_memory, retain_freed_memory
-from pock_mlir.program import TRAINER_MODULES, trainer_module
+from pock_mlir.program import TRAINER_MODULES, TrainingProgram, trainer_module
 from pock_mlir.runtime.workspace import ModuleFunctions, Workspace
 
 CALLED = tuple(f for module in TRAINER_MODULES for f in module)  # the module functions the Trainer calls
@@ -94,7 +94,9 @@ class Trainer:
         self._config = rt.Config(self.device_name)
         # Only the modules: a bundle's host copies of its tensors are not held once uploaded.
         self._modules = program.modules  # compiled, by functions (a bundle's one module holds every function)
-        self._compile = getattr(program, "module", None)  # a TrainingProgram compiles the rest on first call
+        # A TrainingProgram compiles the rest on first call, from its compiler(): not the program
+        # itself, whose host copy of the initial values would live as long as the trainer.
+        self._compile = program.compiler().module if isinstance(program, TrainingProgram) else None
         self._workspace = Workspace(self._config.device)
         self._loaded: dict[str, ModuleFunctions] = {}  # by function: the loaded module that holds it
         sig = self.signature
