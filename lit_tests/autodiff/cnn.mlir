@@ -6,8 +6,8 @@
 // the baseline forms pock-backend-switch gives them without measurements (conv_forms.py):
 // the weight gradient is im2col (two unfolds) and one batched matmul over every image and
 // position, not a batch-grouped convolution; the input gradient is a matmul to columns and
-// col2im (shifted slices summed). Then depthwise and strided convs, max and average pooling,
-// and train-mode BatchNorm.
+// col2im (shifted slices summed). Then depthwise and strided convs, max pooling, ReLU6, average
+// pooling and train-mode BatchNorm.
 
 // The input is an argument, so only the weight gradient is asked for.
 // CHECK-LABEL: func.func @conv2d_weight_and_input_gradients
@@ -175,6 +175,33 @@ func.func @max_pool_gradient_routes_through_the_forward_indices(%w: !torch.vtens
   %l = torch.aten.sum.dim_IntList %y, %dims, %false, %none : !torch.vtensor<[2,3,4,4],f32>, !torch.list<int>, !torch.bool, !torch.none -> !torch.vtensor<[],f32>
   %g = "pock.grad"(%l, %p) : (!torch.vtensor<[],f32>, !torch.vtensor<[2,3,8,8],f32>) -> !torch.vtensor<[2,3,8,8],f32>
   return %g : !torch.vtensor<[2,3,8,8],f32>
+}
+
+// -----
+
+// ReLU6 (hardtanh to [0, 6]) passes g where 0 < x < 6, read from the output, which is there exactly
+// when x is: the backward keeps the output, which the next layer's weight gradient reads anyway,
+// and not the input as well.
+// CHECK-LABEL: func.func @relu6_gradient_reads_the_output
+// CHECK: %[[X:.*]] = "pock.param"
+// CHECK: %[[Y:.*]] = torch.aten.hardtanh %[[X]], %{{.*}}, %{{.*}}
+// CHECK: %[[ABOVE:.*]] = torch.aten.gt.Scalar %[[Y]]
+// CHECK: %[[BELOW:.*]] = torch.aten.lt.Scalar %[[Y]]
+// CHECK: torch.aten.logical_and %[[ABOVE]], %[[BELOW]]
+// CHECK-NOT: %[[X]]{{[ ,]}}
+// CHECK: return
+
+func.func @relu6_gradient_reads_the_output(%w: !torch.vtensor<[2,3,4,4],f32>) -> !torch.vtensor<[2,3,4,4],f32> {
+  %p = "pock.param"(%w) {param_name = "x", policy = "full", ratio = 1.0 : f64} : (!torch.vtensor<[2,3,4,4],f32>) -> !torch.vtensor<[2,3,4,4],f32>
+  %none = torch.constant.none
+  %false = torch.constant.bool false
+  %float0 = torch.constant.float 0.000000e+00
+  %float6 = torch.constant.float 6.000000e+00
+  %y = torch.aten.hardtanh %p, %float0, %float6 : !torch.vtensor<[2,3,4,4],f32>, !torch.float, !torch.float -> !torch.vtensor<[2,3,4,4],f32>
+  %dims = torch.prim.ListConstruct : () -> !torch.list<int>
+  %l = torch.aten.sum.dim_IntList %y, %dims, %false, %none : !torch.vtensor<[2,3,4,4],f32>, !torch.list<int>, !torch.bool, !torch.none -> !torch.vtensor<[],f32>
+  %g = "pock.grad"(%l, %p) : (!torch.vtensor<[],f32>, !torch.vtensor<[2,3,4,4],f32>) -> !torch.vtensor<[2,3,4,4],f32>
+  return %g : !torch.vtensor<[2,3,4,4],f32>
 }
 
 // -----

@@ -21,8 +21,10 @@ def sigmoid(b, g, out, x):
 
 @defrule("aten.hardtanh")
 def hardtanh(b, g, out, x, min_val, max_val):
-    """g where min < x < max (torch's hardtanh_backward passes nothing at the edges)."""
-    inside = b.aten.logical_and(b.aten.gt.Scalar(x, min_val), b.aten.lt.Scalar(x, max_val))
+    """g where min < y < max, which is where min < x < max (torch's hardtanh_backward passes nothing
+    at the edges)."""
+    # The output, not x: the next layer's weight gradient keeps it anyway, so x need not be kept too.
+    inside = b.aten.logical_and(b.aten.gt.Scalar(out, min_val), b.aten.lt.Scalar(out, max_val))
     return b.mul(g, indicator(b, inside, g)), None, None
 
 
