@@ -9,7 +9,9 @@
                        or result (elementwise ops, reductions).
   saved activations    bytes of the forward values the backward reads that depend on the
                        batch (parameters, and values computed from parameters alone, are
-                       not activations; arguments live through the step anyway).
+                       not activations; arguments live through the step anyway; a value
+                       read for its shape alone, as convolution_backward's input when it
+                       computes the input gradient, is not kept: OpFacts.shape_only).
   parameter gradients  bytes of the gradients the backward produces for the optimizer.
 """
 
@@ -79,8 +81,15 @@ def _backward_ops(ops, forward, needed) -> list[ir.Operation]:
     return [op for op in ops if op in needed and op not in forward and not op.name.startswith(_NOT_OPS)]
 
 
+def _values_read(op: ir.Operation) -> list[ir.Value]:
+    """The operands `op` reads for their values, not their shape alone (OpFacts.shape_only)."""
+    shape_only = facts_of(op).shape_only
+    skipped = shape_only(op) if shape_only else ()
+    return [v for i, v in enumerate(op.operands) if i not in skipped]
+
+
 def _saved(backward, forward, batch) -> set[ir.Value]:
-    return {v for op in backward for v in op.operands
+    return {v for op in backward for v in _values_read(op)
             if v in batch and not isinstance(v.owner, ir.Block) and v.owner.operation in forward}
 
 

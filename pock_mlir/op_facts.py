@@ -27,6 +27,7 @@ class OpFacts:
     free: bool = False  # moves, views or fills data: no FLOPs
     flops: Callable | None = None  # (op) -> FLOPs; None: the element count of its largest operand or result
     effectful: bool = False  # effects beyond its results: pock-dce never erases it
+    shape_only: Callable | None = None  # (op) -> indices of the operands it reads for their shape alone
 
 
 FACTS: dict[str, OpFacts] = {}
@@ -210,6 +211,13 @@ def convolution_flops(op) -> int:
     if transposed:  # every input element meets out_channels/groups * kernel weights
         return 2 * numel(op.operands[0]) * weight[1] * kernel
     return 2 * numel(op.results[0]) * weight[1] * kernel
+
+
+def convolution_backward_shape_only(op) -> set[int]:
+    """The input is read for its values by the weight gradient only, the weight by the input
+    gradient only; otherwise for its shape (pock-backend-switch's forms read neither then)."""
+    input_gradient, weight_gradient, _ = constant_value(op.operands[10])
+    return {i for i, read in ((1, weight_gradient), (2, input_gradient)) if not read}
 
 
 def convolution_backward_flops(op) -> int:

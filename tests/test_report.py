@@ -77,6 +77,36 @@ def test_bias_only_saves_no_activations():
     assert result.sparse == BackwardCost(ops=5, flops=20, saved_activation_bytes=0, gradient_bytes=16)
 
 
+# x [1,1,5,5] -> conv0 (W0 [2,1,3,3], trained) -> times 2 -> s -> conv1 (W1 [1,2,3,3], frozen) -> sum = loss.
+CONVS = """
+func.func @step(%w0: !torch.vtensor<[2,1,3,3],f32>, %w1: !torch.vtensor<[1,2,3,3],f32>, %x: !torch.vtensor<[1,1,5,5],f32>) -> (!torch.vtensor<[],f32>, !torch.vtensor<[2,1,3,3],f32>) {
+  %p0 = "pock.param"(%w0) {param_name = "conv0.weight", policy = "full", ratio = 1.0 : f64} : (!torch.vtensor<[2,1,3,3],f32>) -> !torch.vtensor<[2,1,3,3],f32>
+  %p1 = "pock.param"(%w1) {param_name = "conv1.weight", policy = "frozen", ratio = 1.0 : f64} : (!torch.vtensor<[1,2,3,3],f32>) -> !torch.vtensor<[1,2,3,3],f32>
+  %none = torch.constant.none
+  %int0 = torch.constant.int 0
+  %int1 = torch.constant.int 1
+  %false = torch.constant.bool false
+  %ones = torch.prim.ListConstruct %int1, %int1 : (!torch.int, !torch.int) -> !torch.list<int>
+  %zeros = torch.prim.ListConstruct %int0, %int0 : (!torch.int, !torch.int) -> !torch.list<int>
+  %c0 = torch.aten.convolution %x, %p0, %none, %ones, %zeros, %ones, %false, %zeros, %int1 : !torch.vtensor<[1,1,5,5],f32>, !torch.vtensor<[2,1,3,3],f32>, !torch.none, !torch.list<int>, !torch.list<int>, !torch.list<int>, !torch.bool, !torch.list<int>, !torch.int -> !torch.vtensor<[1,2,3,3],f32>
+  %float2 = torch.constant.float 2.000000e+00
+  %s = torch.aten.mul.Scalar %c0, %float2 : !torch.vtensor<[1,2,3,3],f32>, !torch.float -> !torch.vtensor<[1,2,3,3],f32>
+  %c1 = torch.aten.convolution %s, %p1, %none, %ones, %zeros, %ones, %false, %zeros, %int1 : !torch.vtensor<[1,2,3,3],f32>, !torch.vtensor<[1,2,3,3],f32>, !torch.none, !torch.list<int>, !torch.list<int>, !torch.list<int>, !torch.bool, !torch.list<int>, !torch.int -> !torch.vtensor<[1,1,1,1],f32>
+  %loss = torch.aten.sum %c1, %none : !torch.vtensor<[1,1,1,1],f32>, !torch.none -> !torch.vtensor<[],f32>
+  %g0 = "pock.grad"(%loss, %p0) : (!torch.vtensor<[],f32>, !torch.vtensor<[2,1,3,3],f32>) -> !torch.vtensor<[2,1,3,3],f32>
+  return %loss, %g0 : !torch.vtensor<[],f32>, !torch.vtensor<[2,1,3,3],f32>
+}
+"""
+
+
+def test_a_value_read_for_its_shape_alone_is_not_saved():
+    # conv1's input gradient, convolution_backward(g, s, W1) asking for the input's gradient only,
+    # reads s for its shape alone; W0's gradient reads x, an argument: nothing is saved. Full BP
+    # trains W1 too, whose gradient reads s: 1 x 2 x 3 x 3 floats = 72 B.
+    result = report(CONVS, "step")
+    assert (result.full.saved_activation_bytes, result.sparse.saved_activation_bytes) == (72, 0)
+
+
 def test_report_table():
     assert str(report(CHANNEL_SPARSE, "step", scheme="custom")) == """\
 sparse backpropagation report: @step (scheme: custom)

@@ -14,8 +14,8 @@ from __future__ import annotations
 import numpy as np
 
 from pock_mlir.conv_forms import Window, convolution_gradient, fold
-from pock_mlir.op_facts import (convolution_backward_flops, convolution_backward_slices, convolution_flops,
-                                convolution_slices, declare)
+from pock_mlir.op_facts import (convolution_backward_flops, convolution_backward_shape_only, convolution_backward_slices,
+                                convolution_flops, convolution_slices, declare)
 
 from .base import defrule
 
@@ -39,7 +39,8 @@ def convolution(b, g, out, x, w, bias, stride, padding, dilation, transposed, ou
     return gx, gw, gb, None, None, None, None, None, None
 
 
-declare("aten.convolution_backward", slices=convolution_backward_slices, flops=convolution_backward_flops)
+declare("aten.convolution_backward", slices=convolution_backward_slices, flops=convolution_backward_flops,
+        shape_only=convolution_backward_shape_only)
 
 
 # -- pooling ------------------------------------------------------------------------------
