@@ -91,7 +91,9 @@ class Trainer:
         self.signature = program.signature
         self.device_name = device or program.target.device
         program.target.check_runtime(self.device_name)
-        self._config = rt.Config(self.device_name)
+        # A device of the trainer's own, freed with it: iree.runtime's shared devices live as long as
+        # the process, and a Vulkan device on Mesa's lavapipe keeps two threads polling while it exists.
+        self._config = rt.Config(device=rt.get_device(self.device_name, cache=False))
         # Only the modules: a bundle's host copies of its tensors are not held once uploaded.
         self._modules = program.modules  # compiled, by functions (a bundle's one module holds every function)
         # A TrainingProgram compiles the rest on first call, from its compiler(): not the program
