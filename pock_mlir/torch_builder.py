@@ -2,8 +2,9 @@
 
 `TorchBuilder.aten.<op>.<overload>(*args)` creates `torch.aten.<op>.<overload>` with constant
 operands for Python values, and infers its result type by running the same ATen op on meta
-tensors, so derivative rules and lowerings never compute shapes by hand. A handful of
-arithmetic helpers (`add`, `mul`, `sum_to`, ...) accept Python scalars as well as values.
+tensors (a pointwise op's dtype on one CPU element: _run_on_meta), so derivative rules and
+lowerings never compute shapes by hand. A handful of arithmetic helpers (`add`, `mul`, `sum_to`,
+...) accept Python scalars as well as values.
 """
 
 from __future__ import annotations
@@ -77,6 +78,29 @@ def _matrix_transpose_source(value: ir.Value):
     return None
 
 
+def _run_on_meta(overload: torch._ops.OpOverload, positional: list, keywords: dict):
+    """The op's results on meta tensors. A pointwise op (PyTorch's tag: its result has its tensor
+    operands' broadcast shape) gets its dtype from PyTorch's CPU kernel on one element of each
+    operand, of the operand's rank (promotion treats 0-d tensors apart): PyTorch's meta kernels for
+    these ops are Python that imports torch._dynamo on first call, the longer half of a pock-opt run."""
+    import torch
+
+    arguments = [*positional, *keywords.values()]
+    if (torch.Tag.pointwise not in overload.tags or len(overload._schema.returns) != 1
+            or not all(isinstance(a, (torch.Tensor, bool, int, float, type(None))) for a in arguments)):
+        return overload(*positional, **keywords)
+    shape = torch.broadcast_shapes(*(a.shape for a in arguments if isinstance(a, torch.Tensor)))
+
+    def element(a):
+        return torch.ones((1,) * a.dim(), dtype=a.dtype) if isinstance(a, torch.Tensor) else a
+
+    try:
+        dtype = overload(*map(element, positional), **{k: element(v) for k, v in keywords.items()}).dtype
+    except RuntimeError:  # a dtype without a CPU kernel for this op: the meta kernel decides, or names the error
+        return overload(*positional, **keywords)
+    return torch.empty(shape, dtype=dtype, device="meta")
+
+
 class _OpNamespace:
     """`b.aten.mm(...)`, `b.aten.sum.dim_IntList(...)`: attribute access names the op."""
 
@@ -123,7 +147,7 @@ class TorchBuilder:
             else:
                 positional.append(meta)
         try:
-            meta_out = overload(*positional, **keywords)
+            meta_out = _run_on_meta(overload, positional, keywords)
         except Exception as e:  # shape errors surface here, naming the op being built
             raise ValueError(f"cannot build {mlir_name} on {[self._describe(a) for a in args]}: {e}") from e
         outs = meta_out if isinstance(meta_out, (tuple, list)) else (meta_out,)
