@@ -54,9 +54,9 @@ def compile_training(model, example_inputs, example_target, *, loss="cross_entro
         cache, and store it there (pock_mlir/cache.py; POCK_MLIR_CACHE=off turns it off everywhere).
     functions: the Trainer methods IREE compiles now, of step, gradients, loss and evaluate, as
         one module; the others compile the first time they are called. step, loss and evaluate
-        share a module (their forward is the same); gradients, which repeats the backward and
-        which training does not call, is left out of it unless asked for now (one module of both
-        compiles faster than two). "all" compiles one module of every function, as a bundle
+        share a module (and the dispatches their forwards have in common); gradients, which
+        repeats the backward and which training does not call, is left out of it unless asked for
+        now (one module of both compiles faster than two). "all" compiles one module of every function, as a bundle
         (pock_mlir.bundle) holds it: for a program that is written as a bundle.
     """
     optimizer = optimizer or SGD(lr=0.01)

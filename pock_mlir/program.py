@@ -13,7 +13,7 @@ from pock_mlir.abi import FUNCTIONS, StepSignature
 
 
 # The modules a Trainer compiles, each the first time one of its functions is called: the step
-# with the forward-only functions (they share the forward's dispatches), and gradients apart (most
+# with the forward-only functions (which share dispatches with its forward), and gradients apart (most
 # training never calls it, and it repeats the backward).
 TRAINER_MODULES = (("train_step_into", "loss", "evaluate"), ("gradients",))
 METHODS = {"step": "train_step_into", "gradients": "gradients", "loss": "loss", "evaluate": "evaluate"}  # Trainer's
