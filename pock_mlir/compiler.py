@@ -56,8 +56,8 @@ def compile_training(model, example_inputs, example_target, *, loss="cross_entro
         one module; the others compile the first time they are called. step, loss and evaluate
         share a module (and the dispatches their forwards have in common); gradients, which
         repeats the backward and which training does not call, is left out of it unless asked for
-        now (one module of both compiles faster than two). "all" compiles one module of every function, as a bundle
-        (pock_mlir.bundle) holds it: for a program that is written as a bundle.
+        now (one module of both compiles faster than two). "all" compiles one module of every
+        function, as a bundle (pock_mlir.bundle) holds it: for a program written as a bundle.
     """
     optimizer = optimizer or SGD(lr=0.01)
     if functions != "all" and not (isinstance(functions, (tuple, list)) and set(functions) <= set(METHODS)):
