@@ -43,10 +43,14 @@ How, and what it costs:
      the best single unit when that alone gains more. Gains are taken as additive there; step 5
      measures the chosen scheme's real gain. Each budget of a list selects on the same measurements.
   5. Verification: the chosen scheme is compiled and its Trainer's device_bytes measured, which
-     calibrates the cost model where it matters: more than SLACK below the budget, the selection
-     runs again with its budget raised by the difference; above it, lowered by the estimate's
-     error (or by the excess, if that lowers it more: each retry selects less). At most
-     MAX_COMPILES compilations of chosen schemes; the best that measured within the budget wins. The chosen
+     calibrates the cost model where it matters. The room is what the budget leaves over the
+     anchor's cost (the cheapest scheme); a scheme that measured above the budget, or used less
+     than 1 - SLACK of the room, makes the selection run again within the room scaled by the
+     scheme's estimated growth over the anchor's cost over its measured growth (the workspace's
+     error grows with the scheme, and the estimate errs either way: under on some CNN schemes
+     whose backward reaches the middle blocks, over on those that train only the last layers).
+     Each retry above the budget selects less, never less than the anchor. At most MAX_COMPILES
+     compilations of chosen schemes; the best that measured within the budget wins. The chosen
      scheme then fine-tunes for `steps` steps on the same batches (its measured gain) and its
      steps are timed.
 Deterministic for a seed: the batches, the candidates' order, ties, and the selection, which
@@ -78,7 +82,7 @@ from pock_mlir.sparse import SparseUpdate
 MB = 2 ** 20  # as the quality tables' "device MB"
 RATIOS = (1 / 8, 1 / 4, 1 / 2, 1.0)
 MAX_COMPILES = 4  # compilations of chosen schemes per budget (step 5 of the module docstring)
-SLACK = 0.05  # a chosen scheme measured this far below the memory budget (a share of it) is not refined
+SLACK = 0.05  # a chosen scheme whose measured growth leaves at most this share of the room unused is not refined
 TIMED_STEPS = 6  # full-BP steps timed; the first is left out (warm-up)
 PROGRESS_SECONDS = 5.0
 YAML_HEADER = "# pock-search:"  # the first line of every scheme file it writes
@@ -437,10 +441,12 @@ def fit_to_budget(measurements: list[Measurement], costs: CostModel, budget: Bud
                   say: Progress, anchor: list[Unit] = ()):
     """(choices, their Trainer): the selection compiled (`trainer_for(choices)`) and measured, within
     the memory budget. The measurement calibrates the next selection (see the module docstring, 5)
-    until the slack is under SLACK of the budget, a selection repeats or MAX_COMPILES are spent; of
+    until the slack is under SLACK of the room, a selection repeats or MAX_COMPILES are spent; of
     the schemes that measured within the budget, the one with the most gain. `attempts` receives
     each measured device_bytes."""
     fitted, tried, memory = None, [], budget.memory_bytes
+    anchor_bytes = costs.estimate(anchor).device_bytes
+    room = budget.memory_bytes - anchor_bytes
     while len(tried) < MAX_COMPILES:
         try:
             choices = select(measurements, costs, memory, budget.time_fraction, anchor)
@@ -458,10 +464,11 @@ def fit_to_budget(measurements: list[Measurement], costs: CostModel, budget: Bud
         slack = budget.memory_bytes - trainer.device_bytes
         if slack >= 0 and (fitted is None or sum(c.gain for c in choices) > sum(c.gain for c in fitted[0])):
             fitted = choices, trainer
-        if budget.memory_mb is None or 0 <= slack <= SLACK * budget.memory_bytes:
+        if budget.memory_mb is None or 0 <= slack <= SLACK * room:
             break
-        error = trainer.device_bytes - costs.estimate([c.unit for c in choices]).device_bytes
-        memory = memory + slack if slack > 0 else min(budget.memory_bytes - error, memory + slack)
+        estimated_growth = costs.estimate([c.unit for c in choices]).device_bytes - anchor_bytes
+        scaled = anchor_bytes + room * max(estimated_growth, 0) / max(trainer.device_bytes - anchor_bytes, 1)
+        memory = scaled if slack < 0 else max(scaled, memory + slack)
         say.say(f"it measures {trainer.device_bytes / MB:.3f} MB against the budget's {budget.memory_bytes / MB:.3f}: "
                 f"selecting again as if the budget were {memory / MB:.3f} MB")
     if fitted is None:
