@@ -7,23 +7,15 @@ import sys
 import numpy as np
 import pytest
 
-from pock_mlir.search import YAML_HEADER
 from test_examples import REPO, run
 
 
-@pytest.mark.parametrize("task, options, schemes", [("vision", ["--search", "presets"], 5), ("language", [], 3)])
-def test_quality_script_quick(task, options, schemes, tmp_path):
-    done = run([sys.executable, REPO / "examples" / "quality" / f"{task}.py", "--quick", "--out", tmp_path, *options],
-               tmp_path)
+@pytest.mark.parametrize("task, schemes", [("vision", 3), ("language", 3)])
+def test_quality_script_quick(task, schemes, tmp_path):
+    done = run([sys.executable, REPO / "examples" / "quality" / f"{task}.py", "--quick", "--out", tmp_path], tmp_path)
     assert done.returncode == 0, done.stderr[-3000:]
     results = json.loads((tmp_path / f"{task}.json").read_text())["results"]
     assert len(results) == schemes and (tmp_path / f"{task}.png").stat().st_size > 0
-    # --search presets: a scheme searched at each hand-written scheme's memory, trained within it
-    for name, budget_of in [(name, name.partition("(")[2].partition(" MB")[0]) for name in results
-                            if name.startswith("searched")]:
-        scheme_file = tmp_path / f"{task}_search_{budget_of}MB.yaml"
-        assert scheme_file.read_text().startswith(YAML_HEADER)
-        assert results[name]["device_mb"] <= float(budget_of) + 0.005, (name, results[name])
     # the metric against device memory, for the runs that have it (pock-mlir's)
     assert (tmp_path / f"{task}_memory.png").stat().st_size > 0
     assert all((r.get("device_mb") or 0) > 0 for name, r in results.items() if not name.startswith("pytorch"))
