@@ -47,8 +47,8 @@ How, and what it costs:
      anchor's cost (the cheapest scheme); a scheme that measured above the budget, or used less
      than 1 - SLACK of the room, makes the selection run again within the room scaled by the
      scheme's estimated growth over the anchor's cost over its measured growth (the workspace's
-     error grows with the scheme, and the estimate errs either way: under on some CNN schemes
-     whose backward reaches the middle blocks, over on those that train only the last layers).
+     error grows with the scheme, and errs either way: over on CNN schemes that train only the
+     last layers, under on some that reach the middle blocks).
      Each retry above the budget selects less, never less than the anchor. At most MAX_COMPILES
      compilations of chosen schemes; the best that measured within the budget wins. The chosen
      scheme then fine-tunes for `steps` steps on the same batches (its measured gain) and its
@@ -457,8 +457,8 @@ def fit_to_budget(measurements: list[Measurement], costs: CostModel, budget: Bud
         if {c.unit for c in choices} in tried:
             break
         tried.append({c.unit for c in choices})
-        say.say(f"compiling the chosen scheme: {len(choices)} tensor(s), estimated "
-                f"{costs.estimate([c.unit for c in choices]).device_bytes / MB:.3f} MB")
+        estimated = costs.estimate([c.unit for c in choices]).device_bytes
+        say.say(f"compiling the chosen scheme: {len(choices)} tensor(s), estimated {estimated / MB:.3f} MB")
         trainer = trainer_for(choices)
         attempts.append(trainer.device_bytes)
         slack = budget.memory_bytes - trainer.device_bytes
@@ -466,8 +466,7 @@ def fit_to_budget(measurements: list[Measurement], costs: CostModel, budget: Bud
             fitted = choices, trainer
         if budget.memory_mb is None or 0 <= slack <= SLACK * room:
             break
-        estimated_growth = costs.estimate([c.unit for c in choices]).device_bytes - anchor_bytes
-        scaled = anchor_bytes + room * max(estimated_growth, 0) / max(trainer.device_bytes - anchor_bytes, 1)
+        scaled = anchor_bytes + room * max(estimated - anchor_bytes, 0) / max(trainer.device_bytes - anchor_bytes, 1)
         memory = scaled if slack < 0 else max(scaled, memory + slack)
         say.say(f"it measures {trainer.device_bytes / MB:.3f} MB against the budget's {budget.memory_bytes / MB:.3f}: "
                 f"selecting again as if the budget were {memory / MB:.3f} MB")

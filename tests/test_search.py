@@ -422,15 +422,19 @@ class Device:
         return SimpleNamespace(device_bytes=nothing + round(self.scale * added))
 
 
+def ranked_candidates(program):
+    """(its CostModel, every candidate unit measured with a gain that grows in parameter order)."""
+    costs = CostModel(program)
+    units = candidate_units({name: costs.specs[name].shape for name in costs.names})
+    return costs, [Measurement(u, 0.0, 1.0 + i, costs.estimate([u])) for i, u in enumerate(units)]
+
+
 @pytest.mark.parametrize("scale", [0.8, 1.25, 2.5])
 def test_measured_memory_calibrates_the_selection(mlp_program, scale):
     """A device that measures less than the estimate lets the selection use the slack; one that
-    measures more makes it select again below the budget, also when it measures what a scheme adds
-    2.5 times the estimate (as the vision task's workspace measured); either way what it keeps
-    measured within."""
-    costs = CostModel(mlp_program)
-    units = candidate_units({name: costs.specs[name].shape for name in costs.names})
-    measured = [Measurement(u, 0.0, 1.0 + i, costs.estimate([u])) for i, u in enumerate(units)]
+    measures more, up to what a scheme adds 2.5 times the estimate, makes it select again below the
+    budget; either way what it keeps measured within."""
+    costs, measured = ranked_candidates(mlp_program)
     budget = pock.Budget(memory_mb=costs.estimate([Unit("4.weight"), Unit("2.weight")]).device_bytes / MB)
     first = select(measured, costs, budget.memory_bytes, math.inf)
     device, attempts = Device(costs, scale), []
@@ -445,9 +449,7 @@ def fill_the_room(mlp_program, scale):
     """fit_to_budget at a budget the first selection fills by the estimate, little above what training
     nothing costs, on a Device measuring what a scheme adds `scale` times the estimate: (the first
     selection, what it kept, the measurements, the budget)."""
-    costs = CostModel(mlp_program)
-    units = candidate_units({name: costs.specs[name].shape for name in costs.names})
-    measured = [Measurement(u, 0.0, 1.0 + i, costs.estimate([u])) for i, u in enumerate(units)]
+    costs, measured = ranked_candidates(mlp_program)
     budget = pock.Budget(memory_mb=costs.estimate([Unit("4.weight"), Unit("4.bias"), Unit("2.bias")]).device_bytes / MB)
     first = select(measured, costs, budget.memory_bytes, math.inf)
     assert costs.estimate([c.unit for c in first]).device_bytes == budget.memory_bytes
@@ -458,9 +460,8 @@ def fill_the_room(mlp_program, scale):
 
 
 def test_a_first_scheme_far_above_the_budget_gives_way_to_one_within_it(mlp_program):
-    """The first scheme measures what it adds 2.5 times the estimate (the vision task's first scheme at
-    bias-only's memory, under a cost model of peak live bytes, 2.2 times): the next selection keeps
-    within the budget, where lowering it by the whole error left room for nothing."""
+    """The first scheme measures what it adds 2.5 times the estimate: the next selection keeps within
+    the budget, where lowering it by the whole error left room for nothing."""
     first, choices, attempts, budget = fill_the_room(mlp_program, 2.5)
     assert attempts[0] > budget.memory_bytes and choices and len(choices) < len(first)
 
