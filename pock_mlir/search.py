@@ -48,11 +48,15 @@ How, and what it costs:
      than 1 - SLACK of the room, makes the selection run again within the room scaled by the
      scheme's estimated growth over the anchor's cost over its measured growth (the workspace's
      error grows with the scheme, and errs either way: over on CNN schemes that train only the
-     last layers, under on some that reach the middle blocks).
-     Each retry above the budget selects less, never less than the anchor. At most MAX_COMPILES
-     compilations of chosen schemes; the best that measured within the budget wins. The chosen
-     scheme then fine-tunes for `steps` steps on the same batches (its measured gain) and its
-     steps are timed.
+     last layers, under on some that reach the middle blocks). Once one scheme measured within
+     the budget and one above it, the next selection is made between the two (their estimates),
+     where the budget falls between what they measured: the error is not proportional (a pick
+     of late layers that used a tenth of its room, scaled up, measured far above), so a step by
+     its ratio alone overshoots or leads back. A selection repeating a measured scheme there costs
+     no compilation: it narrows the bracket. Each retry above the budget selects less, never less
+     than the anchor. At most MAX_COMPILES compilations of chosen schemes; the best that measured
+     within the budget wins. The chosen scheme then fine-tunes for `steps` steps on the same
+     batches (its measured gain) and its steps are timed.
 Deterministic for a seed: the batches, the candidates' order, ties, and the selection, which
 reads FLOPs and bytes, never a time.
 """
@@ -83,6 +87,8 @@ MB = 2 ** 20  # as the quality tables' "device MB"
 RATIOS = (1 / 8, 1 / 4, 1 / 2, 1.0)
 MAX_COMPILES = 4  # compilations of chosen schemes per budget (step 5 of the module docstring)
 SLACK = 0.05  # a chosen scheme whose measured growth leaves at most this share of the room unused is not refined
+MAX_SELECTIONS = 4 * MAX_COMPILES  # selections per budget, a repeat within the bracket costing no compilation
+BRACKET_STEP = 0.1  # the least share of the bracket a selection between two measured schemes moves by
 TIMED_STEPS = 6  # full-BP steps timed; the first is left out (warm-up)
 PROGRESS_SECONDS = 5.0
 YAML_HEADER = "# pock-search:"  # the first line of every scheme file it writes
@@ -440,36 +446,55 @@ def select(measurements: list[Measurement], costs: CostModel, memory_bytes: floa
 def fit_to_budget(measurements: list[Measurement], costs: CostModel, budget: Budget, trainer_for, attempts: list[int],
                   say: Progress, anchor: list[Unit] = ()):
     """(choices, their Trainer): the selection compiled (`trainer_for(choices)`) and measured, within
-    the memory budget. The measurement calibrates the next selection (see the module docstring, 5)
-    until the slack is under SLACK of the room, a selection repeats or MAX_COMPILES are spent; of
-    the schemes that measured within the budget, the one with the most gain. `attempts` receives
-    each measured device_bytes."""
-    fitted, tried, memory = None, [], budget.memory_bytes
+    the memory budget. Each measurement sets the memory the next selection is made under (see the
+    module docstring, 5) until the slack is under SLACK of the room, a selection repeats outside a
+    bracket or MAX_COMPILES are spent; of the schemes that measured within the budget, the one with
+    the most gain. `attempts` receives each measured device_bytes."""
+    fitted, measured, memory = None, {}, budget.memory_bytes
     anchor_bytes = costs.estimate(anchor).device_bytes
     room = budget.memory_bytes - anchor_bytes
-    while len(tried) < MAX_COMPILES:
+    within = above = None  # (selection memory, measured bytes) of the largest scheme that fit, the smallest that did not
+    for _ in range(MAX_SELECTIONS):
         try:
             choices = select(measurements, costs, memory, budget.time_fraction, anchor)
         except SearchError:
-            if not tried:
+            if not measured:
                 raise
             break  # a budget lowered for an excess that nothing fits
-        if {c.unit for c in choices} in tried:
-            break
-        tried.append({c.unit for c in choices})
-        estimated = costs.estimate([c.unit for c in choices]).device_bytes
-        say.say(f"compiling the chosen scheme: {len(choices)} tensor(s), estimated {estimated / MB:.3f} MB")
-        trainer = trainer_for(choices)
-        attempts.append(trainer.device_bytes)
-        slack = budget.memory_bytes - trainer.device_bytes
-        if slack >= 0 and (fitted is None or sum(c.gain for c in choices) > sum(c.gain for c in fitted[0])):
-            fitted = choices, trainer
-        if budget.memory_mb is None or 0 <= slack <= SLACK * room:
-            break
-        scaled = anchor_bytes + room * max(estimated - anchor_bytes, 0) / max(trainer.device_bytes - anchor_bytes, 1)
-        memory = scaled if slack < 0 else max(scaled, memory + slack)
-        say.say(f"it measures {trainer.device_bytes / MB:.3f} MB against the budget's {budget.memory_bytes / MB:.3f}: "
-                f"selecting again as if the budget were {memory / MB:.3f} MB")
+        units = frozenset(c.unit for c in choices)
+        if units in measured and not (within and above):
+            break  # the calibration led back to a scheme measured already
+        compiled = units not in measured
+        if compiled:
+            estimated = costs.estimate([c.unit for c in choices]).device_bytes
+            say.say(f"compiling the chosen scheme: {len(choices)} tensor(s), estimated {estimated / MB:.3f} MB")
+            trainer = trainer_for(choices)
+            attempts.append(measured.setdefault(units, trainer.device_bytes))
+            slack = budget.memory_bytes - trainer.device_bytes
+            if slack >= 0 and (fitted is None or sum(c.gain for c in choices) > sum(c.gain for c in fitted[0])):
+                fitted = choices, trainer
+            if budget.memory_mb is None or 0 <= slack <= SLACK * room or len(measured) == MAX_COMPILES:
+                break
+        # where the scheme was selected: at its estimate (the selection under more memory found no more)
+        point = (estimated if compiled else memory, measured[units])
+        if point[1] > budget.memory_bytes:
+            above = min(above or point, point)
+        else:
+            within = max(within or point, point)
+        if within and above:
+            (low, low_bytes), (high, high_bytes) = within, above
+            if high - low <= SLACK * room:
+                break  # a bracket no wider than the slack allowed; or a larger selection measured less
+            # after a compilation, between the two by what they measured, off either end so that the
+            # bracket shrinks; after a repeat, which says only on which side its selection falls, halfway
+            share = (budget.memory_bytes - low_bytes) / (high_bytes - low_bytes) if compiled else 0.5
+            memory = low + (high - low) * min(max(share, BRACKET_STEP), 1 - BRACKET_STEP)
+        else:  # the scheme just compiled: a repeat outside a bracket stopped above
+            scaled = anchor_bytes + room * max(estimated - anchor_bytes, 0) / max(point[1] - anchor_bytes, 1)
+            memory = scaled if above else max(scaled, memory + budget.memory_bytes - point[1])
+        if compiled:
+            say.say(f"it measures {point[1] / MB:.3f} MB against the budget's {budget.memory_bytes / MB:.3f}: "
+                    f"selecting again as if the budget were {memory / MB:.3f} MB")
     if fitted is None:
         raise SearchError(f"the chosen schemes measured {', '.join(f'{b / MB:.3f}' for b in attempts)} MB on the device, "
                           f"above the budget of {budget.memory_mb:g} MB; give a larger budget")
