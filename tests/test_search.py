@@ -414,7 +414,8 @@ class Device:
     to training nothing, times `scale`; what the head's tensors ("4.") add, times `head_scale`."""
 
     def __init__(self, costs, scale, head_scale=None):
-        self.costs, self.scale, self.head_scale, self.schemes = costs, scale, head_scale, []
+        self.costs, self.scale, self.schemes = costs, scale, []
+        self.head_scale = scale if head_scale is None else head_scale
 
     @property
     def compiled(self):
@@ -426,8 +427,7 @@ class Device:
         nothing = self.costs.estimate([]).device_bytes
         head = self.costs.estimate([u for u in units if u.parameter.startswith("4.")]).device_bytes
         added = self.costs.estimate(units).device_bytes - head
-        head_scale = self.scale if self.head_scale is None else self.head_scale
-        return SimpleNamespace(device_bytes=nothing + round(head_scale * (head - nothing) + self.scale * added))
+        return SimpleNamespace(device_bytes=nothing + round(self.head_scale * (head - nothing) + self.scale * added))
 
 
 def ranked_candidates(program):
