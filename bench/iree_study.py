@@ -1,4 +1,5 @@
-"""Measures what runs fastest under IREE on this machine; writes pock_mlir/tuning/<target>.json.
+"""Measures what runs fastest under IREE on this machine; writes pock_mlir/tuning/<target>.json
+(the host target's: host-<this CPU>.json, see pock_mlir.tuning.table_path).
 
     python -m bench.iree_study convs        # convolution forms, forward and backward
     python -m bench.iree_study flags        # IREE flag sets on whole training steps
@@ -36,7 +37,7 @@ from pock_mlir.conv_forms import CONV_OPS, FORMS, ConvShape, Window
 from pock_mlir.files import atomic_write
 from pock_mlir.runtime.workspace import ModuleFunctions
 from pock_mlir.targets import DATA_TILING, MASKED_VECTOR_TAILS, vector_tails
-from pock_mlir.tuning import DATA_TILING_SET
+from pock_mlir.tuning import DATA_TILING_SET, host_cpu, table_path
 
 TUNING = Path(__file__).resolve().parent.parent / "pock_mlir" / "tuning"
 IM2COL_FLAG = "--iree-global-opt-use-im2col-for-convs"
@@ -200,18 +201,20 @@ FLAG_SETS = {
 }
 
 
-def study_flags(models: list[str], flag_sets=FLAG_SETS, steps=20) -> dict:
+def study_flags(models: list[str], flag_sets=FLAG_SETS, steps=20) -> tuple[dict, dict]:
     """Train-step ms (fastest and median of `steps`) of whole compiled training programs under
-    each flag set. The variants' steps interleave, so load from other jobs hits them alike."""
+    each flag set, and each program's matmul FLOPs as the data-tiling choice weighs them. The
+    variants' steps interleave, so load from other jobs hits them alike."""
     import pock_mlir as pock
     from bench.models import MODELS
 
-    results = {}
+    results, programs = {}, {}
     for name in models:
         spec = MODELS[name]
         module = spec.build()
         inputs, target = spec.batch()
         program = pock.compile_training(module, inputs, target, loss=spec.loss, optimizer=spec.optimizer)
+        programs[name] = program_matmul_flops(program)
         base_target = dataclasses.replace(program.target, flags=("--iree-llvmcpu-target-cpu=host",
                                                                   *vector_tails(program.target.arch)))
         results[name], trainers = {}, {}
@@ -220,11 +223,12 @@ def study_flags(models: list[str], flag_sets=FLAG_SETS, steps=20) -> dict:
             variant = dataclasses.replace(program, target=base_target, extra_flags=tuple(flags), modules={}, cache=False)
             try:
                 start = time.perf_counter()
-                trainers[label] = variant.trainer()
-                trainers[label].step(inputs, target)  # the first step compiles the step's module
+                trainer = variant.trainer()
+                trainer.step(inputs, target)  # the first step compiles the step's module
                 results[name][label] = {"compile_s": time.perf_counter() - start}
                 for _ in range(2):
-                    trainers[label].step(inputs, target)
+                    trainer.step(inputs, target)
+                trainers[label] = trainer  # timed below only once it compiled and ran
             except Exception as e:  # a flag set this IREE cannot compile is a result too
                 results[name][label] = {"error": str(e).strip().splitlines()[-1][:300]}
         times = {label: [] for label in trainers}
@@ -237,7 +241,18 @@ def study_flags(models: list[str], flag_sets=FLAG_SETS, steps=20) -> dict:
             results[name][label].update(step_ms_min=1000 * min(measured), step_ms_median=1000 * statistics.median(measured))
         for label, result in results[name].items():
             print(name, label, result, flush=True)
-    return results
+    return results, programs
+
+
+def program_matmul_flops(program) -> dict:
+    """What pock-backend-switch's data-tiling choice reads of a program (its input: the sparse stage)."""
+    from torch_mlir import ir
+
+    from pock_mlir.context import make_context
+    from pock_mlir.passes.pock_backend_switch import module_matmul_flops
+
+    with make_context():
+        return dataclasses.asdict(module_matmul_flops(ir.Module.parse(program.ir("sparse")).operation))
 
 
 def main(argv=None) -> int:
@@ -249,7 +264,8 @@ def main(argv=None) -> int:
     parser.add_argument("--target", default="host")
     args = parser.parse_args(argv)
     torch.set_num_threads(os.cpu_count() or 1)
-    path = TUNING / f"{args.target}.json"
+    # this machine's table: for the host target, this CPU's (host-<cpu>.json), never another's
+    path = TUNING / f"host-{host_cpu()}.json" if args.target == "host" else table_path(args.target)
     table = json.loads(path.read_text()) if path.exists() else {}
     load = os.getloadavg()[0]
     if args.study == "convs":
@@ -257,7 +273,12 @@ def main(argv=None) -> int:
         table["convs"] = {"load_average": load, "iree_flags": flags, "cases": study_convs(flags)}
     else:
         sets = {name: FLAG_SETS[name] for name in args.sets.split(",")}
-        table["flags"] = {"load_average": load, "sets": sets, "step_ms": study_flags(args.models.split(","), sets)}
+        step_ms, programs = study_flags(args.models.split(","), sets)
+        # a study of some models replaces their rows and keeps the other models' (a row names its sets)
+        study = table.get("flags", {})
+        table["flags"] = {"load_average": load, "sets": {**study.get("sets", {}), **sets},
+                          "step_ms": {**study.get("step_ms", {}), **step_ms},
+                          "programs": {**study.get("programs", {}), **programs}}
     path.parent.mkdir(parents=True, exist_ok=True)
     atomic_write(path, json.dumps(table, indent=1) + "\n")
     print(f"wrote {path}")

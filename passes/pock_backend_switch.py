@@ -6,8 +6,8 @@ per gradient. This pass gives every aten.convolution and every gradient of an
 aten.convolution_backward one of the forms of pock_mlir/conv_forms.py: "direct" (the op itself),
 "im2col" (windows unfolded, one matmul per group, col2im for the input gradient) or, depthwise,
 "patches" (per-tap multiply-adds). The choice comes from pock_mlir/tuning/<target>.json (the
-nearest measured shape class), written by `python -m bench.iree_study convs`, which times the
-same forms; without measurements each op gets its baseline form (forward: direct; gradients:
+host's: this CPU's, see pock_mlir.tuning.table_path; or the file of the tuning option): the
+nearest measured shape class, timed by `python -m bench.iree_study convs` in the same forms; without measurements each op gets its baseline form (forward: direct; gradients:
 im2col, depthwise patches).
 
 The choice is visible in the IR: the op doing the work carries `pock.backend = "<form>"` and
@@ -23,6 +23,7 @@ adds the flag when the lowered module says "data-tiled".
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 from dataclasses import dataclass
@@ -33,7 +34,7 @@ from pock_mlir.conv_forms import FORM_NAMES, FORMS, GRADIENT_INDEX, ConvShape, W
 from pock_mlir.cost import op_flops
 from pock_mlir.torch_builder import TorchBuilder, decode_operand
 from pock_mlir.torch_types import tensor_type_of
-from pock_mlir.tuning import MATMUL_TILE, Choice, MatmulFlops, choose_conv_form, choose_data_tiling
+from pock_mlir.tuning import MATMUL_TILE, Choice, MatmulFlops, Tuning, choose_conv_form, choose_data_tiling
 
 from .base import ModulePass, PassError, functions, option
 
@@ -75,6 +76,7 @@ def conv_shape(op, x, w, output, stride, padding, dilation, transposed, groups) 
 
 def matmul_flops(ops) -> MatmulFlops:
     """The FLOPs of `ops`' convolutions and matmuls that the data-tiling choice weighs."""
+    ops = list(ops)
     matmuls = [(op_flops(op), op) for op in ops if op.name in MATMULS]
 
     def untiled(op) -> bool:
@@ -84,6 +86,12 @@ def matmul_flops(ops) -> MatmulFlops:
     return MatmulFlops(convolutions=sum(op_flops(op) for op in ops if op.name in CONVOLUTIONS),
                        matmuls=sum(f for f, _ in matmuls), largest_matmul=max((f for f, _ in matmuls), default=0),
                        untiled_matmuls=sum(f for f, op in matmuls if untiled(op)))
+
+
+def module_matmul_flops(module: ir.Operation) -> MatmulFlops:
+    """matmul_flops of every op of the module's functions, as the data-tiling choice sees them
+    (bench/iree_study.py records it for each program it measures)."""
+    return matmul_flops(op.operation for func in functions(module) for op in func.regions[0].blocks[0].operations)
 
 
 def _mark(op, choice: Choice, what: str) -> None:
@@ -111,7 +119,10 @@ class BackendSwitchPass(ModulePass):
     description = ("Give each convolution and each convolution gradient the form measured fastest on the target: "
                    "direct, im2col + matmul or depthwise patches; marks the choice as pock.backend. Marks the "
                    "module with whether IREE should data-tile its matmuls (pock.data_tiling)")
-    target: str = option("host", "tuning table to choose by: pock_mlir/tuning/<target>.json")
+    target: str = option("host", "tuning table to choose by: pock_mlir/tuning/<target>.json (the host's: "
+                                 "this CPU's, pock_mlir.tuning.table_path)")
+    tuning: str = option("", "a tuning table file to choose by instead of the target's, e.g. one measured on another "
+                             "machine (python -m bench.iree_study writes them)")
     force: str = option("", "use this form wherever it is implemented instead of choosing: direct, im2col or patches")
     min_speedup: float = option(1.25, "choose a form other than the baseline only if measured at least this much faster "
                                       "(timings on a shared machine vary by 10-20%)")
@@ -123,8 +134,7 @@ class BackendSwitchPass(ModulePass):
             raise PassError(f"min_speedup must be a finite number >= 1, got {self.min_speedup}")
         if not TARGET_NAME.fullmatch(self.target):
             raise PassError(f"target must be a target name (letters, digits, '_', '-'), got '{self.target}'")
-        ops = [op.operation for func in functions(module) for op in func.regions[0].blocks[0].operations]
-        tiling = choose_data_tiling(self.target, matmul_flops(ops))
+        tiling = choose_data_tiling(self.measurements, module_matmul_flops(module))
         module.attributes["pock.data_tiling"] = ir.StringAttr.get(tiling.form)
         module.attributes["pock.data_tiling_reason"] = ir.StringAttr.get(tiling.reason)
         for func in functions(module):
@@ -139,7 +149,16 @@ class BackendSwitchPass(ModulePass):
         forms = shape.forms(op)
         if self.force:
             return Choice(self.force if self.force in forms else forms[0], f"forced by force={self.force}")
-        return choose_conv_form(self.target, shape, op, self.min_speedup)
+        return choose_conv_form(self.measurements, shape, op, self.min_speedup)
+
+    @functools.cached_property
+    def measurements(self) -> Tuning:
+        if not self.tuning:
+            return Tuning.of_target(self.target)
+        try:
+            return Tuning.from_file(self.tuning)
+        except ValueError as e:
+            raise PassError(str(e)) from None
 
     def _forward(self, op) -> None:
         x, w, bias, stride, padding, dilation, transposed, output_padding, groups = map(decode_operand, op.operands)

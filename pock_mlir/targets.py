@@ -62,8 +62,13 @@ def _normalize_arch(machine: str) -> str:
     return {"amd64": "x86_64", "arm64": "aarch64"}.get(machine.lower(), machine.lower())
 
 
+def host_arch() -> str:
+    """This machine's architecture as the targets name it: x86_64 or aarch64."""
+    return _normalize_arch(platform.machine())
+
+
 # Flags every CPU target shares: im2col for convolutions measured faster forward here
-# (python -m bench.iree_study convs; pock_mlir/tuning/host.json); no DWARF in the kernels, which
+# (python -m bench.iree_study convs; pock_mlir/tuning/host-*.json); no DWARF in the kernels, which
 # nothing on a device reads and which cost compile time and about a quarter of a module's bytes.
 _CPU_COMMON = ("--iree-global-opt-use-im2col-for-convs", "--iree-llvmcpu-debug-symbols=false")
 # x86 CPUs: where a loop's trip count is not a multiple of the vector width, IREE 3.13 vectorizes
@@ -106,7 +111,7 @@ def resolve_target(spec: str) -> Target:
     if name == "host":
         if option:
             raise TargetError(f"target 'host' takes no option, got '{option}'")
-        return _cpu(spec, _normalize_arch(platform.machine()), ("--iree-llvmcpu-target-cpu=host",),
+        return _cpu(spec, host_arch(), ("--iree-llvmcpu-target-cpu=host",),
                     "this machine's CPU, with every feature it has")
     if name == "x86-64":
         cpu = option or "x86-64-v3"

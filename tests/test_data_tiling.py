@@ -1,19 +1,46 @@
-"""IREE's data tiling, chosen per program by pock-backend-switch from the host's measured flag
-study: a step without convolutions whose matmuls are large is data-tiled, and trains as
-torch.optim does; so is one whose matmuls do not fit the plain code's tile (260 rows, a ViT's
-4 x 65 tokens); a small aligned one stays plain. The rule's cases are in
-lit_tests/passes/pock-backend-switch.mlir."""
+"""IREE's data tiling, chosen per program by pock-backend-switch as the flag study measured it on
+the most alike program of the tuning table: a step whose matmuls are like a program that ran
+faster data-tiled is data-tiled, and trains as torch.optim does; one like a program that did not
+stays plain. The tables here are written by the tests; the host's come one per CPU
+(pock_mlir.tuning.table_path). The rule's cases are in lit_tests/passes/pock-backend-switch.mlir."""
+
+import dataclasses
+import json
 
 import pytest
 import torch
 import torch.nn as nn
 
 import pock_mlir as pock
+import pock_mlir.tuning as tuning
 from oracle import assert_gradients_close, assert_trajectory_close, torch_gradients
+from pock_mlir.stages import STAGE_PIPELINES
 from pock_mlir.targets import DATA_TILING
+from pock_mlir.tuning import BASELINE_SET, DATA_TILING_SET, MatmulFlops
 
 STEPS = 5
 OPTIMIZER = pock.AdamW(lr=1e-3, weight_decay=0.01)
+
+# measured programs: data-tiled step time over plain, and what the choice reads of them
+MEASURED = {
+    "transformer": (0.73, MatmulFlops(convolutions=0, matmuls=56_000_000_000, largest_matmul=537_000_000,
+                                      untiled_matmuls=0)),
+    "mlp": (1.11, MatmulFlops(convolutions=0, matmuls=200_000_000, largest_matmul=34_000_000, untiled_matmuls=0)),
+    "vit": (0.87, MatmulFlops(convolutions=0, matmuls=1_000_000_000, largest_matmul=30_000_000,
+                              untiled_matmuls=900_000_000)),
+}
+
+
+@pytest.fixture(scope="module")
+def pipelines(tmp_path_factory):
+    """The compiler's pipelines with pock-backend-switch reading a table of MEASURED."""
+    path = tmp_path_factory.mktemp("tuning") / "table.json"
+    path.write_text(json.dumps({"flags": {
+        "step_ms": {model: {BASELINE_SET: {"step_ms_min": 10.0}, DATA_TILING_SET: {"step_ms_min": 10.0 * ratio}}
+                    for model, (ratio, _) in MEASURED.items()},
+        "programs": {model: dataclasses.asdict(flops) for model, (_, flops) in MEASURED.items()}}}))
+    switch = "pock-backend-switch{target={target}}"
+    return {"lowered": STAGE_PIPELINES["lowered"].replace(switch, f"pock-backend-switch{{tuning={path}}}")}
 
 
 def make_mlp(width: int):
@@ -27,16 +54,19 @@ def make_batch(rows: int):
 
 
 @pytest.fixture(scope="module")
-def wide():
-    """Its first matmul is 2 x 1024 x 256 x 512 = 268 MFLOP, over the rule's 100."""
+def wide(pipelines):
+    """Its first matmul is 2 x 1024 x 256 x 512 = 268 MFLOP: most like the transformer."""
     model, (x, y) = make_mlp(512), make_batch(1024)
-    return model, x, y, pock.compile_training(model, x, y, loss="cross_entropy", optimizer=OPTIMIZER)
+    return model, x, y, pock.compile_training(model, x, y, loss="cross_entropy", optimizer=OPTIMIZER,
+                                              pipelines=pipelines)
 
 
-def test_a_large_matmul_step_is_data_tiled(wide):
+def test_a_step_like_a_program_faster_data_tiled_is_data_tiled(wide):
     *_, program = wide
     form, reason = program.data_tiling
-    assert form == "data-tiled" and "matmuls carry most of the FLOPs, largest matmul 268 MFLOP" in reason, reason
+    assert form == "data-tiled", reason
+    assert reason.startswith("matmuls carry most of the FLOPs, largest matmul 268 MFLOP, 5% of matmul FLOPs"), reason
+    assert ", transformer (" in reason and reason.endswith("took 0.73x the time data-tiled"), reason
     assert DATA_TILING in program.iree_flags()
     assert "matmuls: data-tiled (matmuls carry most of the FLOPs" in program.backend_report()
 
@@ -52,21 +82,56 @@ def test_data_tiled_step_matches_autograd_and_torch_optim(wide):
     assert_trajectory_close(losses, trainer.state_dict(), model, x, y, OPTIMIZER, STEPS)
 
 
-def test_a_small_matmul_step_stays_plain():
+def test_a_step_like_a_program_slower_data_tiled_stays_plain(pipelines):
     model, (x, y) = make_mlp(32), make_batch(8)
-    program = pock.compile_training(model, x, y, loss="cross_entropy", optimizer=OPTIMIZER, functions=())
+    program = pock.compile_training(model, x, y, loss="cross_entropy", optimizer=OPTIMIZER, functions=(),
+                                    pipelines=pipelines)
     form, reason = program.data_tiling
-    assert form == "plain" and "under 100" in reason, reason
+    assert form == "plain" and ", mlp (" in reason and reason.endswith("took 1.11x the time data-tiled"), reason
     assert not any(flag.startswith(DATA_TILING) for flag in program.iree_flags())
 
 
-
-def test_a_step_of_untiled_rows_is_data_tiled_and_matches_autograd():
+def test_a_step_of_untiled_rows_is_data_tiled_and_matches_autograd(pipelines):
     model, (x, y) = make_mlp(32), make_batch(260)
-    program = pock.compile_training(model, x, y, loss="cross_entropy", optimizer=OPTIMIZER, functions=())
+    program = pock.compile_training(model, x, y, loss="cross_entropy", optimizer=OPTIMIZER, functions=(),
+                                    pipelines=pipelines)
     form, reason = program.data_tiling
-    assert form == "data-tiled" and "100% of matmul FLOPs have a dimension not a multiple of 8" in reason, reason
+    assert form == "data-tiled" and "100% of matmul FLOPs with a dimension not a multiple of 8" in reason, reason
+    assert ", vit (" in reason, reason
     loss, grads = program.trainer().gradients(x, y)
     want_loss, want = torch_gradients(model, x, y)
     assert loss == pytest.approx(want_loss, rel=1e-5)
     assert_gradients_close(grads, want)
+
+
+@pytest.mark.parametrize("cpu, chosen", [
+    ("x86_64-GenuineIntel-6-207", "host-x86_64-GenuineIntel-6-207.json"),  # its own
+    ("x86_64-GenuineIntel-6-143", "host-x86_64-GenuineIntel-6-207.json"),  # the same vendor and family
+    ("x86_64-AuthenticAMD-25-17", "host-x86_64-AuthenticAMD.json"),
+    ("x86_64-CentaurHauls-7-59", "host-x86_64-AuthenticAMD.json"),  # the same architecture: the first table
+    ("aarch64-0x41-0xd08", None),  # none measured on ARM: none
+])
+def test_the_host_table_is_the_one_measured_on_the_most_alike_cpu(tmp_path, monkeypatch, cpu, chosen):
+    for name in ("host-x86_64-AuthenticAMD.json", "host-x86_64-GenuineIntel-6-207.json", "x86-64-v3.json"):
+        (tmp_path / name).write_text("{}")
+    monkeypatch.setattr(tuning, "TUNING_DIR", tmp_path)
+    monkeypatch.setattr(tuning, "host_cpu", lambda: cpu)
+    path = tuning.table_path("host")
+    assert path == tmp_path / (chosen or f"host-{cpu}.json") and path.exists() == bool(chosen)
+    name = tuning.Tuning.of_target("host").name
+    assert name == (f"target 'host' (CPU {cpu})" if chosen in (None, f"host-{cpu}.json")
+                    else f"target 'host' (CPU {chosen[5:-5]}, not this {cpu})")
+    assert tuning.table_path("x86-64-v3") == tmp_path / "x86-64-v3.json"
+
+
+@pytest.mark.parametrize("text", ["[]", '{"flags": {"programs": {"mlp": {"flops": 1}}}}', '{"convs": {"cases": [{}]}}'])
+def test_a_malformed_tuning_file_is_one_clear_error(tmp_path, text):
+    path = tmp_path / "table.json"
+    path.write_text(text)
+    with pytest.raises(ValueError, match=f"tuning table '{path}' is not one python -m bench.iree_study writes"):
+        tuning.Tuning.from_file(str(path))
+
+
+def test_this_machine_has_a_cpu_name():
+    cpu = tuning.host_cpu()
+    assert cpu.split("-")[0] in ("x86_64", "aarch64", "arm64") and " " not in cpu

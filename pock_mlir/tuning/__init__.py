@@ -1,8 +1,9 @@
 """Per-target implementation choices from measurements.
 
 `<target>.json` beside this file holds the measurements (`python -m bench.iree_study convs` and
-`flags`); `choose_conv_form` picks the fastest measured form (pock_mlir/conv_forms.py) for the
-nearest measured shape, and `choose_data_tiling` whether IREE data-tiles a program's matmuls.
+`flags`), the host's one file per CPU measured (`table_path`); `choose_conv_form` picks the
+fastest measured form (pock_mlir/conv_forms.py) for the nearest measured shape, and
+`choose_data_tiling` whether IREE data-tiles a program's matmuls, as on the most alike measured one.
 """
 
 from __future__ import annotations
@@ -14,16 +15,93 @@ from functools import lru_cache
 from pathlib import Path
 
 from pock_mlir.conv_forms import ConvShape
+from pock_mlir.targets import host_arch
 
 TUNING_DIR = Path(__file__).resolve().parent
 
 
 # -- the measured table ----------------------------------------------------------------
 
+def host_cpu() -> str:
+    """This machine's CPU as the host tables name it: architecture, then on Linux the vendor, family
+    and model (x86) or implementer and part (ARM), e.g. x86_64-GenuineIntel-6-207."""
+    fields = {}
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                key, _, value = line.partition(":")
+                fields.setdefault(key.strip(), value.strip())
+    except OSError:
+        pass
+    parts = [fields.get(k) for k in ("vendor_id", "cpu family", "model", "CPU implementer", "CPU part")]
+    return "-".join([host_arch(), *(p for p in parts if p)])
+
+
+def table_path(target: str) -> Path:
+    """Where `target`'s measurements are. The host's depend on the CPU, so each CPU they were measured
+    on has a file, host-<host_cpu()>.json: this CPU's, else the one sharing the longest start of its
+    name (the same architecture at least: same vendor, then family), else this CPU's (absent)."""
+    if target != "host":
+        return TUNING_DIR / f"{target}.json"
+    this = host_cpu().split("-")
+
+    def shared(path: Path) -> int:
+        other = path.stem.removeprefix("host-").split("-")
+        return next((i for i, (a, b) in enumerate(zip(this, other)) if a != b), min(len(this), len(other)))
+
+    measured = [(shared(p), p) for p in sorted(TUNING_DIR.glob("host-*.json"))]
+    best = max(measured, key=lambda sp: sp[0], default=(0, None))
+    return best[1] if best[0] else TUNING_DIR / f"host-{'-'.join(this)}.json"
+
+
+@dataclass(frozen=True)
+class Tuning:
+    """A table of measurements (python -m bench.iree_study) and how the choices' reasons name it."""
+
+    name: str
+    table: dict
+
+    @classmethod
+    def of_target(cls, target: str) -> Tuning:
+        """The target's table; the host's is this CPU's, or says whose it is."""
+        path = table_path(target)
+        name = f"target '{target}'"
+        if target == "host":
+            cpu = path.stem.removeprefix("host-")
+            name += f" (CPU {cpu})" if cpu == host_cpu() else f" (CPU {cpu}, not this {host_cpu()})"
+        return cls(name, _read(path) if path.exists() else {})
+
+    @classmethod
+    def from_file(cls, path: str) -> Tuning:
+        """A table given as a file, such as one measured on another machine; ValueError says what is wrong."""
+        try:
+            table = _read(Path(path))
+        except (OSError, ValueError) as e:
+            raise ValueError(f"cannot read tuning table '{path}': {e}") from None
+        try:
+            _read_choices_inputs(table)
+        except (AttributeError, KeyError, TypeError, ValueError) as e:
+            raise ValueError(f"tuning table '{path}' is not one python -m bench.iree_study writes "
+                             f"({type(e).__name__}: {e})") from None
+        return cls(f"tuning file '{path}'", table)
+
+
+def _read_choices_inputs(table: dict) -> None:
+    """Reads what the choices read of a table: a malformed one raises here, not in a pass."""
+    for case in table.get("convs", {}).get("cases", []):
+        ConvShape.from_json(case["shape"])
+        dict(case["ms"])
+    flags = table.get("flags", {})
+    for flops in flags.get("programs", {}).values():
+        MatmulFlops(**flops)
+    for sets in flags.get("step_ms", {}).values():
+        for result in sets.values():
+            float(result.get("step_ms_min", 0))
+
+
 @lru_cache(maxsize=None)
-def load_table(target: str) -> dict:
-    path = TUNING_DIR / f"{target}.json"
-    return json.loads(path.read_text()) if path.exists() else {}
+def _read(path: Path) -> dict:
+    return json.loads(path.read_text())
 
 
 @dataclass(frozen=True)
@@ -47,7 +125,7 @@ MISCOMPILED_STRIDED_POINTWISE = ("IREE 3.13 miscompiles the direct form of a str
                                  "--iree-global-opt-use-im2col-for-convs (wrong values in evaluate)")
 
 
-def choose_conv_form(target: str, shape: ConvShape, op: str, min_speedup: float) -> Choice:
+def choose_conv_form(tuning: Tuning, shape: ConvShape, op: str, min_speedup: float) -> Choice:
     """The fastest form measured for the nearest measured shape with the same set of forms; the
     op's baseline form (the first of shape.forms) unless another was at least `min_speedup`
     times faster there. A strided 1x1 convolution's forward is im2col whatever was measured:
@@ -58,15 +136,15 @@ def choose_conv_form(target: str, shape: ConvShape, op: str, min_speedup: float)
         return Choice(baseline, "the only form implemented for this shape")
     if op == "forward" and shape.window.kernel == (1, 1) and max(shape.window.stride) > 1:
         return Choice("im2col", MISCOMPILED_STRIDED_POINTWISE)
-    cases = [(ConvShape.from_json(c["shape"]), c) for c in load_table(target).get("convs", {}).get("cases", [])]
+    cases = [(ConvShape.from_json(c["shape"]), c) for c in tuning.table.get("convs", {}).get("cases", [])]
     cases = [(s, c) for s, c in cases if s.forms(op) == forms and f"{op}/{baseline}" in c["ms"]]
     if not cases:
-        return Choice(baseline, f"no measurements for target '{target}' (python -m bench.iree_study convs)")
+        return Choice(baseline, f"no measurements for {tuning.name} (python -m bench.iree_study convs)")
     _, case = min(cases, key=lambda sc: _distance(shape, sc[0]))
     timings = {form: case["ms"][f"{op}/{form}"] for form in forms if f"{op}/{form}" in case["ms"]}
     best = min(timings, key=timings.get)
     measured = ", ".join(f"{f} {t:.3f} ms" for f, t in sorted(timings.items(), key=lambda kv: kv[1]))
-    where = f"measured on {target} for {case['class']}: {measured}"
+    where = f"measured on {tuning.name} for {case['class']}: {measured}"
     if best != baseline and timings[baseline] / timings[best] >= min_speedup:
         return Choice(best, where)
     return Choice(baseline, where)
@@ -76,9 +154,9 @@ def choose_conv_form(target: str, shape: ConvShape, op: str, min_speedup: float)
 
 DATA_TILING_SET = "im2col+global-data-tiling"  # the flag set of `python -m bench.iree_study flags`
 BASELINE_SET = "im2col"
-# Packing a matmul's operands into the CPU's tile layout costs a dispatch per operand; the MLP's
-# 34-MFLOP matmuls do not win that back, the transformers' matmuls of 0.5 GFLOP and up do.
-MIN_DATA_TILED_MATMUL_FLOPS = 100_000_000
+# Data-tiled only where the nearest measured step was at least this much faster with it: whole
+# steps vary by a few percent between rounds, and plain code needs no packing dispatches.
+MAX_DATA_TILED_RATIO = 0.95
 # IREE's plain CPU matmul code handles a dimension that is not a multiple of its tile through a
 # remainder path: 260 rows (a ViT's 4 x 65 tokens) ran 1.2-1.6x slower than 256, data-tiled not.
 MATMUL_TILE = 8
@@ -93,27 +171,44 @@ class MatmulFlops:
     largest_matmul: int
     untiled_matmuls: int  # in matmuls with a dimension (M, K or N) not a multiple of MATMUL_TILE
 
+    @property
+    def convolution_led(self) -> bool:
+        return self.convolutions >= self.matmuls
 
-def choose_data_tiling(target: str, flops: MatmulFlops) -> Choice:
-    """Form "data-tiled" or "plain" for a whole program, from the target's flag study (the fastest
-    whole step with and without data tiling: on a shared machine the least disturbed). Plain where
-    convolutions carry most of the FLOPs (not faster on the CNNs); data-tiled where the largest
-    matmul is big enough, or where most matmul FLOPs are in matmuls whose dimensions do not fit
-    the plain code's tile (faster there)."""
-    steps = load_table(target).get("flags", {}).get("step_ms", {})
-    ratios = {model: sets[DATA_TILING_SET]["step_ms_min"] / sets[BASELINE_SET]["step_ms_min"]
-              for model, sets in steps.items()
-              if "step_ms_min" in sets.get(DATA_TILING_SET, {}) and "step_ms_min" in sets.get(BASELINE_SET, {})}
-    if not ratios:
-        return Choice("plain", f"no data-tiling measurements for target '{target}' (python -m bench.iree_study flags)")
-    measured = "step time with data tiling, measured on " + target + ": " + ", ".join(
-        f"{model} {ratio:.2f}x" for model, ratio in ratios.items())
-    if flops.convolutions and flops.convolutions >= flops.matmuls:  # backend_report() lists them
-        return Choice("plain", f"convolutions carry most of the FLOPs; {measured}")
-    largest = f"largest matmul {flops.largest_matmul / 1e6:.0f} MFLOP"
-    if flops.largest_matmul >= MIN_DATA_TILED_MATMUL_FLOPS:
-        return Choice("data-tiled", f"matmuls carry most of the FLOPs, {largest}; {measured}")
-    if 2 * flops.untiled_matmuls > flops.matmuls:
-        return Choice("data-tiled", f"{largest}, but {100 * flops.untiled_matmuls / flops.matmuls:.0f}% of matmul "
-                                    f"FLOPs have a dimension not a multiple of {MATMUL_TILE}; {measured}")
-    return Choice("plain", f"{largest}, under {MIN_DATA_TILED_MATMUL_FLOPS / 1e6:.0f}; {measured}")
+    @property
+    def untiled_share(self) -> float:
+        return self.untiled_matmuls / self.matmuls if self.matmuls else 0.0
+
+    def describe(self) -> str:
+        if self.convolution_led:
+            return "convolutions carry most of the FLOPs"
+        return (f"matmuls carry most of the FLOPs, largest matmul {self.largest_matmul / 1e6:.0f} MFLOP, "
+                f"{100 * self.untiled_share:.0f}% of matmul FLOPs with a dimension not a multiple of {MATMUL_TILE}")
+
+
+def _unlikeness(a: MatmulFlops, b: MatmulFlops) -> float:
+    """How unlike two programs are for data tiling: whether convolutions carry most of the FLOPs
+    first, then the size of the largest matmul and how much of the work misses the plain tile."""
+    sizes = abs(math.log(max(a.largest_matmul, 1) / max(b.largest_matmul, 1)))
+    return 10 * (a.convolution_led != b.convolution_led) + sizes + 4 * abs(a.untiled_share - b.untiled_share)
+
+
+def choose_data_tiling(tuning: Tuning, flops: MatmulFlops) -> Choice:
+    """Form "data-tiled" or "plain" for a whole program: what the target's flag study measured on
+    the most alike program (see _unlikeness), whose fastest whole step (on a shared machine the
+    least disturbed) with data tiling took at most MAX_DATA_TILED_RATIO of its plain one."""
+    if not flops.matmuls and not flops.convolutions:
+        return Choice("plain", "no matmuls or convolutions")
+    study = tuning.table.get("flags", {})
+    measured = {model: (sets[DATA_TILING_SET]["step_ms_min"] / sets[BASELINE_SET]["step_ms_min"],
+                        MatmulFlops(**study["programs"][model]))
+                for model, sets in study.get("step_ms", {}).items()
+                if model in study.get("programs", {})
+                and "step_ms_min" in sets.get(DATA_TILING_SET, {}) and "step_ms_min" in sets.get(BASELINE_SET, {})}
+    if not measured:
+        return Choice("plain", f"no data-tiling measurements for {tuning.name} (python -m bench.iree_study flags)")
+    nearest = min(measured, key=lambda model: _unlikeness(flops, measured[model][1]))
+    ratio, alike = measured[nearest]
+    form = "data-tiled" if ratio <= MAX_DATA_TILED_RATIO else "plain"
+    return Choice(form, f"{flops.describe()}; the most alike step measured on {tuning.name}, {nearest} "
+                        f"({alike.describe()}), took {ratio:.2f}x the time data-tiled")
