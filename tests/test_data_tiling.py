@@ -132,6 +132,21 @@ def test_a_malformed_tuning_file_is_one_clear_error(tmp_path, text):
         tuning.Tuning.from_file(str(path))
 
 
+@pytest.mark.parametrize("path", sorted(tuning.TUNING_DIR.glob("host-*.json")), ids=lambda p: p.stem)
+def test_each_shipped_host_table_decides_every_program_it_measured(path):
+    """Each measured program has what the data-tiling choice reads (a table without it would choose
+    plain everywhere, 'no data-tiling measurements'), and is its own most alike program."""
+    table = tuning.Tuning.from_file(str(path))
+    study = table.table["flags"]
+    assert study["step_ms"] and set(study["programs"]) == set(study["step_ms"])
+    for model, sets in study["step_ms"].items():
+        ratio = sets[DATA_TILING_SET]["step_ms_min"] / sets[BASELINE_SET]["step_ms_min"]
+        choice = tuning.choose_data_tiling(table, MatmulFlops(**study["programs"][model]))
+        assert f", {model} (" in choice.reason and f"took {ratio:.2f}x" in choice.reason, choice.reason
+        assert choice.form == ("data-tiled" if ratio <= tuning.MAX_DATA_TILED_RATIO else "plain")
+    assert table.table["convs"]["cases"]
+
+
 def test_this_machine_has_a_cpu_name():
     cpu = tuning.host_cpu()
     assert cpu.split("-")[0] in ("x86_64", "aarch64", "arm64") and " " not in cpu
