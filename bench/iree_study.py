@@ -1,5 +1,5 @@
 """Measures what runs fastest under IREE on this machine; writes pock_mlir/tuning/<target>.json
-(the host target's: host-<this CPU>.json, see pock_mlir.tuning.table_path).
+(the host target's: host-<this CPU>.json, see pock_mlir.tuning.own_table_path).
 
     python -m bench.iree_study convs        # convolution forms, forward and backward
     python -m bench.iree_study flags        # IREE flag sets on whole training steps
@@ -27,7 +27,6 @@ import os
 import statistics
 import sys
 import time
-from pathlib import Path
 
 import numpy as np
 import torch
@@ -37,9 +36,8 @@ from pock_mlir.conv_forms import CONV_OPS, FORMS, ConvShape, Window
 from pock_mlir.files import atomic_write
 from pock_mlir.runtime.workspace import ModuleFunctions
 from pock_mlir.targets import DATA_TILING, MASKED_VECTOR_TAILS, vector_tails
-from pock_mlir.tuning import DATA_TILING_SET, host_cpu, table_path
+from pock_mlir.tuning import DATA_TILING_SET, own_table_path
 
-TUNING = Path(__file__).resolve().parent.parent / "pock_mlir" / "tuning"
 IM2COL_FLAG = "--iree-global-opt-use-im2col-for-convs"
 UKERNELS_FLAG = "--iree-llvmcpu-enable-ukernels=all"
 BASE_FLAGS = ["--iree-hal-target-backends=llvm-cpu", "--iree-input-type=torch"]
@@ -264,8 +262,7 @@ def main(argv=None) -> int:
     parser.add_argument("--target", default="host")
     args = parser.parse_args(argv)
     torch.set_num_threads(os.cpu_count() or 1)
-    # this machine's table: for the host target, this CPU's (host-<cpu>.json), never another's
-    path = TUNING / f"host-{host_cpu()}.json" if args.target == "host" else table_path(args.target)
+    path = own_table_path(args.target)  # for the host, this CPU's table, never another's
     table = json.loads(path.read_text()) if path.exists() else {}
     load = os.getloadavg()[0]
     if args.study == "convs":

@@ -7,8 +7,9 @@ aten.convolution_backward one of the forms of pock_mlir/conv_forms.py: "direct" 
 "im2col" (windows unfolded, one matmul per group, col2im for the input gradient) or, depthwise,
 "patches" (per-tap multiply-adds). The choice comes from pock_mlir/tuning/<target>.json (the
 host's: this CPU's, see pock_mlir.tuning.table_path; or the file of the tuning option): the
-nearest measured shape class, timed by `python -m bench.iree_study convs` in the same forms; without measurements each op gets its baseline form (forward: direct; gradients:
-im2col, depthwise patches).
+nearest measured shape class, timed by `python -m bench.iree_study convs` in the same forms;
+without measurements each op gets its baseline form (forward: direct; gradients: im2col,
+depthwise patches).
 
 The choice is visible in the IR: the op doing the work carries `pock.backend = "<form>"` and
 `pock.backend_reason = "<the measurements behind it>"` (TrainingProgram.backend_report() lists
@@ -121,8 +122,8 @@ class BackendSwitchPass(ModulePass):
                    "module with whether IREE should data-tile its matmuls (pock.data_tiling)")
     target: str = option("host", "tuning table to choose by: pock_mlir/tuning/<target>.json (the host's: "
                                  "this CPU's, pock_mlir.tuning.table_path)")
-    tuning: str = option("", "a tuning table file to choose by instead of the target's, e.g. one measured on another "
-                             "machine (python -m bench.iree_study writes them)")
+    tuning: str = option("", "a tuning table file to choose by instead of the target's, e.g. one measured on "
+                             "another machine (python -m bench.iree_study writes them)")
     force: str = option("", "use this form wherever it is implemented instead of choosing: direct, im2col or patches")
     min_speedup: float = option(1.25, "choose a form other than the baseline only if measured at least this much faster "
                                       "(timings on a shared machine vary by 10-20%)")

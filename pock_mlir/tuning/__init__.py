@@ -37,12 +37,18 @@ def host_cpu() -> str:
     return "-".join([host_arch(), *(p for p in parts if p)])
 
 
+def own_table_path(target: str) -> Path:
+    """Where this machine's measurements of `target` go (python -m bench.iree_study): the host's
+    depend on the CPU, so each CPU measured has a file of its own, host-<host_cpu()>.json."""
+    return TUNING_DIR / (f"host-{host_cpu()}.json" if target == "host" else f"{target}.json")
+
+
 def table_path(target: str) -> Path:
-    """Where `target`'s measurements are. The host's depend on the CPU, so each CPU they were measured
-    on has a file, host-<host_cpu()>.json: this CPU's, else the one sharing the longest start of its
-    name (the same architecture at least: same vendor, then family), else this CPU's (absent)."""
+    """Where `target`'s measurements are: for the host, this CPU's file, else the one of the CPU
+    sharing the longest start of its name (the same architecture at least: same vendor, then
+    family), else this CPU's (absent)."""
     if target != "host":
-        return TUNING_DIR / f"{target}.json"
+        return own_table_path(target)
     this = host_cpu().split("-")
 
     def shared(path: Path) -> int:
@@ -51,7 +57,7 @@ def table_path(target: str) -> Path:
 
     measured = [(shared(p), p) for p in sorted(TUNING_DIR.glob("host-*.json"))]
     best = max(measured, key=lambda sp: sp[0], default=(0, None))
-    return best[1] if best[0] else TUNING_DIR / f"host-{'-'.join(this)}.json"
+    return best[1] if best[0] else own_table_path(target)
 
 
 @dataclass(frozen=True)
