@@ -7,6 +7,7 @@ decoders (a port of the model in bench/jax_child.py, also without torch) and poc
     python -m bench                       # everything (about 50 minutes on 2 cores)
     python -m bench --quick               # the MLP, few steps: a smoke test of the harness
     python -m bench --models mlp,bert --schemes sparse --systems eager,pock-mlir
+    python -m bench --update --models kws       # re-measure a model a busy moment disturbed, keep the rest
 """
 
 from __future__ import annotations
@@ -236,6 +237,9 @@ def parse_args(argv):
                         help="per-dispatch profile of each pock-mlir step (default: on, off with --quick)")
     parser.add_argument("--rewrite-report", action="store_true",
                         help="only rewrite results.md and results.png from the results.json in --out")
+    parser.add_argument("--update", action="store_true",
+                        help="re-measure every system of the --models (and --schemes) given and replace their rows in "
+                             "the results.json in --out, keeping the other rows; its settings must be the same")
     parser.add_argument("--out", default=str(ROOT / "bench"), help="directory for results.json/.md/.png")
     args = parser.parse_args(argv)
 
@@ -246,6 +250,7 @@ def parse_args(argv):
             parser.error(f"unknown {', '.join(unknown)}; choose from {', '.join(allowed)}")
         return chosen
 
+    args.models_given, args.systems_given = bool(args.models), bool(args.systems)
     args.models = subset(args.models, MODELS, QUICK_MODELS if args.quick else tuple(MODELS))
     args.schemes = subset(args.schemes, SCHEMES, SCHEMES)
     args.systems = subset(args.systems, SYSTEMS, QUICK_SYSTEMS if args.quick else SYSTEMS)
@@ -254,7 +259,44 @@ def parse_args(argv):
     args.rounds = args.rounds or (1 if args.quick else 3)
     args.iree_flags = args.iree_flags.split() if args.iree_flags else []
     args.profile = not args.quick if args.profile is None else args.profile
+    args.previous = previous_results(parser, args) if args.update else None
     return args
+
+
+def previous_results(parser, args) -> dict:
+    """The results.json an --update run replaces rows of, checked before anything is measured: the
+    rows it keeps must compare with the new ones (the same machine and settings)."""
+    if not args.models_given:
+        parser.error("--update re-measures the models given with --models; name them")
+    if args.systems_given:
+        parser.error("--update re-measures every system of a model side by side; leave out --systems")
+    path = Path(args.out) / "results.json"
+    try:
+        previous = json.loads(path.read_text())
+        settings = previous["settings"]
+        kept = {"cpu": previous["machine"]["cpu"], **{k: settings[k] for k in ("steps", "rounds", "warmup")},
+                "pock_iree_flags": settings["pock_iree_flags"]}
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        parser.error(f"--update needs the results.json of an earlier run in {args.out} ({e}); run the bench without it")
+    now = {"cpu": _cpu_name(), "steps": args.steps, "rounds": args.rounds, "warmup": args.warmup,
+           "pock_iree_flags": pock_flags() + args.iree_flags}
+    differ = [f"{k} {kept[k]!r} there, {now[k]!r} here" for k in kept if kept[k] != now[k]]
+    if differ:
+        parser.error(f"--update keeps rows measured otherwise ({'; '.join(differ)}); run the whole bench instead")
+    return previous
+
+
+def updated(previous: dict, rows: list[dict], update: dict) -> dict:
+    """`previous` results with the rows of each (model, scheme) in `rows` replaced by those, in
+    MODELS' and SCHEMES' order, and `update` (when, which models and schemes, the load) listed."""
+    pairs = {(r["model"], r["scheme"]) for r in rows}
+    kept = [dict(r) for r in previous["rows"] if (r["model"], r["scheme"]) not in pairs]  # add_ratios writes to them
+    order = {name: i for i, name in enumerate(MODELS)}
+    merged = sorted(kept + rows, key=lambda r: (order.get(r["model"], len(order)), SCHEMES.index(r["scheme"])))
+    models = {**previous["settings"]["models"], **{m: MODELS[m].title for m in update["models"]}}
+    return {**previous, "settings": {**previous["settings"], "models": models},
+            "rows": add_ratios(merged, MODELS, previous["machine"].get("peak_gflops")),
+            "updates": [*previous.get("updates", []), update]}
 
 
 def main(argv=None) -> int:
@@ -268,8 +310,11 @@ def main(argv=None) -> int:
     out.mkdir(parents=True, exist_ok=True)
     started = time.time()
     load_before = os.getloadavg()
-    machine = run_child({"task": "sgemm", "size": 1024 if args.quick else 2048}, args.timeout)
-    print(f"sgemm peak: {machine.get('peak_gflops', 0):.0f} GFLOP/s; load average {load_before[0]:.2f}", flush=True)
+    if args.update:  # the rows kept were measured against the earlier run's sgemm peak
+        machine = args.previous["machine"]
+    else:
+        machine = run_child({"task": "sgemm", "size": 1024 if args.quick else 2048}, args.timeout)
+        print(f"sgemm peak: {machine.get('peak_gflops', 0):.0f} GFLOP/s; load average {load_before[0]:.2f}", flush=True)
     rows = []
     with tempfile.TemporaryDirectory(prefix="pock-bench-") as workdir:
         for model in args.models:
@@ -288,19 +333,27 @@ def main(argv=None) -> int:
                     shown = f"{row['step_ms']:.2f} ms, {row['peak_mb']:.0f} MB, loss {row['loss']:.4f}" \
                         if row["status"] == "ok" else row["status"]
                     print(f"{model:12s} {scheme:7s} {system:22s} {shown}", flush=True)
-    results = {
-        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-        "machine": {"cpu": _cpu_name(), "cores": os.cpu_count(), "threads": THREADS, "python": platform.python_version(),
-                    "load_before": load_before, "load_after": os.getloadavg(), **machine},
-        "settings": {"steps": args.steps, "rounds": args.rounds, "warmup": args.warmup, "pock_iree_flags": pock_flags() + args.iree_flags,
-                     "models": {m: MODELS[m].title for m in args.models}},
-        "rows": add_ratios(rows, MODELS, machine.get("peak_gflops")),
-        "wall_s": time.time() - started,
-    }
+    now = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+    if args.update:
+        results = updated(args.previous, rows, {"date": now, "models": list(args.models), "schemes": list(args.schemes),
+                                                "load_before": load_before, "load_after": os.getloadavg(),
+                                                "wall_s": time.time() - started})
+    else:
+        results = {
+            "date": now,
+            "machine": {"cpu": _cpu_name(), "cores": os.cpu_count(), "threads": THREADS,
+                        "python": platform.python_version(), "load_before": load_before, "load_after": os.getloadavg(),
+                        **machine},
+            "settings": {"steps": args.steps, "rounds": args.rounds, "warmup": args.warmup,
+                         "pock_iree_flags": pock_flags() + args.iree_flags,
+                         "models": {m: MODELS[m].title for m in args.models}},
+            "rows": add_ratios(rows, MODELS, machine.get("peak_gflops")),
+            "wall_s": time.time() - started,
+        }
     atomic_write(out / "results.json", json.dumps(results, indent=2) + "\n")
     write_markdown(results, out / "results.md")
     write_plot(results, out / "results.png")
-    print(f"wrote {out / 'results.json'}, results.md and results.png in {results['wall_s'] / 60:.1f} min")
+    print(f"wrote {out / 'results.json'}, results.md and results.png in {(time.time() - started) / 60:.1f} min")
     return 0
 
 

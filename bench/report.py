@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from bench.models import MODELS
+from bench.models import MODELS, SCHEMES
 from pock_mlir.files import atomic_save, atomic_write
 from pock_mlir.targets import DATA_TILING
 
@@ -193,6 +193,13 @@ def _in_place_note(rows) -> str:
             "(Trainer.in_place, after IREE's schedule: pock_mlir/in_place.py), one copy of each on the device.")
 
 
+def _updates_note(results: dict) -> str:
+    """The models `python -m bench --update` re-measured since, and when."""
+    return "".join(f" Re-measured with --update at {u['date']}: {', '.join(u['models'])}"
+                   f"{'' if len(u['schemes']) == len(SCHEMES) else ' (' + ', '.join(u['schemes']) + ')'} (load "
+                   f"{u['load_before'][0]:.2f} before, {u['load_after'][0]:.2f} after)." for u in results.get("updates", []))
+
+
 def write_markdown(results: dict, path: Path) -> None:
     m, s = results["machine"], results["settings"]
     load = f"{m['load_before'][0]:.2f} before, {m['load_after'][0]:.2f} after (1-minute load average)"
@@ -200,7 +207,7 @@ def write_markdown(results: dict, path: Path) -> None:
         "# pock-mlir training-step benchmark",
         "",
         f"{results['date']} on {m['cpu']} ({m['cores']} cores; every system uses {m['threads']} threads). "
-        f"Machine load: {load}.",
+        f"Machine load: {load}.{_updates_note(results)}",
         f"Step time: median of {s['steps']} steps after {s['warmup']} warm-up steps, one fixed batch; of "
         f"{s.get('rounds', 1)} such rounds the one with the lowest median counts. The systems of one model and "
         "scheme are loaded side by side, each in its own process, and train in turns, round by round (each round "

@@ -96,6 +96,48 @@ def test_a_child_that_fails_becomes_a_row_with_its_error(tmp_path):
     assert status.startswith("failed: FileNotFoundError") and "missing.pickle" in status
 
 
+def test_update_replaces_the_rows_of_the_models_it_measured_and_keeps_the_rest(results, tmp_path):
+    from bench.__main__ import updated
+    from bench.report import write_markdown
+
+    _, previous = results  # the quick run's mlp rows stand for a model measured again
+    eager, pock = (next(r for r in previous["rows"] if (r["scheme"], r["system"]) == ("full", s))
+                   for s in ("eager", "pock-mlir"))
+    again = [{**eager, "step_ms": 2.0}, {**pock, "step_ms": 1.0, "speedup_vs_eager_full": None}]
+    kws = [{**eager, "model": "kws", "step_ms": 3.0}]  # a row of another model, which the update keeps
+    update = {"date": "2026-01-01T00:00:00+00:00", "models": ["mlp"], "schemes": ["full"],
+              "load_before": [0.5, 0, 0], "load_after": [1.5, 0, 0], "wall_s": 60.0}
+    merged = updated({**previous, "rows": kws + previous["rows"]}, again, update)
+    rows = [(r["model"], r["scheme"], r["system"]) for r in merged["rows"]]
+    # full BP's rows replaced (its ablation row with them), sparse kept; MODELS' order, then SCHEMES'
+    assert rows == [("mlp", "full", "eager"), ("mlp", "full", "pock-mlir"), ("mlp", "sparse", "eager"),
+                    ("mlp", "sparse", "pock-mlir"), ("kws", "full", "eager")]
+    by_key = dict(zip(rows, merged["rows"]))
+    assert by_key["mlp", "full", "pock-mlir"]["speedup_vs_eager_full"] == 2.0  # against the new eager row
+    assert by_key["mlp", "sparse", "eager"]["speedup_vs_eager_full"] == pytest.approx(2.0 / by_key[
+        "mlp", "sparse", "eager"]["step_ms"])
+    assert merged["updates"] == [update] and merged["date"] == previous["date"]
+    write_markdown(merged, tmp_path / "results.md")
+    assert "Re-measured with --update at 2026-01-01T00:00:00+00:00: mlp (full) (load 0.50 before, 1.50 after)." in (
+        tmp_path / "results.md").read_text()
+
+
+def test_update_refuses_what_would_mix_runs_before_measuring(results, tmp_path, capsys):
+    from bench.__main__ import parse_args
+
+    out, previous = results
+    quick = ["--quick", "--steps", "3", "--warmup", "1", "--rounds", "2"]
+    assert parse_args([*quick, "--update", "--models", "mlp", "--out", str(out)]).previous == previous
+    for argv, message in (
+            ([*quick, "--update", "--out", str(out)], "re-measures the models given with --models"),
+            ([*quick, "--update", "--models", "mlp", "--systems", "eager", "--out", str(out)], "leave out --systems"),
+            ([*quick, "--update", "--models", "mlp", "--out", str(tmp_path)], "needs the results.json of an earlier run"),
+            (["--quick", "--update", "--models", "mlp", "--out", str(out)], "steps 3 there, 5 here")):
+        with pytest.raises(SystemExit):
+            parse_args(argv)
+        assert message in capsys.readouterr().err.splitlines()[-1], argv
+
+
 def test_targets_say_what_rate_each_speedup_takes():
     from bench.report import check_targets
 
