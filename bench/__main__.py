@@ -30,6 +30,7 @@ from bench.models import MODELS, PEFT_SCHEMES, QUICK_MODELS, SCHEMES, ort_optimi
 from bench.report import add_ratios, write_markdown, write_plot
 from pock_mlir.files import atomic_write
 from pock_mlir.targets import MASKED_VECTOR_TAILS
+from pock_mlir.tuning import host_cpu
 
 ROOT = Path(__file__).resolve().parent.parent
 SYSTEMS = ("eager", "torch.compile", "ort-training", "jax", "pock-mlir", "pock-mlir-deployed",
@@ -276,9 +277,11 @@ def previous_results(parser, args) -> dict:
         settings = previous["settings"]
         kept = {"cpu": previous["machine"]["cpu"], **{k: settings[k] for k in ("steps", "rounds", "warmup")},
                 "pock_iree_flags": settings["pock_iree_flags"]}
+        if "cpu_id" in previous["machine"]:  # runs before it was recorded have the model name alone
+            kept["cpu_id"] = previous["machine"]["cpu_id"]
     except (OSError, ValueError, KeyError, TypeError) as e:
         parser.error(f"--update needs the results.json of an earlier run in {args.out} ({e}); run the bench without it")
-    now = {"cpu": _cpu_name(), "steps": args.steps, "rounds": args.rounds, "warmup": args.warmup,
+    now = {"cpu": _cpu_name(), "cpu_id": host_cpu(), "steps": args.steps, "rounds": args.rounds, "warmup": args.warmup,
            "pock_iree_flags": pock_flags() + args.iree_flags}
     differ = [f"{k} {kept[k]!r} there, {now[k]!r} here" for k in kept if kept[k] != now[k]]
     if differ:
@@ -341,7 +344,7 @@ def main(argv=None) -> int:
     else:
         results = {
             "date": now,
-            "machine": {"cpu": _cpu_name(), "cores": os.cpu_count(), "threads": THREADS,
+            "machine": {"cpu": _cpu_name(), "cpu_id": host_cpu(), "cores": os.cpu_count(), "threads": THREADS,
                         "python": platform.python_version(), "load_before": load_before, "load_after": os.getloadavg(),
                         **machine},
             "settings": {"steps": args.steps, "rounds": args.rounds, "warmup": args.warmup,

@@ -129,12 +129,17 @@ def test_update_refuses_what_would_mix_runs_before_measuring(results, tmp_path, 
 
     out, previous = results
     quick = ["--quick", "--steps", "3", "--warmup", "1", "--rounds", "2"]
+    other_cpu = tmp_path / "other-cpu"  # the same CPU model name, another family (as AMD EPYCs are)
+    other_cpu.mkdir()
+    (other_cpu / "results.json").write_text(json.dumps(
+        {**previous, "machine": {**previous["machine"], "cpu_id": "x86_64-Other-1-2"}}))
     assert parse_args([*quick, "--update", "--models", "mlp", "--out", str(out)]).previous == previous
     for argv, message in (
             ([*quick, "--update", "--out", str(out)], "re-measures the models given with --models"),
             ([*quick, "--update", "--models", "mlp", "--systems", "eager", "--out", str(out)], "leave out --systems"),
             ([*quick, "--update", "--models", "mlp", "--out", str(tmp_path)], "needs the results.json of an earlier run"),
-            (["--quick", "--update", "--models", "mlp", "--out", str(out)], "steps 3 there, 5 here")):
+            (["--quick", "--update", "--models", "mlp", "--out", str(out)], "steps 3 there, 5 here"),
+            ([*quick, "--update", "--models", "mlp", "--out", str(other_cpu)], "cpu_id 'x86_64-Other-1-2' there")):
         with pytest.raises(SystemExit):
             parse_args(argv)
         assert message in capsys.readouterr().err.splitlines()[-1], argv
