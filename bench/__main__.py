@@ -29,15 +29,14 @@ from pathlib import Path
 from bench.models import MODELS, PEFT_SCHEMES, QUICK_MODELS, SCHEMES, ort_optimizer, runs_scheme
 from bench.report import add_ratios, write_markdown, write_plot
 from pock_mlir.files import atomic_write
-from pock_mlir.targets import MASKED_VECTOR_TAILS
 from pock_mlir.tuning import host_cpu
 
 ROOT = Path(__file__).resolve().parent.parent
 SYSTEMS = ("eager", "torch.compile", "ort-training", "jax", "pock-mlir", "pock-mlir-deployed",
            "pock-mlir-deployed-ort-optimizer", "pock-mlir-no-reorder", "pock-mlir-no-param-order", "pock-mlir-no-retain",
-           "pock-mlir-masked-tails")
+           "pock-mlir-other-tails")
 QUICK_SYSTEMS = ("eager", "pock-mlir", "pock-mlir-no-reorder", "pock-mlir-no-param-order", "pock-mlir-no-retain",
-                 "pock-mlir-masked-tails")
+                 "pock-mlir-other-tails")
 # The pass each pipeline ablation leaves out of the lowered stage.
 ABLATED_PASSES = {"pock-mlir-no-reorder": "pock-reorder-updates", "pock-mlir-no-param-order": "pock-order-param-reads"}
 # pock-reorder-updates' effect is shown on these full-BP steps only: each ablation is one more
@@ -50,13 +49,14 @@ RETAIN_ABLATION = (("mlp", "full"), ("resnet18", "full"), ("resnet18", "sparse")
 # Without pock-order-param-reads the parameters fail the in-place check and take a second set:
 # these rows show what that costs in memory and what the added order costs in step time.
 PARAM_ORDER_ABLATION = (("mlp", "full"), ("mobilenetv2", "full"), ("resnet18", "full"), ("bert", "full"), ("kws", "full"))
-# x86 targets peel vectorized loops' remainders (targets.X86_VECTOR_TAILS); these rows compile with
-# IREE's default masked remainders instead, on the models with loops of odd lengths (the ViT's 65
-# tokens, the keyword spotter's 98 frames, MobileNetV2's 24-, 12- and 6-pixel maps) and the MLP.
-MASKED_TAILS = "pock-mlir-masked-tails"
-MASKED_TAILS_ABLATION = (("mlp", "full"), ("tiny-vit", "full"), ("kws", "full"), ("mobilenetv2", "full"))
+# pock-backend-switch chooses per program whether vectorized loops' remainders are masked or
+# peeled (tuning.choose_vector_tails); these rows compile the same program with the other one, on
+# the models with loops of odd lengths (the ViT's 65 tokens, the keyword spotter's 98 frames,
+# MobileNetV2's 24-, 12- and 6-pixel maps) and the MLP.
+OTHER_TAILS = "pock-mlir-other-tails"
+OTHER_TAILS_ABLATION = (("mlp", "full"), ("tiny-vit", "full"), ("kws", "full"), ("mobilenetv2", "full"))
 ABLATIONS = {"pock-mlir-no-reorder": REORDER_ABLATION, "pock-mlir-no-param-order": PARAM_ORDER_ABLATION,
-             "pock-mlir-no-retain": RETAIN_ABLATION, MASKED_TAILS: MASKED_TAILS_ABLATION}
+             "pock-mlir-no-retain": RETAIN_ABLATION, OTHER_TAILS: OTHER_TAILS_ABLATION}
 ORT_SCHEMES = ("full", "sparse")  # ONNX Runtime trains or freezes whole parameters: no LoRA adapters
 JAX_SCHEMES = ("full", "sparse")  # the JAX port differentiates the trained parameters only: no LoRA adapters
 DEPLOYED_SCHEMES = ("full", "sparse")  # pock-mlir's bundle in a torch-free process, beside ONNX Runtime's
@@ -201,8 +201,8 @@ def measure(model: str, scheme: str, systems, args, workdir: Path) -> dict[str, 
         deployed = system == "pock-mlir" and "pock-mlir-deployed" in systems
         outputs += [bundle] if deployed else []
         pipelines = pipelines_without(ABLATED_PASSES[system]) if system in ABLATED_PASSES else None
-        flags = args.iree_flags + ([MASKED_VECTOR_TAILS] if system == MASKED_TAILS else [])
-        rows[system] = run_child({**common, "task": "pock-compile", "program": str(program), "iree_flags": flags,
+        rows[system] = run_child({**common, "task": "pock-compile", "program": str(program), "iree_flags": args.iree_flags,
+                                  "other_tails": system == OTHER_TAILS,
                                   "pipelines": pipelines, **({"bundle": str(bundle)} if deployed else {})},
                                  args.timeout)
         if rows[system]["status"] == "ok":

@@ -32,6 +32,7 @@ from bench.models import MODELS, PEFT_SCHEMES, library, ort_optimizer, scheme_sp
 from bench.protocol import first_line, memory_facts, print_result, timed_rounds
 from pock_mlir.bundle import write_bundle
 from pock_mlir.frontend import resolve_loss
+from pock_mlir.targets import CHOSEN_VECTOR_TAILS
 
 
 def _setup(spec):
@@ -102,12 +103,17 @@ def run_torch(spec, compiled: bool) -> dict:
 
 def compile_pock(spec) -> dict:
     model_def, module, inputs, target, scheme, label = _setup(spec)
-    start = time.perf_counter()
     # "ort_optimizer": the optimizer ONNX Runtime runs in its place (pock-mlir-deployed-ort-optimizer)
     optimizer = ort_optimizer(model_def.optimizer) if spec.get("ort_optimizer") else model_def.optimizer
-    program = pock.compile_training(module, inputs, target, loss=model_def.loss, optimizer=optimizer,
-                                    sparse=None if scheme == "full" else scheme, iree_flags=tuple(spec["iree_flags"]),
-                                    pipelines=spec.get("pipelines"), cache=False)  # time the compilation itself
+    options = dict(loss=model_def.loss, optimizer=optimizer, sparse=None if scheme == "full" else scheme,
+                   pipelines=spec.get("pipelines"), cache=False)  # time the compilation itself
+    flags, tails = tuple(spec["iree_flags"]), None
+    if spec.get("other_tails"):  # pock-mlir-other-tails: the vector tails pock-backend-switch did not choose
+        chosen = pock.compile_training(module, inputs, target, functions=(), **options).vector_tails[0]
+        tails = "peeled" if chosen == "masked" else "masked"
+        flags += CHOSEN_VECTOR_TAILS[tails]
+    start = time.perf_counter()
+    program = pock.compile_training(module, inputs, target, iree_flags=flags, **options)
     compile_s = time.perf_counter() - start
     # what training needs (the step's compiled module), without the IR text of every stage (which
     # would stay resident in the run)
@@ -119,7 +125,7 @@ def compile_pock(spec) -> dict:
                      model=module)
     signature = program.signature  # trained values: a channel-sparse tensor counts its trained rows
     return {"scheme_used": label, "compile_s": compile_s, "compile_breakdown_s": dict(program.timings),
-            "iree_flags": program.iree_flags(),
+            "iree_flags": program.iree_flags(), "vector_tails": tails or program.vector_tails[0],
             "trainable_params": sum(math.prod(signature.trainable_shape(n)) for n in signature.trainable)}
 
 

@@ -10,8 +10,9 @@ built by the same function, as a standalone function compiled, checked against t
 alone; the direct forms also without IREE's global im2col flag. The measured table is what the
 pass reads.
 
-flags: whole compiled training steps under candidate flag sets; the winners go into
-pock_mlir/targets.py's CPU flags (see the results in the tuning file).
+flags: whole compiled training steps under candidate flag sets; the winners for every program go
+into pock_mlir/targets.py's CPU flags, and pock-backend-switch reads the data-tiling and
+vector-tails sets' steps to choose those two per program (pock_mlir.tuning).
 
 Timings are the fastest of many calls: on a machine shared with other jobs the minimum is the
 least disturbed estimate of what a form or flag set costs.
@@ -35,8 +36,8 @@ import torch.nn.functional as F
 from pock_mlir.conv_forms import CONV_OPS, FORMS, ConvShape, Window
 from pock_mlir.files import atomic_write
 from pock_mlir.runtime.workspace import ModuleFunctions
-from pock_mlir.targets import DATA_TILING, MASKED_VECTOR_TAILS, vector_tails
-from pock_mlir.tuning import DATA_TILING_SET, own_table_path
+from pock_mlir.targets import DATA_TILING, MASKED_VECTOR_TAILS, PEELED_VECTOR_TAILS
+from pock_mlir.tuning import BASELINE_SET, DATA_TILED_MASKED_TAILS_SET, DATA_TILING_SET, MASKED_TAILS_SET, own_table_path
 
 IM2COL_FLAG = "--iree-global-opt-use-im2col-for-convs"
 UKERNELS_FLAG = "--iree-llvmcpu-enable-ukernels=all"
@@ -180,28 +181,28 @@ def _reference(shape: ConvShape, op: str, g, x, w):
     return grads[0] if op == "input_grad" else grads[1]
 
 
-# Data tiling is also chosen per program (pock-backend-switch); a set without it says so, so that
-# the sets compare what their names say on every program.
+# Data tiling and vector tails are also chosen per program (pock-backend-switch); every set says
+# both, so that the sets compare what their names say on every program.
 NO_DATA_TILING = f"{DATA_TILING}=false"
 FLAG_SETS = {
-    "im2col": [IM2COL_FLAG, NO_DATA_TILING],
-    # IREE's default on AVX-512, in place of the host target's peeled tails (targets.vector_tails)
-    "im2col+masked-tails": [IM2COL_FLAG, MASKED_VECTOR_TAILS, NO_DATA_TILING],
-    "none": [NO_DATA_TILING],
-    "im2col+ukernels": [IM2COL_FLAG, UKERNELS_FLAG, NO_DATA_TILING],
-    "im2col+ukernels+O3": [IM2COL_FLAG, UKERNELS_FLAG, "--iree-opt-level=O3", NO_DATA_TILING],
+    BASELINE_SET: [IM2COL_FLAG, PEELED_VECTOR_TAILS, NO_DATA_TILING],
+    MASKED_TAILS_SET: [IM2COL_FLAG, MASKED_VECTOR_TAILS, NO_DATA_TILING],
+    "none": [PEELED_VECTOR_TAILS, NO_DATA_TILING],
+    "im2col+ukernels": [IM2COL_FLAG, UKERNELS_FLAG, PEELED_VECTOR_TAILS, NO_DATA_TILING],
+    "im2col+ukernels+O3": [IM2COL_FLAG, UKERNELS_FLAG, "--iree-opt-level=O3", PEELED_VECTOR_TAILS, NO_DATA_TILING],
     "im2col+ukernels+aggressive-fusion": [IM2COL_FLAG, UKERNELS_FLAG, "--iree-dispatch-creation-enable-aggressive-fusion",
-                                          NO_DATA_TILING],
+                                          PEELED_VECTOR_TAILS, NO_DATA_TILING],
     # IREE 3.13's default data-tiling path (dispatch creation) fails on bool tensors passed between
     # dispatches (attention's fully-masked-row guard); the global-optimization path compiles them.
-    "im2col+data-tiling": [IM2COL_FLAG, "--iree-opt-data-tiling", NO_DATA_TILING],
-    DATA_TILING_SET: [IM2COL_FLAG, DATA_TILING],
+    "im2col+data-tiling": [IM2COL_FLAG, "--iree-opt-data-tiling", PEELED_VECTOR_TAILS, NO_DATA_TILING],
+    DATA_TILING_SET: [IM2COL_FLAG, PEELED_VECTOR_TAILS, DATA_TILING],
+    DATA_TILED_MASKED_TAILS_SET: [IM2COL_FLAG, MASKED_VECTOR_TAILS, DATA_TILING],
 }
 
 
 def study_flags(models: list[str], flag_sets=FLAG_SETS, steps=20) -> tuple[dict, dict]:
     """Train-step ms (fastest and median of `steps`) of whole compiled training programs under
-    each flag set, and each program's matmul FLOPs as the data-tiling choice weighs them. The
+    each flag set, and each program's matmul FLOPs as the per-program choices weigh them. The
     variants' steps interleave, so load from other jobs hits them alike."""
     import pock_mlir as pock
     from bench.models import MODELS
@@ -213,8 +214,7 @@ def study_flags(models: list[str], flag_sets=FLAG_SETS, steps=20) -> tuple[dict,
         inputs, target = spec.batch()
         program = pock.compile_training(module, inputs, target, loss=spec.loss, optimizer=spec.optimizer)
         programs[name] = program_matmul_flops(program)
-        base_target = dataclasses.replace(program.target, flags=("--iree-llvmcpu-target-cpu=host",
-                                                                  *vector_tails(program.target.arch)))
+        base_target = dataclasses.replace(program.target, flags=("--iree-llvmcpu-target-cpu=host",))
         results[name], trainers = {}, {}
         for label, flags in flag_sets.items():
             # compiled afresh with these flags: no modules of the program's own, no cached ones
@@ -243,7 +243,7 @@ def study_flags(models: list[str], flag_sets=FLAG_SETS, steps=20) -> tuple[dict,
 
 
 def program_matmul_flops(program) -> dict:
-    """What pock-backend-switch's data-tiling choice reads of a program (its input: the sparse stage)."""
+    """What pock-backend-switch's per-program choices read of a program (its input: the sparse stage)."""
     from torch_mlir import ir
 
     from pock_mlir.context import make_context

@@ -16,10 +16,12 @@ The choice is visible in the IR: the op doing the work carries `pock.backend = "
 them). Transposed convolutions stay direct. A 1-D convolution (nn.Conv1d) takes its forms as a 2-D
 one of height 1: IREE lowers a 1-D convolution without its im2col rewrite, several times slower.
 
-Data tiling (IREE packs matmul operands into the CPU's register-tile layout) is a flag of the
-whole IREE compilation, so its choice marks the module: `pock.data_tiling = "data-tiled"` or
-`"plain"`, with `pock.data_tiling_reason` (see choose_data_tiling); TrainingProgram.iree_flags()
-adds the flag when the lowered module says "data-tiled".
+Data tiling (IREE packs matmul operands into the CPU's register-tile layout) and vector tails
+(how a vectorized loop's remainder runs: masked, or peeled into a loop of its own) are flags of
+the whole IREE compilation, so their choices mark the module: `pock.data_tiling = "data-tiled"` or
+`"plain"` (see choose_data_tiling) and `pock.vector_tails = "masked"`, `"peeled"` or `"target
+default"` (see choose_vector_tails), each with a `_reason`; TrainingProgram.iree_flags() adds the
+flags the lowered module asks for.
 """
 
 from __future__ import annotations
@@ -35,7 +37,8 @@ from pock_mlir.conv_forms import FORM_NAMES, FORMS, GRADIENT_INDEX, ConvShape, W
 from pock_mlir.cost import op_flops
 from pock_mlir.torch_builder import TorchBuilder, decode_operand
 from pock_mlir.torch_types import tensor_type_of
-from pock_mlir.tuning import MATMUL_TILE, Choice, MatmulFlops, Tuning, choose_conv_form, choose_data_tiling
+from pock_mlir.tuning import (MATMUL_TILE, Choice, MatmulFlops, Tuning, choose_conv_form, choose_data_tiling,
+                              choose_vector_tails)
 
 from .base import ModulePass, PassError, functions, option
 
@@ -76,7 +79,7 @@ def conv_shape(op, x, w, output, stride, padding, dilation, transposed, groups) 
 
 
 def matmul_flops(ops) -> MatmulFlops:
-    """The FLOPs of `ops`' convolutions and matmuls that the data-tiling choice weighs."""
+    """The FLOPs of `ops`' convolutions and matmuls that the per-program choices weigh."""
     ops = list(ops)
     matmuls = [(op_flops(op), op) for op in ops if op.name in MATMULS]
 
@@ -90,7 +93,7 @@ def matmul_flops(ops) -> MatmulFlops:
 
 
 def module_matmul_flops(module: ir.Operation) -> MatmulFlops:
-    """matmul_flops of every op of the module's functions, as the data-tiling choice sees them
+    """matmul_flops of every op of the module's functions, as the per-program choices see them
     (bench/iree_study.py records it for each program it measures)."""
     return matmul_flops(op.operation for func in functions(module) for op in func.regions[0].blocks[0].operations)
 
@@ -119,7 +122,8 @@ class BackendSwitchPass(ModulePass):
     name = "pock-backend-switch"
     description = ("Give each convolution and each convolution gradient the form measured fastest on the target: "
                    "direct, im2col + matmul or depthwise patches; marks the choice as pock.backend. Marks the "
-                   "module with whether IREE should data-tile its matmuls (pock.data_tiling)")
+                   "module with whether IREE should data-tile its matmuls (pock.data_tiling) and how it should "
+                   "vectorize loop remainders (pock.vector_tails)")
     target: str = option("host", "tuning table to choose by: pock_mlir/tuning/<target>.json (the host's: "
                                  "this CPU's, pock_mlir.tuning.table_path)")
     tuning: str = option("", "a tuning table file to choose by instead of the target's, e.g. one measured on "
@@ -135,9 +139,12 @@ class BackendSwitchPass(ModulePass):
             raise PassError(f"min_speedup must be a finite number >= 1, got {self.min_speedup}")
         if not TARGET_NAME.fullmatch(self.target):
             raise PassError(f"target must be a target name (letters, digits, '_', '-'), got '{self.target}'")
-        tiling = choose_data_tiling(self.measurements, module_matmul_flops(module))
-        module.attributes["pock.data_tiling"] = ir.StringAttr.get(tiling.form)
-        module.attributes["pock.data_tiling_reason"] = ir.StringAttr.get(tiling.reason)
+        flops = module_matmul_flops(module)
+        tiling = choose_data_tiling(self.measurements, flops)
+        tails = choose_vector_tails(self.measurements, flops, data_tiled=tiling.form == "data-tiled")
+        for mark, choice in (("pock.data_tiling", tiling), ("pock.vector_tails", tails)):
+            module.attributes[mark] = ir.StringAttr.get(choice.form)
+            module.attributes[f"{mark}_reason"] = ir.StringAttr.get(choice.reason)
         for func in functions(module):
             for op in list(func.regions[0].blocks[0].operations):
                 op = op.operation

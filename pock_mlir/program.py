@@ -8,7 +8,7 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
-from pock_mlir.targets import DATA_TILING, FUSE_MATMUL_PRODUCERS, Target
+from pock_mlir.targets import CHOSEN_VECTOR_TAILS, DATA_TILING, FUSE_MATMUL_PRODUCERS, Target
 from pock_mlir.abi import FUNCTIONS, StepSignature
 
 
@@ -57,19 +57,31 @@ class TrainingProgram:
         return self.stages[stage]
 
     def iree_flags(self) -> list[str]:
-        """The target's flags, data tiling if pock-backend-switch chose it, matmul-producer fusion
-        for int8 weights (see targets.FUSE_MATMUL_PRODUCERS), then extra_flags (which win:
-        `--iree-global-opt-data-tiling=false` turns data tiling off)."""
+        """The target's flags, then the data tiling and vector tails pock-backend-switch chose,
+        matmul-producer fusion for int8 weights (see targets.FUSE_MATMUL_PRODUCERS), then
+        extra_flags (which win: `--iree-global-opt-data-tiling=false` turns data tiling off)."""
         tiling = [DATA_TILING] if self.data_tiling[0] == "data-tiled" else []
+        tails = CHOSEN_VECTOR_TAILS.get(self.vector_tails[0], ()) if self.target.backend == "llvm-cpu" else ()
         dequantization = [FUSE_MATMUL_PRODUCERS] if self.signature.quantized else []
-        return ["--iree-input-type=torch", *self.target.compile_flags(), *tiling, *dequantization, *self.extra_flags]
+        return ["--iree-input-type=torch", *self.target.compile_flags(), *tiling, *tails, *dequantization,
+                *self.extra_flags]
+
+    def _module_choice(self, mark: str, default: str) -> tuple[str, str]:
+        """pock-backend-switch's choice `mark` for the whole program, and why."""
+        module_line = self.stages.get("lowered", "").split("\n", 1)[0]  # `module attributes {...} {`
+        marks = dict(re.findall(rf'pock\.({mark}(?:_reason)?) = "([^"]*)"', module_line))
+        return marks.get(mark, default), marks.get(f"{mark}_reason", "not chosen (no pock-backend-switch)")
 
     @property
     def data_tiling(self) -> tuple[str, str]:
         """pock-backend-switch's choice for the whole program, "data-tiled" or "plain", and why."""
-        module_line = self.stages.get("lowered", "").split("\n", 1)[0]  # `module attributes {...} {`
-        marks = dict(re.findall(r'pock\.(data_tiling(?:_reason)?) = "([^"]*)"', module_line))
-        return marks.get("data_tiling", "plain"), marks.get("data_tiling_reason", "not chosen (no pock-backend-switch)")
+        return self._module_choice("data_tiling", "plain")
+
+    @property
+    def vector_tails(self) -> tuple[str, str]:
+        """pock-backend-switch's choice of how IREE vectorizes loop remainders on a CPU, "masked",
+        "peeled" or "target default", and why."""
+        return self._module_choice("vector_tails", "target default")
 
     @property
     def vmfb(self) -> bytes:
@@ -170,12 +182,12 @@ class TrainingProgram:
         start = text.find(f"func.func @{function}(")
         body = text[start:text.find("\n  func.func @", start + 1)] if start >= 0 else ""
         marks = re.findall(r'pock\.backend = "([^"]*)", pock\.backend_reason = "([^"]*)"', body)
-        tiling = "matmuls: {} ({})".format(*self.data_tiling)
+        program = ["matmuls: {} ({})".format(*self.data_tiling), "vector tails: {} ({})".format(*self.vector_tails)]
         if not marks:
-            return f"{function}: no convolutions, nothing for pock-backend-switch to choose per op\n{tiling}"
+            return "\n".join([f"{function}: no convolutions, nothing for pock-backend-switch to choose per op", *program])
         lines = [f"{function}: {len(marks)} convolution op(s), implementation chosen per op for {self.target.name}"]
         lines += [f"  {form:8s} {reason}" for form, reason in marks]
-        return "\n".join([*lines, tiling])
+        return "\n".join([*lines, *program])
 
     def trainer(self, device: str | None = None, retain_memory: bool = True, on_nonfinite: str = "raise"):
         """Load the module on the IREE runtime; parameters start at the model's values. See

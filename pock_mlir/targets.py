@@ -73,15 +73,18 @@ def host_arch() -> str:
 _CPU_COMMON = ("--iree-global-opt-use-im2col-for-convs", "--iree-llvmcpu-debug-symbols=false")
 # x86 CPUs: where a loop's trip count is not a multiple of the vector width, IREE 3.13 vectorizes
 # the remainder with masked operations on AVX-512 by default, which ran several times slower than
-# peeling it off into a loop of its own (a ViT's softmax over 65 tokens); measured on whole steps by
-# python -m bench.iree_study flags, "im2col" against "im2col+masked-tails" (README: Targets).
-X86_VECTOR_TAILS = "--iree-llvmcpu-vector-pproc-strategy=peel"
-MASKED_VECTOR_TAILS = "--iree-llvmcpu-vector-pproc-strategy=mask"  # IREE's default there, for the comparisons
+# peeling it off into a loop of its own (a ViT's softmax over 65 tokens), but faster on some whole
+# steps of some CPUs: pock-backend-switch chooses per program where the target's flag study measured
+# both (tuning.choose_vector_tails), and the target's own choice stands elsewhere.
+PEELED_VECTOR_TAILS = "--iree-llvmcpu-vector-pproc-strategy=peel"
+MASKED_VECTOR_TAILS = "--iree-llvmcpu-vector-pproc-strategy=mask"
+CHOSEN_VECTOR_TAILS = {"masked": (MASKED_VECTOR_TAILS,), "peeled": (PEELED_VECTOR_TAILS,), "target default": ()}
 
 
 def vector_tails(arch: str) -> tuple[str, ...]:
-    """How a CPU target of `arch` vectorizes loop remainders: peeled on x86, IREE's default elsewhere."""
-    return (X86_VECTOR_TAILS,) if arch == "x86_64" else ()
+    """How a CPU target of `arch` vectorizes loop remainders unless chosen per program: peeled on
+    x86, IREE's default elsewhere."""
+    return (PEELED_VECTOR_TAILS,) if arch == "x86_64" else ()
 
 
 # Per program, where pock-backend-switch chooses it (TrainingProgram.iree_flags): IREE's data

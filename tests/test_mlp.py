@@ -110,8 +110,9 @@ def test_ir_stages_are_inspectable(compiled):
     assert "func.func @forward_loss" in program.ir("imported")
     assert '"pock.grad"' in program.ir("training")
     assert '"pock.grad"' not in program.ir("autodiff")
-    # no pock op is left; the module keeps pock-backend-switch's data-tiling choice
-    assert set(re.findall(r"pock\.\w+", program.ir("lowered"))) == {"pock.data_tiling", "pock.data_tiling_reason"}
+    # no pock op is left; the module keeps pock-backend-switch's per-program choices
+    assert set(re.findall(r"pock\.\w+", program.ir("lowered"))) == {
+        "pock.data_tiling", "pock.data_tiling_reason", "pock.vector_tails", "pock.vector_tails_reason"}
     with pytest.raises(KeyError, match="stages are"):
         program.ir("nonsense")
 

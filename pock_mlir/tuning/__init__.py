@@ -2,8 +2,9 @@
 
 `<target>.json` beside this file holds the measurements (`python -m bench.iree_study convs` and
 `flags`), the host's one file per CPU measured (`table_path`); `choose_conv_form` picks the
-fastest measured form (pock_mlir/conv_forms.py) for the nearest measured shape, and
-`choose_data_tiling` whether IREE data-tiles a program's matmuls, as on the most alike measured one.
+fastest measured form (pock_mlir/conv_forms.py) for the nearest measured shape,
+`choose_data_tiling` whether IREE data-tiles a program's matmuls and `choose_vector_tails` how it
+vectorizes loop remainders, each as measured on the most alike program.
 """
 
 from __future__ import annotations
@@ -156,13 +157,16 @@ def choose_conv_form(tuning: Tuning, shape: ConvShape, op: str, min_speedup: flo
     return Choice(baseline, where)
 
 
-# -- IREE's data tiling, per program -----------------------------------------------------------
+# -- IREE's data tiling and vector tails, per program --------------------------------------------
 
-DATA_TILING_SET = "im2col+global-data-tiling"  # the flag set of `python -m bench.iree_study flags`
+# the flag sets of `python -m bench.iree_study flags` the choices read
 BASELINE_SET = "im2col"
-# Data-tiled only where the nearest measured step was at least this much faster with it: whole
-# steps vary by a few percent between rounds, and plain code needs no packing dispatches.
-MAX_DATA_TILED_RATIO = 0.95
+DATA_TILING_SET = "im2col+global-data-tiling"
+MASKED_TAILS_SET = "im2col+masked-tails"
+DATA_TILED_MASKED_TAILS_SET = "im2col+global-data-tiling+masked-tails"
+# A flag is chosen only where the nearest measured step was at least this much faster with it:
+# whole steps vary by a few percent between rounds.
+MAX_CHOSEN_RATIO = 0.95
 # IREE's plain CPU matmul code handles a dimension that is not a multiple of its tile through a
 # remainder path: 260 rows (a ViT's 4 x 65 tokens) ran 1.2-1.6x slower than 256, data-tiled not.
 MATMUL_TILE = 8
@@ -170,7 +174,7 @@ MATMUL_TILE = 8
 
 @dataclass(frozen=True)
 class MatmulFlops:
-    """What the data-tiling choice reads of a program: FLOPs of its convolutions and matmuls."""
+    """What the per-program choices read of a program: FLOPs of its convolutions and matmuls."""
 
     convolutions: int
     matmuls: int
@@ -193,28 +197,55 @@ class MatmulFlops:
 
 
 def _unlikeness(a: MatmulFlops, b: MatmulFlops) -> float:
-    """How unlike two programs are for data tiling: whether convolutions carry most of the FLOPs
-    first, then the size of the largest matmul and how much of the work misses the plain tile."""
+    """How unlike two programs are: whether convolutions carry most of the FLOPs first, then the
+    size of the largest matmul and how much of the work misses the plain tile (the odd lengths
+    that also leave vectorized loops a remainder)."""
     sizes = abs(math.log(max(a.largest_matmul, 1) / max(b.largest_matmul, 1)))
     return 10 * (a.convolution_led != b.convolution_led) + sizes + 4 * abs(a.untiled_share - b.untiled_share)
 
 
-def choose_data_tiling(tuning: Tuning, flops: MatmulFlops) -> Choice:
-    """Form "data-tiled" or "plain" for a whole program: what the target's flag study measured on
-    the most alike program (see _unlikeness), whose fastest whole step (on a shared machine the
-    least disturbed) with data tiling took at most MAX_DATA_TILED_RATIO of its plain one."""
-    if not flops.matmuls and not flops.convolutions:
-        return Choice("plain", "no matmuls or convolutions")
+def _measured_on_most_alike(tuning: Tuning, flops: MatmulFlops, flag_set: str, baseline: str):
+    """(program, its fastest step under `flag_set` over under `baseline`, its MatmulFlops): the
+    most alike program the target's flag study measured under both (on a shared machine the
+    fastest step is the least disturbed); None if it measured none."""
     study = tuning.table.get("flags", {})
-    measured = {model: (sets[DATA_TILING_SET]["step_ms_min"] / sets[BASELINE_SET]["step_ms_min"],
+    measured = {model: (sets[flag_set]["step_ms_min"] / sets[baseline]["step_ms_min"],
                         MatmulFlops(**study["programs"][model]))
                 for model, sets in study.get("step_ms", {}).items()
                 if model in study.get("programs", {})
-                and "step_ms_min" in sets.get(DATA_TILING_SET, {}) and "step_ms_min" in sets.get(BASELINE_SET, {})}
+                and "step_ms_min" in sets.get(flag_set, {}) and "step_ms_min" in sets.get(baseline, {})}
     if not measured:
-        return Choice("plain", f"no data-tiling measurements for {tuning.name} (python -m bench.iree_study flags)")
+        return None
     nearest = min(measured, key=lambda model: _unlikeness(flops, measured[model][1]))
-    ratio, alike = measured[nearest]
-    form = "data-tiled" if ratio <= MAX_DATA_TILED_RATIO else "plain"
+    return nearest, *measured[nearest]
+
+
+def choose_data_tiling(tuning: Tuning, flops: MatmulFlops) -> Choice:
+    """Form "data-tiled" or "plain" for a whole program: data-tiled if the most alike program of
+    the target's flag study took at most MAX_CHOSEN_RATIO of its plain step's time data-tiled."""
+    if not flops.matmuls and not flops.convolutions:
+        return Choice("plain", "no matmuls or convolutions")
+    found = _measured_on_most_alike(tuning, flops, DATA_TILING_SET, BASELINE_SET)
+    if found is None:
+        return Choice("plain", f"no data-tiling measurements for {tuning.name} (python -m bench.iree_study flags)")
+    nearest, ratio, alike = found
+    form = "data-tiled" if ratio <= MAX_CHOSEN_RATIO else "plain"
     return Choice(form, f"{flops.describe()}; the most alike step measured on {tuning.name}, {nearest} "
                         f"({alike.describe()}), took {ratio:.2f}x the time data-tiled")
+
+
+def choose_vector_tails(tuning: Tuning, flops: MatmulFlops, data_tiled: bool) -> Choice:
+    """How IREE vectorizes the remainder of a loop whose trip count is not a multiple of the
+    vector width, for a whole CPU program: "masked" if the most alike program of the target's
+    flag study, with the same data tiling, took at most MAX_CHOSEN_RATIO of its peeled step's
+    time masked, else "peeled"; "target default" without such measurements (targets.vector_tails)."""
+    sets = (DATA_TILED_MASKED_TAILS_SET, DATA_TILING_SET) if data_tiled else (MASKED_TAILS_SET, BASELINE_SET)
+    found = _measured_on_most_alike(tuning, flops, *sets)
+    if found is None:
+        return Choice("target default", f"no vector-tails measurements for {tuning.name} "
+                                        f"(python -m bench.iree_study flags --sets {','.join(reversed(sets))})")
+    nearest, ratio, _ = found
+    form = "masked" if ratio <= MAX_CHOSEN_RATIO else "peeled"
+    tiling = "data-tiled" if data_tiled else "plain"
+    return Choice(form, f"the most alike step measured on {tuning.name} ({tiling}), {nearest}, "
+                        f"took {ratio:.2f}x the time with masked tails")

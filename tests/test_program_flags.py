@@ -1,8 +1,10 @@
-"""IREE's data tiling, chosen per program by pock-backend-switch as the flag study measured it on
-the most alike program of the tuning table: a step whose matmuls are like a program that ran
-faster data-tiled is data-tiled, and trains as torch.optim does; one like a program that did not
-stays plain. The tables here are written by the tests; the host's come one per CPU
-(pock_mlir.tuning.table_path). The rule's cases are in lit_tests/passes/pock-backend-switch.mlir."""
+"""IREE's data tiling and vector tails, chosen per program by pock-backend-switch as the flag study
+measured them on the most alike program of the tuning table: a step whose matmuls are like a
+program that ran faster data-tiled is data-tiled, one like a program that ran faster with masked
+vector tails (under the same data tiling) is masked, and each trains as torch.optim does; one like
+a program that did not keeps the plain or peeled code. The tables here are written by the tests;
+the host's come one per CPU (pock_mlir.tuning.table_path). The rules' cases are in
+lit_tests/passes/pock-backend-switch.mlir."""
 
 import dataclasses
 import json
@@ -15,19 +17,21 @@ import pock_mlir as pock
 import pock_mlir.tuning as tuning
 from oracle import assert_gradients_close, assert_trajectory_close, torch_gradients
 from pock_mlir.stages import STAGE_PIPELINES
-from pock_mlir.targets import DATA_TILING
-from pock_mlir.tuning import BASELINE_SET, DATA_TILING_SET, MatmulFlops
+from pock_mlir.targets import DATA_TILING, MASKED_VECTOR_TAILS, PEELED_VECTOR_TAILS
+from pock_mlir.tuning import BASELINE_SET, DATA_TILED_MASKED_TAILS_SET, DATA_TILING_SET, MASKED_TAILS_SET, MatmulFlops
 
 STEPS = 5
 OPTIMIZER = pock.AdamW(lr=1e-3, weight_decay=0.01)
+TAILS = "--iree-llvmcpu-vector-pproc-strategy="
 
-# measured programs: data-tiled step time over plain, and what the choice reads of them
+# measured programs: fastest step ms under the flag sets (plain and peeled: 10 ms), and what the choices read of them
 MEASURED = {
-    "transformer": (0.73, MatmulFlops(convolutions=0, matmuls=56_000_000_000, largest_matmul=537_000_000,
-                                      untiled_matmuls=0)),
-    "mlp": (1.11, MatmulFlops(convolutions=0, matmuls=200_000_000, largest_matmul=34_000_000, untiled_matmuls=0)),
-    "vit": (0.87, MatmulFlops(convolutions=0, matmuls=1_000_000_000, largest_matmul=30_000_000,
-                              untiled_matmuls=900_000_000)),
+    "transformer": ({DATA_TILING_SET: 7.3, DATA_TILED_MASKED_TAILS_SET: 7.4},
+                    MatmulFlops(convolutions=0, matmuls=56_000_000_000, largest_matmul=537_000_000, untiled_matmuls=0)),
+    "mlp": ({DATA_TILING_SET: 11.1, MASKED_TAILS_SET: 8.5},
+            MatmulFlops(convolutions=0, matmuls=200_000_000, largest_matmul=34_000_000, untiled_matmuls=0)),
+    "vit": ({DATA_TILING_SET: 8.7, DATA_TILED_MASKED_TAILS_SET: 7.8},
+            MatmulFlops(convolutions=0, matmuls=1_000_000_000, largest_matmul=30_000_000, untiled_matmuls=900_000_000)),
 }
 
 
@@ -36,8 +40,8 @@ def pipelines(tmp_path_factory):
     """The compiler's pipelines with pock-backend-switch reading a table of MEASURED."""
     path = tmp_path_factory.mktemp("tuning") / "table.json"
     path.write_text(json.dumps({"flags": {
-        "step_ms": {model: {BASELINE_SET: {"step_ms_min": 10.0}, DATA_TILING_SET: {"step_ms_min": 10.0 * ratio}}
-                    for model, (ratio, _) in MEASURED.items()},
+        "step_ms": {model: {BASELINE_SET: {"step_ms_min": 10.0}, **{s: {"step_ms_min": ms} for s, ms in sets.items()}}
+                    for model, (sets, _) in MEASURED.items()},
         "programs": {model: dataclasses.asdict(flops) for model, (_, flops) in MEASURED.items()}}}))
     switch = "pock-backend-switch{target={target}}"
     return {"lowered": STAGE_PIPELINES["lowered"].replace(switch, f"pock-backend-switch{{tuning={path}}}")}
@@ -69,6 +73,11 @@ def test_a_step_like_a_program_faster_data_tiled_is_data_tiled(wide):
     assert ", transformer (" in reason and reason.endswith("took 0.73x the time data-tiled"), reason
     assert DATA_TILING in program.iree_flags()
     assert "matmuls: data-tiled (matmuls carry most of the FLOPs" in program.backend_report()
+    # its vector tails follow the transformer's data-tiled measurements: masked was not faster there
+    form, reason = program.vector_tails
+    assert form == "peeled" and reason.endswith("(data-tiled), transformer, took 1.01x the time with masked tails"), reason
+    assert [f for f in program.iree_flags() if f.startswith(TAILS)][-1] == PEELED_VECTOR_TAILS
+    assert "\nvector tails: peeled (the most alike step measured on tuning file" in program.backend_report()
 
 
 def test_data_tiled_step_matches_autograd_and_torch_optim(wide):
@@ -82,13 +91,22 @@ def test_data_tiled_step_matches_autograd_and_torch_optim(wide):
     assert_trajectory_close(losses, trainer.state_dict(), model, x, y, OPTIMIZER, STEPS)
 
 
-def test_a_step_like_a_program_slower_data_tiled_stays_plain(pipelines):
+def test_a_step_like_a_program_slower_data_tiled_stays_plain_and_one_faster_masked_is_masked(pipelines):
     model, (x, y) = make_mlp(32), make_batch(8)
-    program = pock.compile_training(model, x, y, loss="cross_entropy", optimizer=OPTIMIZER, functions=(),
-                                    pipelines=pipelines)
+    program = pock.compile_training(model, x, y, loss="cross_entropy", optimizer=OPTIMIZER, pipelines=pipelines)
     form, reason = program.data_tiling
     assert form == "plain" and ", mlp (" in reason and reason.endswith("took 1.11x the time data-tiled"), reason
     assert not any(flag.startswith(DATA_TILING) for flag in program.iree_flags())
+    form, reason = program.vector_tails
+    assert form == "masked" and reason.endswith("(plain), mlp, took 0.85x the time with masked tails"), reason
+    flags = program.iree_flags()
+    assert [f for f in flags if f.startswith(TAILS)][-1] == MASKED_VECTOR_TAILS
+    # chosen before extra_flags, which win
+    override = dataclasses.replace(program, extra_flags=(PEELED_VECTOR_TAILS,)).iree_flags()
+    assert [f for f in override if f.startswith(TAILS)][-1] == PEELED_VECTOR_TAILS
+    trainer = program.trainer()
+    losses = [trainer.step(x, y) for _ in range(STEPS)]
+    assert_trajectory_close(losses, trainer.state_dict(), model, x, y, OPTIMIZER, STEPS)
 
 
 def test_a_step_of_untiled_rows_is_data_tiled_and_matches_autograd(pipelines):
@@ -98,6 +116,8 @@ def test_a_step_of_untiled_rows_is_data_tiled_and_matches_autograd(pipelines):
     form, reason = program.data_tiling
     assert form == "data-tiled" and "100% of matmul FLOPs with a dimension not a multiple of 8" in reason, reason
     assert ", vit (" in reason, reason
+    form, reason = program.vector_tails
+    assert form == "masked" and reason.endswith("(data-tiled), vit, took 0.90x the time with masked tails"), reason
     loss, grads = program.trainer().gradients(x, y)
     want_loss, want = torch_gradients(model, x, y)
     assert loss == pytest.approx(want_loss, rel=1e-5)
@@ -135,15 +155,24 @@ def test_a_malformed_tuning_file_is_one_clear_error(tmp_path, text):
 @pytest.mark.parametrize("path", sorted(tuning.TUNING_DIR.glob("host-*.json")), ids=lambda p: p.stem)
 def test_each_shipped_host_table_decides_every_program_it_measured(path):
     """Each measured program has what the data-tiling choice reads (a table without it would choose
-    plain everywhere, 'no data-tiling measurements'), and is its own most alike program."""
+    plain everywhere, 'no data-tiling measurements'), and is its own most alike program; so for the
+    vector tails, under its data tiling, where the table measured them masked."""
     table = tuning.Tuning.from_file(str(path))
     study = table.table["flags"]
     assert study["step_ms"] and set(study["programs"]) == set(study["step_ms"])
     for model, sets in study["step_ms"].items():
+        flops = MatmulFlops(**study["programs"][model])
         ratio = sets[DATA_TILING_SET]["step_ms_min"] / sets[BASELINE_SET]["step_ms_min"]
-        choice = tuning.choose_data_tiling(table, MatmulFlops(**study["programs"][model]))
+        choice = tuning.choose_data_tiling(table, flops)
         assert f", {model} (" in choice.reason and f"took {ratio:.2f}x" in choice.reason, choice.reason
-        assert choice.form == ("data-tiled" if ratio <= tuning.MAX_DATA_TILED_RATIO else "plain")
+        assert choice.form == ("data-tiled" if ratio <= tuning.MAX_CHOSEN_RATIO else "plain")
+        tiled = choice.form == "data-tiled"
+        masked, peeled = (DATA_TILED_MASKED_TAILS_SET, DATA_TILING_SET) if tiled else (MASKED_TAILS_SET, BASELINE_SET)
+        if masked in sets:
+            ratio = sets[masked]["step_ms_min"] / sets[peeled]["step_ms_min"]
+            choice = tuning.choose_vector_tails(table, flops, data_tiled=tiled)
+            assert f", {model}, took {ratio:.2f}x" in choice.reason, choice.reason
+            assert choice.form == ("masked" if ratio <= tuning.MAX_CHOSEN_RATIO else "peeled")
     assert table.table["convs"]["cases"]
 
 
