@@ -25,6 +25,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
+import numpy as np
+
 from pock_mlir.lora import Adapter, merged
 from pock_mlir.quantize import QuantizedWeight, dequantized
 
@@ -146,6 +148,17 @@ class StepSignature:
         by_name = {spec.name: spec for spec in self.params + self.buffers}
         return {"params": [by_name[n] for n in self.trainable], "optimizer": list(self.state),
                 "buffers": [by_name[n] for n in self.updated_buffers]}
+
+    def device_bytes(self, in_place: frozenset[str], workspace_bytes: int | None) -> int:
+        """The device memory a trainer of this step holds: parameters, buffers, optimizer state, the
+        second set of what each step writes where it is not written in place (roles of written(),
+        as IREE's schedule allows: pock_mlir/in_place.py) and the workspace its calls share."""
+
+        def size(specs) -> int:
+            return sum(np.dtype(s.dtype).itemsize * math.prod(s.shape) for s in specs)
+
+        spare = [spec for role, specs in self.written().items() if role not in in_place for spec in specs]
+        return size(self.params + self.buffers + self.state) + size(spare) + (workspace_bytes or 0)
 
     def written_argument_pairs(self) -> dict[str, list[tuple[int, int]]]:
         """By role (see written): train_step_into's (argument holding a tensor the step updates,

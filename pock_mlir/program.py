@@ -20,10 +20,32 @@ METHODS = {"step": "train_step_into", "gradients": "gradients", "loss": "loss", 
 
 
 @dataclass(frozen=True)
+class Schedule:
+    """What IREE's schedule of a module (its stream phase) fixes of the memory a Trainer holds."""
+
+    in_place: frozenset[str]  # the roles train_step_into may overwrite where it reads them (empty without it)
+    workspace_bytes: int | None  # the largest workspace its functions take (None: compiled without one)
+
+
+@dataclass(frozen=True)
 class CompiledModule:
     vmfb: bytes
     functions: tuple[str, ...]  # what it holds, of pock_mlir.abi's FUNCTIONS
     in_place: frozenset[str]  # the roles train_step_into may overwrite where it reads them (empty without it)
+
+    @property
+    def schedule(self) -> Schedule:
+        import iree.runtime as rt
+
+        from pock_mlir.runtime.workspace import transient_bytes
+
+        vm_module = rt.VmModule.copy_buffer(rt.VmInstance(), self.vmfb)
+        sizes = [size for f in self.functions if (size := transient_bytes(vm_module, f)) is not None]
+        return Schedule(self.in_place, max(sizes, default=None))
+
+
+# In the stream-phase IR, each public function's reflection records the workspace it takes.
+STREAM_WORKSPACE = re.compile(r"iree\.abi\.transients\.size\.constant = (\d+)")
 
 
 def trainer_module(function: str) -> tuple[str, ...]:
@@ -49,6 +71,9 @@ class TrainingProgram:
     timings: dict[str, float] = field(default_factory=dict)
     cache: bool = True  # look up and store IREE's output in the compile cache (pock_mlir/cache.py)
     modules: dict[tuple[str, ...], CompiledModule] = field(default_factory=dict)  # compiled, by functions (module())
+    # IREE's stream-phase IR of modules scheduled but not compiled yet (schedule()), by functions:
+    # their compilation resumes from it
+    streams: dict[tuple[str, ...], str] = field(default_factory=dict)
 
     def ir(self, stage: str = "lowered") -> str:
         """The IR text after a stage: imported, training, autodiff, sparse or lowered."""
@@ -104,6 +129,28 @@ class TrainingProgram:
             self.modules[functions] = self._cached(functions)
         return self.modules[functions]
 
+    def schedule(self, functions) -> Schedule:
+        """IREE's schedule of the module of `functions` (see module()): from the module when it is
+        compiled or in the compile cache, else from IREE's stream phase alone, without generating
+        code (about half of a compilation; compiling the module later resumes from there)."""
+        functions = tuple(functions)
+        if functions not in self.modules:
+            cached = self._from_cache(functions)
+            if cached is None:
+                stream = self.streams.get(functions) or self._to_stream(self._source(functions), functions)
+                self.streams[functions] = stream
+                sizes = [int(size) for size in STREAM_WORKSPACE.findall(stream)]
+                return Schedule(self._in_place(stream, functions), max(sizes, default=None))
+            self.modules[functions] = cached
+        return self.modules[functions].schedule
+
+    @property
+    def device_bytes(self) -> int:
+        """The device memory a Trainer of this program holds once it steps (Trainer.device_bytes,
+        before it loads the gradients module), from the step module's schedule (see schedule())."""
+        schedule = self.schedule(trainer_module("train_step_into"))
+        return self.signature.device_bytes(schedule.in_place, schedule.workspace_bytes)
+
     def compiler(self) -> TrainingProgram:
         """What compiling more of this program's modules needs, sharing its compiled modules and
         timings: the lowered IR, without the other stages' IR and without the initial parameters
@@ -122,42 +169,64 @@ class TrainingProgram:
     def _cached(self, functions: tuple[str, ...]) -> CompiledModule:
         from pock_mlir import cache
 
-        source = self._source(functions)
-        root = cache.directory() if self.cache else None
-        if root is None:
-            return self._compile(source, functions)
-        start = time.perf_counter()
-        entry = cache.key(source, self.iree_flags())
-        hit = cache.load(root, entry)
-        if hit is not None:
-            self.timings[_phase("from the compile cache", functions)] = time.perf_counter() - start
-            return CompiledModule(hit[0], functions, frozenset(hit[1]["in_place"]))
-        compiled = self._compile(source, functions)
-        cache.store(root, entry, compiled.vmfb, {"in_place": sorted(compiled.in_place)})
+        compiled = self._from_cache(functions)
+        if compiled is None:
+            source = self._source(functions)
+            compiled = self._compile(source, functions)
+            if self.cache and (root := cache.directory()) is not None:
+                cache.store(root, cache.key(source, self.iree_flags()), compiled.vmfb, {"in_place": sorted(compiled.in_place)})
         return compiled
 
-    def _compile(self, source: str, functions: tuple[str, ...]) -> CompiledModule:
-        # Two halves of one compilation: the stream-phase IR between them holds IREE's schedule.
+    def _from_cache(self, functions: tuple[str, ...]) -> CompiledModule | None:
+        from pock_mlir import cache
+
+        root = cache.directory() if self.cache else None
+        if root is None:
+            return None
+        start = time.perf_counter()
+        hit = cache.load(root, cache.key(self._source(functions), self.iree_flags()))
+        if hit is None:
+            return None
+        self.timings[_phase("from the compile cache", functions)] = time.perf_counter() - start
+        return CompiledModule(hit[0], functions, frozenset(hit[1]["in_place"]))
+
+    def _to_stream(self, source: str, functions: tuple[str, ...]) -> str:
+        """The first half of a compilation: IREE's stream-phase IR, which holds its schedule."""
         from iree.compiler import compile_str
         from iree.compiler.tools import CompilerToolError
 
-        from pock_mlir.in_place import roles_in_place
-
         try:
             start = time.perf_counter()
-            stream = compile_str(source, extra_args=[*self.iree_flags(), "--compile-to=stream"])
+            stream = compile_str(source, extra_args=[*self.iree_flags(), "--compile-to=stream"]).decode()
             self.timings[_phase("to the stream phase", functions)] = time.perf_counter() - start
+        except CompilerToolError as e:
+            raise RuntimeError(iree_failure(str(e), self.target.name, source)) from None
+        return stream
+
+    def _in_place(self, stream: str, functions: tuple[str, ...]) -> frozenset[str]:
+        from pock_mlir.in_place import roles_in_place
+
+        if "train_step_into" not in functions:
+            return frozenset()
+        start = time.perf_counter()
+        in_place = roles_in_place(stream, "train_step_into", self.signature.written_argument_pairs())
+        self.timings[_phase("in-place check of the schedule", functions)] = time.perf_counter() - start
+        return in_place
+
+    def _compile(self, source: str, functions: tuple[str, ...]) -> CompiledModule:
+        # Two halves of one compilation, the first perhaps done by schedule(): the stream-phase IR
+        # between them holds IREE's schedule.
+        from iree.compiler import compile_str
+        from iree.compiler.tools import CompilerToolError
+
+        stream = self.streams.pop(functions, None) or self._to_stream(source, functions)
+        try:
             start = time.perf_counter()
             vmfb = compile_str(stream, extra_args=[*self.iree_flags(), "--compile-from=stream"])
             self.timings[_phase("code generation", functions)] = time.perf_counter() - start
         except CompilerToolError as e:
             raise RuntimeError(iree_failure(str(e), self.target.name, source)) from None
-        in_place = frozenset()
-        if "train_step_into" in functions:
-            start = time.perf_counter()
-            in_place = roles_in_place(stream.decode(), "train_step_into", self.signature.written_argument_pairs())
-            self.timings[_phase("in-place check of the schedule", functions)] = time.perf_counter() - start
-        return CompiledModule(vmfb, functions, in_place)
+        return CompiledModule(vmfb, functions, self._in_place(stream, functions))
 
     def compile_report(self) -> str:
         """Where compilation time went: each import step, each pass of each stage, IREE's halves."""

@@ -42,10 +42,12 @@ How, and what it costs:
      scheme's memory grows by (a tensor may move up to a larger ratio for the gain that adds), or
      the best single unit when that alone gains more. Gains are taken as additive there; step 5
      measures the chosen scheme's real gain. Each budget of a list selects on the same measurements.
-  5. Verification: the chosen scheme is compiled and its Trainer's device_bytes measured, which
-     calibrates the cost model where it matters. The room is what the budget leaves over the
-     anchor's cost (the cheapest scheme); a scheme that measured above the budget, or used less
-     than 1 - SLACK of the room, makes the selection run again within the room scaled by the
+  5. Verification: IREE schedules the chosen scheme (its stream phase, about half of a
+     compilation: TrainingProgram.schedule), which fixes its Trainer's device_bytes exactly
+     (its measured memory), and that calibrates the cost model where it matters; only the scheme
+     kept is compiled to the end. The room is what the budget leaves over the anchor's cost (the
+     cheapest scheme); a scheme that measured above the budget, or used less than 1 - SLACK of
+     the room, makes the selection run again within the room scaled by the
      scheme's estimated growth over the anchor's cost over its measured growth (the workspace's
      error grows with the scheme, and errs either way: over on CNN schemes that train only the
      last layers, under on some that reach the middle blocks). Once one scheme measured within
@@ -53,8 +55,8 @@ How, and what it costs:
      where the budget falls between what they measured: the error is not proportional (a pick
      of late layers that used a tenth of its room, scaled up, measured far above), so a step by
      its ratio alone overshoots or leads back. A selection repeating a measured scheme there costs
-     no compilation: it narrows the bracket. Each retry above the budget selects less, never less
-     than the anchor. At most MAX_COMPILES compilations of chosen schemes; the best that measured
+     no schedule: it narrows the bracket. Each retry above the budget selects less, never less
+     than the anchor. At most MAX_SCHEDULES chosen schemes are scheduled; the best that measured
      within the budget wins. The chosen scheme then fine-tunes for `steps` steps on the same
      batches (its measured gain) and its steps are timed.
 Deterministic for a seed: the batches, the candidates' order, ties, and the selection, which
@@ -85,9 +87,9 @@ from pock_mlir.sparse import SparseUpdate
 
 MB = 2 ** 20  # as the quality tables' "device MB"
 RATIOS = (1 / 8, 1 / 4, 1 / 2, 1.0)
-MAX_COMPILES = 4  # compilations of chosen schemes per budget (step 5 of the module docstring)
+MAX_SCHEDULES = 4  # chosen schemes scheduled by IREE per budget (step 5 of the module docstring)
 SLACK = 0.05  # a chosen scheme whose measured growth leaves at most this share of the room unused is not refined
-MAX_SELECTIONS = 4 * MAX_COMPILES  # selections per budget, a repeat within the bracket costing no compilation
+MAX_SELECTIONS = 4 * MAX_SCHEDULES  # selections per budget, a repeat within the bracket costing no schedule
 BRACKET_STEP = 0.1  # the least share of the bracket a selection between two measured schemes moves by
 TIMED_STEPS = 6  # full-BP steps timed; the first is left out (warm-up)
 PROGRESS_SECONDS = 5.0
@@ -443,12 +445,12 @@ def select(measurements: list[Measurement], costs: CostModel, memory_bytes: floa
     return [*base, *chosen.values()]
 
 
-def fit_to_budget(measurements: list[Measurement], costs: CostModel, budget: Budget, trainer_for, attempts: list[int],
+def fit_to_budget(measurements: list[Measurement], costs: CostModel, budget: Budget, program_for, attempts: list[int],
                   say: Progress, anchor: list[Unit] = ()):
-    """(choices, their Trainer): the selection compiled (`trainer_for(choices)`) and measured, within
-    the memory budget. Each measurement sets the memory the next selection is made under (see the
+    """(choices, their program): the selection scheduled (`program_for(choices)`, a TrainingProgram
+    or anything with the device_bytes of the Trainer it makes) and measured, within the memory budget. Each measurement sets the memory the next selection is made under (see the
     module docstring, 5) until the slack is under SLACK of the room, a selection repeats outside a
-    bracket or MAX_COMPILES are spent; of the schemes that measured within the budget, the one with
+    bracket or MAX_SCHEDULES are spent; of the schemes that measured within the budget, the one with
     the most gain. `attempts` receives each measured device_bytes."""
     fitted, measured, memory = None, {}, budget.memory_bytes
     anchor_bytes = costs.estimate(anchor).device_bytes
@@ -464,19 +466,19 @@ def fit_to_budget(measurements: list[Measurement], costs: CostModel, budget: Bud
         units = frozenset(c.unit for c in choices)
         if units in measured and not (within and above):
             break  # the calibration led back to a scheme measured already
-        compiled = units not in measured
-        if compiled:
+        scheduled = units not in measured
+        if scheduled:
             estimated = costs.estimate([c.unit for c in choices]).device_bytes
-            say.say(f"compiling the chosen scheme: {len(choices)} tensor(s), estimated {estimated / MB:.3f} MB")
-            trainer = trainer_for(choices)
-            attempts.append(measured.setdefault(units, trainer.device_bytes))
-            slack = budget.memory_bytes - trainer.device_bytes
+            say.say(f"scheduling the chosen scheme: {len(choices)} tensor(s), estimated {estimated / MB:.3f} MB")
+            program = program_for(choices)
+            attempts.append(measured.setdefault(units, program.device_bytes))
+            slack = budget.memory_bytes - program.device_bytes
             if slack >= 0 and (fitted is None or sum(c.gain for c in choices) > sum(c.gain for c in fitted[0])):
-                fitted = choices, trainer
-            if budget.memory_mb is None or 0 <= slack <= SLACK * room or len(measured) == MAX_COMPILES:
+                fitted = choices, program
+            if budget.memory_mb is None or 0 <= slack <= SLACK * room or len(measured) == MAX_SCHEDULES:
                 break
         # where the scheme was selected: at its estimate (the selection under more memory found no more)
-        point = (estimated if compiled else memory, measured[units])
+        point = (estimated if scheduled else memory, measured[units])
         if point[1] > budget.memory_bytes:
             above = min(above or point, point)
         else:
@@ -485,14 +487,14 @@ def fit_to_budget(measurements: list[Measurement], costs: CostModel, budget: Bud
             (low, low_bytes), (high, high_bytes) = within, above
             if high - low <= SLACK * room:
                 break  # a bracket no wider than the slack allowed; or a larger selection measured less
-            # after a compilation, between the two by what they measured, off either end so that the
+            # after a schedule, between the two by what they measured, off either end so that the
             # bracket shrinks; after a repeat, which says only on which side its selection falls, halfway
-            share = (budget.memory_bytes - low_bytes) / (high_bytes - low_bytes) if compiled else 0.5
+            share = (budget.memory_bytes - low_bytes) / (high_bytes - low_bytes) if scheduled else 0.5
             memory = low + (high - low) * min(max(share, BRACKET_STEP), 1 - BRACKET_STEP)
-        else:  # the scheme just compiled: a repeat outside a bracket stopped above
+        else:  # the scheme just scheduled: a repeat outside a bracket stopped above
             scaled = anchor_bytes + room * max(estimated - anchor_bytes, 0) / max(point[1] - anchor_bytes, 1)
             memory = scaled if above else max(scaled, memory + budget.memory_bytes - point[1])
-        if compiled:
+        if scheduled:
             say.say(f"it measures {point[1] / MB:.3f} MB against the budget's {budget.memory_bytes / MB:.3f}: "
                     f"selecting again as if the budget were {memory / MB:.3f} MB")
     if fitted is None:
@@ -530,7 +532,7 @@ class SearchResult:
     seed: int
     anchor: list[Unit] = field(default_factory=list)  # trained in every run of the analysis
     anchored_loss: float = math.nan  # the validation loss after fine-tuning the anchor alone
-    attempts: list[int] = field(default_factory=list)  # measured device bytes of each chosen scheme compiled
+    attempts: list[int] = field(default_factory=list)  # device bytes of each chosen scheme scheduled
     seconds: dict[str, float] = field(default_factory=dict)  # by phase
     quantize: str | None = None  # how the scheme stores its frozen layer weights (SparseUpdate.quantize)
 
@@ -538,11 +540,6 @@ class SearchResult:
     def sparse(self) -> SparseUpdate:
         """The chosen scheme (compile_training's sparse=)."""
         return scheme_of(self.choices, self.quantize)
-
-    @property
-    def compilations(self) -> int:
-        """The full-BP program's and each chosen scheme's."""
-        return 1 + len(self.attempts)
 
     @property
     def measured_gain(self) -> float:
@@ -585,7 +582,7 @@ class SearchResult:
             f"validation loss gain in {self.steps} steps: {self.predicted_gain:.5f} predicted (the entries' gains "
             f"{self._with()}" + (", plus the anchor's" if self.anchor else "") + f"), {self.measured_gain:.5f} measured",
             f"search: {runs} runs x {self.steps} steps = {runs * self.steps} full-BP gradients calls; "
-            f"{self.compilations} compilations (full BP, then {self.compilations - 1} of chosen schemes); "
+            f"full BP compiled, {len(self.attempts)} chosen scheme(s) scheduled and the one kept compiled; "
             f"{sum(self.seconds.values()):.0f}s in all: " + ", ".join(f"{phase} {s:.1f}s" for phase, s in self.seconds.items())]
 
     def to_yaml(self) -> str:
@@ -693,9 +690,9 @@ def search_sparse(model, train_data, val_data, *, budget: Budget | list[Budget],
     say, shared = Progress(progress), {}
     example = train.batch(np.arange(batch_size))
 
-    def compile_scheme(sparse):
+    def compile_scheme(sparse, functions=("step", "loss", "evaluate")):
         return compile_training(model, tuple(example[0]), example[1], loss=loss, optimizer=optimizer, sparse=sparse,
-                                output=output, target=target)
+                                output=output, target=target, functions=functions)
 
     started = time.perf_counter()
     say.say("compiling the full-BP step (every parameter trained)")
@@ -728,8 +725,11 @@ def search_sparse(model, train_data, val_data, *, budget: Budget | list[Budget],
     for each in budgets:
         started = time.perf_counter()
         attempts: list[int] = []
-        choices, chosen = fit_to_budget(measurements, costs, each, lambda c: compile_scheme(scheme_of(c, quantize)).trainer(),
-                                        attempts, say, anchored)
+        # each selection's memory from IREE's schedule alone; the chosen one's code generated once
+        choices, scheduled = fit_to_budget(measurements, costs, each,
+                                           lambda c: compile_scheme(scheme_of(c, quantize), functions=()),
+                                           attempts, say, anchored)
+        chosen = scheduled.trainer()
         estimate = costs.estimate([c.unit for c in choices])
         chosen_run = Run(chosen.device_bytes, _timed_steps(chosen, train, batches),
                          evaluate(chosen, val, batch_size)["val_loss"])

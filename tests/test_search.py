@@ -23,7 +23,7 @@ from pock_mlir.passes.pock_apply_sparse_config import reannotate
 from pock_mlir.report import report
 from pock_mlir.runtime import Trainer
 from pock_mlir.data import Split, evaluate
-from pock_mlir.search import (MAX_COMPILES, MB, YAML_HEADER, CostModel, Measurement, Progress, SearchError, Unit,
+from pock_mlir.search import (MAX_SCHEDULES, MB, YAML_HEADER, CostModel, Measurement, Progress, SearchError, Unit,
                               candidate_units, fit_to_budget, host_fine_tune, int8_savings, last_layer,
                               measure_contributions, select)
 from pock_mlir.tools import pock_search
@@ -131,6 +131,24 @@ def test_the_scheme_round_trips_through_compile_training_within_the_budget(plant
     assert program.signature.policies == want
     trainer = program.trainer()
     assert trainer.device_bytes == result.chosen.device_bytes <= result.budget.memory_bytes
+
+
+def test_a_scheduled_scheme_holds_what_its_trainer_holds(planted):
+    """The search measures a chosen scheme from IREE's schedule alone (TrainingProgram.device_bytes):
+    the workspace and in-place roles read from the stream phase are the compiled module's, so the
+    bytes are its Trainer's, and the compilation then resumes from that schedule."""
+    informative, result = planted
+    x, y = planted_data(informative, BATCH, 1)
+    program = pock.compile_training(Planted(), x, y, optimizer=pock.SGD(lr=0.5), sparse=result.sparse, functions=(),
+                                    cache=False)
+    step_module = ("train_step_into", "loss", "evaluate")
+    scheduled, planned = program.schedule(step_module), program.device_bytes
+    assert not program.modules and set(program.streams) == {step_module}
+    assert scheduled.workspace_bytes > 0
+    trainer = program.trainer()
+    assert trainer.device_bytes == planned == result.chosen.device_bytes
+    assert not program.streams and program.schedule(step_module) == scheduled  # now from the module's reflection
+    assert trainer.workspace_bytes == scheduled.workspace_bytes and trainer.in_place == scheduled.in_place
 
 
 # -- the cost model against the compiler -----------------------------------------------------
@@ -495,7 +513,7 @@ def test_a_retry_far_above_the_budget_brackets_a_scheme_within_it(mlp_program):
     assert {c.unit.parameter for c in first} == {"4.weight", "4.bias"}
     device, attempts = Device(costs, 1.5, head_scale=0.05), []
     choices, trainer = fit_to_budget(measured, costs, budget, device, attempts, Progress(False))
-    assert attempts[0] < budget.memory_bytes < attempts[1] and len(attempts) <= MAX_COMPILES
+    assert attempts[0] < budget.memory_bytes < attempts[1] and len(attempts) <= MAX_SCHEDULES
     assert len(set(device.schemes)) == device.compiled  # a selection repeated in the bracket is not compiled again
     assert budget.memory_bytes >= trainer.device_bytes and trainer.device_bytes in attempts
     assert sum(c.gain for c in choices) > sum(c.gain for c in first)

@@ -178,13 +178,7 @@ class Trainer:
         set of what each step writes where it is not written in place (see __init__) and the
         workspace (see workspace_bytes)."""
         self._functions_for("train_step_into")
-        sig = self.signature
-
-        def size(specs) -> int:
-            return sum(np.dtype(s.dtype).itemsize * math.prod(s.shape) for s in specs)
-
-        spare = [spec for role, specs in sig.written().items() if role not in self._in_place for spec in specs]
-        return size(sig.params + sig.buffers + sig.state) + size(spare) + (self.workspace_bytes or 0)
+        return self.signature.device_bytes(self._in_place, self._workspace.bytes)
 
     @property
     def workspace_bytes(self) -> int | None:
