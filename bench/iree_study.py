@@ -11,8 +11,8 @@ alone; the direct forms also without IREE's global im2col flag. The measured tab
 pass reads.
 
 flags: whole compiled training steps under candidate flag sets; the winners for every program go
-into pock_mlir/targets.py's CPU flags, and pock-backend-switch reads the data-tiling and
-vector-tails sets' steps to choose those two per program (pock_mlir.tuning).
+into pock_mlir/targets.py's CPU flags, and pock-backend-switch reads the data-tiling,
+vector-tails and aggressive-fusion sets' steps to choose those three per program (pock_mlir.tuning).
 
 Timings are the fastest of many calls: on a machine shared with other jobs the minimum is the
 least disturbed estimate of what a form or flag set costs.
@@ -36,8 +36,9 @@ import torch.nn.functional as F
 from pock_mlir.conv_forms import CONV_OPS, FORMS, ConvShape, Window
 from pock_mlir.files import atomic_write
 from pock_mlir.runtime.workspace import ModuleFunctions
-from pock_mlir.targets import DATA_TILING, MASKED_VECTOR_TAILS, PEELED_VECTOR_TAILS
-from pock_mlir.tuning import BASELINE_SET, DATA_TILED_MASKED_TAILS_SET, DATA_TILING_SET, MASKED_TAILS_SET, own_table_path
+from pock_mlir.targets import AGGRESSIVE_FUSION, DATA_TILING, MASKED_VECTOR_TAILS, PEELED_VECTOR_TAILS
+from pock_mlir.tuning import (AGGRESSIVE_FUSION_SET, BASELINE_SET, DATA_TILED_MASKED_TAILS_SET, DATA_TILING_SET,
+                              MASKED_TAILS_SET, own_table_path)
 
 IM2COL_FLAG = "--iree-global-opt-use-im2col-for-convs"
 UKERNELS_FLAG = "--iree-llvmcpu-enable-ukernels=all"
@@ -181,22 +182,26 @@ def _reference(shape: ConvShape, op: str, g, x, w):
     return grads[0] if op == "input_grad" else grads[1]
 
 
-# Data tiling and vector tails are also chosen per program (pock-backend-switch); every set says
-# both, so that the sets compare what their names say on every program.
+# Data tiling, vector tails and fusion are also chosen per program (pock-backend-switch); every set
+# says each, so that the sets compare what their names say on every program.
 NO_DATA_TILING = f"{DATA_TILING}=false"
+NO_AGGRESSIVE_FUSION = f"{AGGRESSIVE_FUSION}=false"
 FLAG_SETS = {
-    BASELINE_SET: [IM2COL_FLAG, PEELED_VECTOR_TAILS, NO_DATA_TILING],
-    MASKED_TAILS_SET: [IM2COL_FLAG, MASKED_VECTOR_TAILS, NO_DATA_TILING],
-    "none": [PEELED_VECTOR_TAILS, NO_DATA_TILING],
-    "im2col+ukernels": [IM2COL_FLAG, UKERNELS_FLAG, PEELED_VECTOR_TAILS, NO_DATA_TILING],
-    "im2col+ukernels+O3": [IM2COL_FLAG, UKERNELS_FLAG, "--iree-opt-level=O3", PEELED_VECTOR_TAILS, NO_DATA_TILING],
-    "im2col+ukernels+aggressive-fusion": [IM2COL_FLAG, UKERNELS_FLAG, "--iree-dispatch-creation-enable-aggressive-fusion",
-                                          PEELED_VECTOR_TAILS, NO_DATA_TILING],
+    BASELINE_SET: [IM2COL_FLAG, PEELED_VECTOR_TAILS, NO_DATA_TILING, NO_AGGRESSIVE_FUSION],
+    MASKED_TAILS_SET: [IM2COL_FLAG, MASKED_VECTOR_TAILS, NO_DATA_TILING, NO_AGGRESSIVE_FUSION],
+    "none": [PEELED_VECTOR_TAILS, NO_DATA_TILING, NO_AGGRESSIVE_FUSION],
+    "im2col+ukernels": [IM2COL_FLAG, UKERNELS_FLAG, PEELED_VECTOR_TAILS, NO_DATA_TILING, NO_AGGRESSIVE_FUSION],
+    "im2col+ukernels+O3": [IM2COL_FLAG, UKERNELS_FLAG, "--iree-opt-level=O3", PEELED_VECTOR_TAILS, NO_DATA_TILING,
+                           NO_AGGRESSIVE_FUSION],
+    "im2col+ukernels+aggressive-fusion": [IM2COL_FLAG, UKERNELS_FLAG, AGGRESSIVE_FUSION, PEELED_VECTOR_TAILS,
+                                          NO_DATA_TILING],
     # IREE 3.13's default data-tiling path (dispatch creation) fails on bool tensors passed between
     # dispatches (attention's fully-masked-row guard); the global-optimization path compiles them.
-    "im2col+data-tiling": [IM2COL_FLAG, "--iree-opt-data-tiling", PEELED_VECTOR_TAILS, NO_DATA_TILING],
-    DATA_TILING_SET: [IM2COL_FLAG, PEELED_VECTOR_TAILS, DATA_TILING],
-    DATA_TILED_MASKED_TAILS_SET: [IM2COL_FLAG, MASKED_VECTOR_TAILS, DATA_TILING],
+    "im2col+data-tiling": [IM2COL_FLAG, "--iree-opt-data-tiling", PEELED_VECTOR_TAILS, NO_DATA_TILING,
+                           NO_AGGRESSIVE_FUSION],
+    DATA_TILING_SET: [IM2COL_FLAG, PEELED_VECTOR_TAILS, DATA_TILING, NO_AGGRESSIVE_FUSION],
+    DATA_TILED_MASKED_TAILS_SET: [IM2COL_FLAG, MASKED_VECTOR_TAILS, DATA_TILING, NO_AGGRESSIVE_FUSION],
+    AGGRESSIVE_FUSION_SET: [IM2COL_FLAG, AGGRESSIVE_FUSION, PEELED_VECTOR_TAILS, NO_DATA_TILING],
 }
 
 

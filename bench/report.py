@@ -6,7 +6,7 @@ from pathlib import Path
 
 from bench.models import MODELS, SCHEMES
 from pock_mlir.files import atomic_save, atomic_write
-from pock_mlir.targets import DATA_TILING, MASKED_VECTOR_TAILS
+from pock_mlir.targets import AGGRESSIVE_FUSION, DATA_TILING, MASKED_VECTOR_TAILS
 
 SYSTEM_TITLES = {
     "eager": "PyTorch eager",
@@ -133,10 +133,10 @@ def _fmt(value, pattern="{:.2f}", missing=""):
 
 
 def _chosen_per_program(rows) -> str:
-    """Which pock-mlir steps pock-backend-switch gave IREE's data tiling and masked vector tails
-    (flags chosen per program)."""
+    """Which pock-mlir steps pock-backend-switch gave IREE's data tiling, masked vector tails and
+    aggressive fusion (flags chosen per program)."""
     chosen = []
-    for flag in (DATA_TILING, MASKED_VECTOR_TAILS):
+    for flag in (DATA_TILING, MASKED_VECTOR_TAILS, AGGRESSIVE_FUSION):
         programs = sorted({f"{r['model']} {r['scheme']}" for r in rows if r["system"] == "pock-mlir"
                            and r.get("status") == "ok" and flag in r.get("iree_flags", [])})
         chosen += [f"`{flag}` (chosen per program) for {', '.join(programs)}"] if programs else []

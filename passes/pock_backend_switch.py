@@ -16,12 +16,13 @@ The choice is visible in the IR: the op doing the work carries `pock.backend = "
 them). Transposed convolutions stay direct. A 1-D convolution (nn.Conv1d) takes its forms as a 2-D
 one of height 1: IREE lowers a 1-D convolution without its im2col rewrite, several times slower.
 
-Data tiling (IREE packs matmul operands into the CPU's register-tile layout) and vector tails
-(how a vectorized loop's remainder runs: masked, or peeled into a loop of its own) are flags of
-the whole IREE compilation, so their choices mark the module: `pock.data_tiling = "data-tiled"` or
-`"plain"` (see choose_data_tiling) and `pock.vector_tails = "masked"`, `"peeled"` or `"target
-default"` (see choose_vector_tails), each with a `_reason`; TrainingProgram.iree_flags() adds the
-flags the lowered module asks for.
+Data tiling (IREE packs matmul operands into the CPU's register-tile layout), vector tails (how a
+vectorized loop's remainder runs: masked, or peeled into a loop of its own) and fusion (IREE's
+aggressive fusion forms fewer, larger dispatches) are flags of the whole IREE compilation, so their
+choices mark the module: `pock.data_tiling = "data-tiled"` or `"plain"` (see choose_data_tiling),
+`pock.vector_tails = "masked"`, `"peeled"` or `"target default"` (see choose_vector_tails) and
+`pock.fusion = "aggressive"` or `"default"` (see choose_fusion), each with a `_reason`;
+TrainingProgram.iree_flags() adds the flags the lowered module asks for.
 """
 
 from __future__ import annotations
@@ -38,7 +39,7 @@ from pock_mlir.cost import op_flops
 from pock_mlir.torch_builder import TorchBuilder, decode_operand
 from pock_mlir.torch_types import tensor_type_of
 from pock_mlir.tuning import (MATMUL_TILE, Choice, MatmulFlops, Tuning, choose_conv_form, choose_data_tiling,
-                              choose_vector_tails)
+                              choose_fusion, choose_vector_tails)
 
 from .base import ModulePass, PassError, functions, option
 
@@ -122,8 +123,8 @@ class BackendSwitchPass(ModulePass):
     name = "pock-backend-switch"
     description = ("Give each convolution and each convolution gradient the form measured fastest on the target: "
                    "direct, im2col + matmul or depthwise patches; marks the choice as pock.backend. Marks the "
-                   "module with whether IREE should data-tile its matmuls (pock.data_tiling) and how it should "
-                   "vectorize loop remainders (pock.vector_tails)")
+                   "module with whether IREE should data-tile its matmuls (pock.data_tiling), how it should "
+                   "vectorize loop remainders (pock.vector_tails) and fuse (pock.fusion)")
     target: str = option("host", "tuning table to choose by: pock_mlir/tuning/<target>.json (the host's: "
                                  "this CPU's, pock_mlir.tuning.table_path)")
     tuning: str = option("", "a tuning table file to choose by instead of the target's, e.g. one measured on "
@@ -141,8 +142,10 @@ class BackendSwitchPass(ModulePass):
             raise PassError(f"target must be a target name (letters, digits, '_', '-'), got '{self.target}'")
         flops = module_matmul_flops(module)
         tiling = choose_data_tiling(self.measurements, flops)
-        tails = choose_vector_tails(self.measurements, flops, data_tiled=tiling.form == "data-tiled")
-        for mark, choice in (("pock.data_tiling", tiling), ("pock.vector_tails", tails)):
+        data_tiled = tiling.form == "data-tiled"
+        tails = choose_vector_tails(self.measurements, flops, data_tiled)
+        fusion = choose_fusion(self.measurements, flops, data_tiled)
+        for mark, choice in (("pock.data_tiling", tiling), ("pock.vector_tails", tails), ("pock.fusion", fusion)):
             module.attributes[mark] = ir.StringAttr.get(choice.form)
             module.attributes[f"{mark}_reason"] = ir.StringAttr.get(choice.reason)
         for func in functions(module):

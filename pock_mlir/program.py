@@ -8,7 +8,7 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
-from pock_mlir.targets import CHOSEN_VECTOR_TAILS, DATA_TILING, FUSE_MATMUL_PRODUCERS, Target
+from pock_mlir.targets import CHOSEN_FUSION, CHOSEN_VECTOR_TAILS, DATA_TILING, FUSE_MATMUL_PRODUCERS, Target
 from pock_mlir.abi import FUNCTIONS, StepSignature
 
 
@@ -82,13 +82,14 @@ class TrainingProgram:
         return self.stages[stage]
 
     def iree_flags(self) -> list[str]:
-        """The target's flags, then the data tiling and vector tails pock-backend-switch chose,
-        matmul-producer fusion for int8 weights (see targets.FUSE_MATMUL_PRODUCERS), then
+        """The target's flags, then the data tiling, vector tails and fusion pock-backend-switch
+        chose, matmul-producer fusion for int8 weights (see targets.FUSE_MATMUL_PRODUCERS), then
         extra_flags (which win: `--iree-global-opt-data-tiling=false` turns data tiling off)."""
         tiling = [DATA_TILING] if self.data_tiling[0] == "data-tiled" else []
         tails = CHOSEN_VECTOR_TAILS.get(self.vector_tails[0], ()) if self.target.backend == "llvm-cpu" else ()
+        fusion = CHOSEN_FUSION.get(self.fusion[0], ())
         dequantization = [FUSE_MATMUL_PRODUCERS] if self.signature.quantized else []
-        return ["--iree-input-type=torch", *self.target.compile_flags(), *tiling, *tails, *dequantization,
+        return ["--iree-input-type=torch", *self.target.compile_flags(), *tiling, *tails, *fusion, *dequantization,
                 *self.extra_flags]
 
     def _module_choice(self, mark: str, default: str) -> tuple[str, str]:
@@ -107,6 +108,11 @@ class TrainingProgram:
         """pock-backend-switch's choice of how IREE vectorizes loop remainders on a CPU, "masked",
         "peeled" or "target default", and why."""
         return self._module_choice("vector_tails", "target default")
+
+    @property
+    def fusion(self) -> tuple[str, str]:
+        """pock-backend-switch's choice of how IREE forms dispatches, "aggressive" or "default", and why."""
+        return self._module_choice("fusion", "default")
 
     @property
     def vmfb(self) -> bytes:
@@ -251,7 +257,8 @@ class TrainingProgram:
         start = text.find(f"func.func @{function}(")
         body = text[start:text.find("\n  func.func @", start + 1)] if start >= 0 else ""
         marks = re.findall(r'pock\.backend = "([^"]*)", pock\.backend_reason = "([^"]*)"', body)
-        program = ["matmuls: {} ({})".format(*self.data_tiling), "vector tails: {} ({})".format(*self.vector_tails)]
+        program = ["matmuls: {} ({})".format(*self.data_tiling), "vector tails: {} ({})".format(*self.vector_tails),
+                   "fusion: {} ({})".format(*self.fusion)]
         if not marks:
             return "\n".join([f"{function}: no convolutions, nothing for pock-backend-switch to choose per op", *program])
         lines = [f"{function}: {len(marks)} convolution op(s), implementation chosen per op for {self.target.name}"]

@@ -91,6 +91,11 @@ def vector_tails(arch: str) -> tuple[str, ...]:
 # tiling through the global-optimization phase. Its default path (--iree-opt-data-tiling) fails
 # in IREE 3.13 on bool tensors passed between dispatches, e.g. attention's masked-row guard.
 DATA_TILING = "--iree-global-opt-data-tiling"
+# Per program, where pock-backend-switch chooses it (tuning.choose_fusion): IREE's aggressive
+# fusion, which forms fewer, larger dispatches (an optimizer update fused into the matmul of its
+# gradient, for example). IREE 3.13 fails to compile some transformer steps with it.
+AGGRESSIVE_FUSION = "--iree-dispatch-creation-enable-aggressive-fusion"
+CHOSEN_FUSION = {"aggressive": (AGGRESSIVE_FUSION,), "default": ()}
 # Per program, when it holds int8 weights (TrainingProgram.iree_flags): IREE 3.13 keeps elementwise
 # producers out of matmul and convolution dispatches on the CPU, so each int8 weight's cast to
 # float32 would be a dispatch of its own writing the whole float32 weight to the workspace.

@@ -112,7 +112,8 @@ def test_ir_stages_are_inspectable(compiled):
     assert '"pock.grad"' not in program.ir("autodiff")
     # no pock op is left; the module keeps pock-backend-switch's per-program choices
     assert set(re.findall(r"pock\.\w+", program.ir("lowered"))) == {
-        "pock.data_tiling", "pock.data_tiling_reason", "pock.vector_tails", "pock.vector_tails_reason"}
+        "pock.data_tiling", "pock.data_tiling_reason", "pock.vector_tails", "pock.vector_tails_reason", "pock.fusion",
+        "pock.fusion_reason"}
     with pytest.raises(KeyError, match="stages are"):
         program.ir("nonsense")
 

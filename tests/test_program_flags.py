@@ -1,13 +1,15 @@
-"""IREE's data tiling and vector tails, chosen per program by pock-backend-switch as the flag study
-measured them on the most alike program of the tuning table: a step whose matmuls are like a
-program that ran faster data-tiled is data-tiled, one like a program that ran faster with masked
-vector tails (under the same data tiling) is masked, and each trains as torch.optim does; one like
-a program that did not keeps the plain or peeled code. The tables here are written by the tests;
+"""IREE's data tiling, vector tails and fusion, chosen per program by pock-backend-switch as the
+flag study measured them on the most alike program of the tuning table: a step whose matmuls are
+like a program that ran faster data-tiled is data-tiled, one like a program that ran faster with
+masked vector tails (under the same data tiling) is masked, a plain one like a program that ran
+faster with aggressive fusion is fused so, and each trains as torch.optim does; one like a program
+that did not (or failed to compile) keeps the plain, peeled or default code. The tables here are written by the tests;
 the host's come one per CPU (pock_mlir.tuning.table_path). The rules' cases are in
 lit_tests/passes/pock-backend-switch.mlir."""
 
 import dataclasses
 import json
+import math
 
 import pytest
 import torch
@@ -17,8 +19,9 @@ import pock_mlir as pock
 import pock_mlir.tuning as tuning
 from oracle import assert_gradients_close, assert_trajectory_close, torch_gradients
 from pock_mlir.stages import STAGE_PIPELINES
-from pock_mlir.targets import DATA_TILING, MASKED_VECTOR_TAILS, PEELED_VECTOR_TAILS
-from pock_mlir.tuning import BASELINE_SET, DATA_TILED_MASKED_TAILS_SET, DATA_TILING_SET, MASKED_TAILS_SET, MatmulFlops
+from pock_mlir.targets import AGGRESSIVE_FUSION, DATA_TILING, MASKED_VECTOR_TAILS, PEELED_VECTOR_TAILS
+from pock_mlir.tuning import (AGGRESSIVE_FUSION_SET, BASELINE_SET, DATA_TILED_MASKED_TAILS_SET, DATA_TILING_SET,
+                              MASKED_TAILS_SET, MatmulFlops)
 
 STEPS = 5
 OPTIMIZER = pock.AdamW(lr=1e-3, weight_decay=0.01)
@@ -28,7 +31,7 @@ TAILS = "--iree-llvmcpu-vector-pproc-strategy="
 MEASURED = {
     "transformer": ({DATA_TILING_SET: 7.3, DATA_TILED_MASKED_TAILS_SET: 7.4},
                     MatmulFlops(convolutions=0, matmuls=56_000_000_000, largest_matmul=537_000_000, untiled_matmuls=0)),
-    "mlp": ({DATA_TILING_SET: 11.1, MASKED_TAILS_SET: 8.5},
+    "mlp": ({DATA_TILING_SET: 11.1, MASKED_TAILS_SET: 8.5, AGGRESSIVE_FUSION_SET: 9.0},
             MatmulFlops(convolutions=0, matmuls=200_000_000, largest_matmul=34_000_000, untiled_matmuls=0)),
     "vit": ({DATA_TILING_SET: 8.7, DATA_TILED_MASKED_TAILS_SET: 7.8},
             MatmulFlops(convolutions=0, matmuls=1_000_000_000, largest_matmul=30_000_000, untiled_matmuls=900_000_000)),
@@ -36,15 +39,23 @@ MEASURED = {
 
 
 @pytest.fixture(scope="module")
-def pipelines(tmp_path_factory):
-    """The compiler's pipelines with pock-backend-switch reading a table of MEASURED."""
+def table(tmp_path_factory):
+    """A tuning table of MEASURED."""
     path = tmp_path_factory.mktemp("tuning") / "table.json"
     path.write_text(json.dumps({"flags": {
-        "step_ms": {model: {BASELINE_SET: {"step_ms_min": 10.0}, **{s: {"step_ms_min": ms} for s, ms in sets.items()}}
+        "step_ms": {model: {BASELINE_SET: {"step_ms_min": 10.0}, **{s: {"step_ms_min": ms} for s, ms in sets.items()},
+                            # a set that failed to compile a program counts as slower there
+                            **({AGGRESSIVE_FUSION_SET: {"error": "failed"}} if model == "vit" else {})}
                     for model, (sets, _) in MEASURED.items()},
         "programs": {model: dataclasses.asdict(flops) for model, (_, flops) in MEASURED.items()}}}))
+    return path
+
+
+@pytest.fixture(scope="module")
+def pipelines(table):
+    """The compiler's pipelines with pock-backend-switch reading the table of MEASURED."""
     switch = "pock-backend-switch{target={target}}"
-    return {"lowered": STAGE_PIPELINES["lowered"].replace(switch, f"pock-backend-switch{{tuning={path}}}")}
+    return {"lowered": STAGE_PIPELINES["lowered"].replace(switch, f"pock-backend-switch{{tuning={table}}}")}
 
 
 def make_mlp(width: int):
@@ -101,6 +112,9 @@ def test_a_step_like_a_program_slower_data_tiled_stays_plain_and_one_faster_mask
     assert form == "masked" and reason.endswith("(plain), mlp, took 0.85x the time with masked tails"), reason
     flags = program.iree_flags()
     assert [f for f in flags if f.startswith(TAILS)][-1] == MASKED_VECTOR_TAILS
+    form, reason = program.fusion
+    assert form == "aggressive" and reason.endswith(", mlp, took 0.90x the time with aggressive fusion"), reason
+    assert AGGRESSIVE_FUSION in flags and "\nfusion: aggressive (the most alike" in program.backend_report()
     # chosen before extra_flags, which win
     override = dataclasses.replace(program, extra_flags=(PEELED_VECTOR_TAILS,)).iree_flags()
     assert [f for f in override if f.startswith(TAILS)][-1] == PEELED_VECTOR_TAILS
@@ -109,7 +123,7 @@ def test_a_step_like_a_program_slower_data_tiled_stays_plain_and_one_faster_mask
     assert_trajectory_close(losses, trainer.state_dict(), model, x, y, OPTIMIZER, STEPS)
 
 
-def test_a_step_of_untiled_rows_is_data_tiled_and_matches_autograd(pipelines):
+def test_a_step_of_untiled_rows_is_data_tiled_and_matches_autograd(pipelines, table):
     model, (x, y) = make_mlp(32), make_batch(260)
     program = pock.compile_training(model, x, y, loss="cross_entropy", optimizer=OPTIMIZER, functions=(),
                                     pipelines=pipelines)
@@ -118,6 +132,10 @@ def test_a_step_of_untiled_rows_is_data_tiled_and_matches_autograd(pipelines):
     assert ", vit (" in reason, reason
     form, reason = program.vector_tails
     assert form == "masked" and reason.endswith("(data-tiled), vit, took 0.90x the time with masked tails"), reason
+    assert program.fusion == ("default", "aggressive fusion is measured on plain (not data-tiled) programs only")
+    # plain, it would take the vit's measurement, where aggressive fusion failed to compile
+    choice = tuning.choose_fusion(tuning.Tuning.from_file(str(table)), MEASURED["vit"][1], data_tiled=False)
+    assert choice.form == "default" and choice.reason.endswith(", vit, failed to compile with aggressive fusion")
     loss, grads = program.trainer().gradients(x, y)
     want_loss, want = torch_gradients(model, x, y)
     assert loss == pytest.approx(want_loss, rel=1e-5)
@@ -156,7 +174,8 @@ def test_a_malformed_tuning_file_is_one_clear_error(tmp_path, text):
 def test_each_shipped_host_table_decides_every_program_it_measured(path):
     """Each measured program has what the data-tiling choice reads (a table without it would choose
     plain everywhere, 'no data-tiling measurements'), and is its own most alike program; so for the
-    vector tails, under its data tiling, where the table measured them masked."""
+    vector tails, under its data tiling, where the table measured them masked, and for aggressive
+    fusion where it is plain and the table measured it."""
     table = tuning.Tuning.from_file(str(path))
     study = table.table["flags"]
     assert study["step_ms"] and set(study["programs"]) == set(study["step_ms"])
@@ -173,6 +192,11 @@ def test_each_shipped_host_table_decides_every_program_it_measured(path):
             choice = tuning.choose_vector_tails(table, flops, data_tiled=tiled)
             assert f", {model}, took {ratio:.2f}x" in choice.reason, choice.reason
             assert choice.form == ("masked" if ratio <= tuning.MAX_CHOSEN_RATIO else "peeled")
+        if AGGRESSIVE_FUSION_SET in sets and not tiled:
+            fused = sets[AGGRESSIVE_FUSION_SET].get("step_ms_min", math.inf) / sets[BASELINE_SET]["step_ms_min"]
+            choice = tuning.choose_fusion(table, flops, data_tiled=False)
+            assert f", {model}, " in choice.reason, choice.reason
+            assert choice.form == ("aggressive" if fused <= tuning.MAX_CHOSEN_RATIO else "default")
     assert table.table["convs"]["cases"]
 
 

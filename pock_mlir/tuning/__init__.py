@@ -164,6 +164,7 @@ BASELINE_SET = "im2col"
 DATA_TILING_SET = "im2col+global-data-tiling"
 MASKED_TAILS_SET = "im2col+masked-tails"
 DATA_TILED_MASKED_TAILS_SET = "im2col+global-data-tiling+masked-tails"
+AGGRESSIVE_FUSION_SET = "im2col+aggressive-fusion"
 # A flag is chosen only where the nearest measured step was at least this much faster with it:
 # whole steps vary by a few percent between rounds.
 MAX_CHOSEN_RATIO = 0.95
@@ -207,13 +208,14 @@ def _unlikeness(a: MatmulFlops, b: MatmulFlops) -> float:
 def _measured_on_most_alike(tuning: Tuning, flops: MatmulFlops, flag_set: str, baseline: str):
     """(program, its fastest step under `flag_set` over under `baseline`, its MatmulFlops): the
     most alike program the target's flag study measured under both (on a shared machine the
-    fastest step is the least disturbed); None if it measured none."""
+    fastest step is the least disturbed; infinite where `flag_set` failed to compile it); None if
+    it measured none."""
     study = tuning.table.get("flags", {})
-    measured = {model: (sets[flag_set]["step_ms_min"] / sets[baseline]["step_ms_min"],
+    measured = {model: (sets[flag_set]["step_ms_min"] / sets[baseline]["step_ms_min"] if "step_ms_min" in sets[flag_set]
+                        else math.inf,  # the flag set failed to compile the program
                         MatmulFlops(**study["programs"][model]))
                 for model, sets in study.get("step_ms", {}).items()
-                if model in study.get("programs", {})
-                and "step_ms_min" in sets.get(flag_set, {}) and "step_ms_min" in sets.get(baseline, {})}
+                if model in study.get("programs", {}) and flag_set in sets and "step_ms_min" in sets.get(baseline, {})}
     if not measured:
         return None
     nearest = min(measured, key=lambda model: _unlikeness(flops, measured[model][1]))
@@ -249,3 +251,19 @@ def choose_vector_tails(tuning: Tuning, flops: MatmulFlops, data_tiled: bool) ->
     tiling = "data-tiled" if data_tiled else "plain"
     return Choice(form, f"the most alike step measured on {tuning.name} ({tiling}), {nearest}, "
                         f"took {ratio:.2f}x the time with masked tails")
+
+
+def choose_fusion(tuning: Tuning, flops: MatmulFlops, data_tiled: bool) -> Choice:
+    """"aggressive" if IREE should form dispatches with its aggressive fusion: the most alike
+    program of the target's flag study took at most MAX_CHOSEN_RATIO of its plain step's time with
+    it (and compiled); else "default". Measured on plain programs only: a data-tiled one keeps the default."""
+    if data_tiled:
+        return Choice("default", "aggressive fusion is measured on plain (not data-tiled) programs only")
+    found = _measured_on_most_alike(tuning, flops, AGGRESSIVE_FUSION_SET, BASELINE_SET)
+    if found is None:
+        return Choice("default", f"no aggressive-fusion measurements for {tuning.name} "
+                                 f"(python -m bench.iree_study flags --sets {BASELINE_SET},{AGGRESSIVE_FUSION_SET})")
+    nearest, ratio, _ = found
+    form = "aggressive" if ratio <= MAX_CHOSEN_RATIO else "default"
+    took = "failed to compile" if math.isinf(ratio) else f"took {ratio:.2f}x the time"
+    return Choice(form, f"the most alike step measured on {tuning.name}, {nearest}, {took} with aggressive fusion")
