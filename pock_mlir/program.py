@@ -180,7 +180,8 @@ class TrainingProgram:
             source = self._source(functions)
             compiled = self._compile(source, functions)
             if self.cache and (root := cache.directory()) is not None:
-                cache.store(root, cache.key(source, self.iree_flags()), compiled.vmfb, {"in_place": sorted(compiled.in_place)})
+                cache.store(root, cache.key(source, self.iree_flags()), compiled.vmfb,
+                            {"in_place": sorted(compiled.in_place)})
         return compiled
 
     def _from_cache(self, functions: tuple[str, ...]) -> CompiledModule | None:
@@ -260,7 +261,8 @@ class TrainingProgram:
         program = ["matmuls: {} ({})".format(*self.data_tiling), "vector tails: {} ({})".format(*self.vector_tails),
                    "fusion: {} ({})".format(*self.fusion)]
         if not marks:
-            return "\n".join([f"{function}: no convolutions, nothing for pock-backend-switch to choose per op", *program])
+            header = f"{function}: no convolutions, nothing for pock-backend-switch to choose per op"
+            return "\n".join([header, *program])
         lines = [f"{function}: {len(marks)} convolution op(s), implementation chosen per op for {self.target.name}"]
         lines += [f"  {form:8s} {reason}" for form, reason in marks]
         return "\n".join([*lines, *program])

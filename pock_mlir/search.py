@@ -448,10 +448,11 @@ def select(measurements: list[Measurement], costs: CostModel, memory_bytes: floa
 def fit_to_budget(measurements: list[Measurement], costs: CostModel, budget: Budget, program_for, attempts: list[int],
                   say: Progress, anchor: list[Unit] = ()):
     """(choices, their program): the selection scheduled (`program_for(choices)`, a TrainingProgram
-    or anything with the device_bytes of the Trainer it makes) and measured, within the memory budget. Each measurement sets the memory the next selection is made under (see the
-    module docstring, 5) until the slack is under SLACK of the room, a selection repeats outside a
-    bracket or MAX_SCHEDULES are spent; of the schemes that measured within the budget, the one with
-    the most gain. `attempts` receives each measured device_bytes."""
+    or anything with the device_bytes of the Trainer it makes) and measured, within the memory
+    budget. Each measurement sets the memory the next selection is made under (see the module
+    docstring, 5) until the slack is under SLACK of the room, a selection repeats outside a bracket
+    or MAX_SCHEDULES are spent; of the schemes that measured within the budget, the one with the
+    most gain. `attempts` receives each measured device_bytes."""
     fitted, measured, memory = None, {}, budget.memory_bytes
     anchor_bytes = costs.estimate(anchor).device_bytes
     room = budget.memory_bytes - anchor_bytes

@@ -222,6 +222,10 @@ def _measured_on_most_alike(tuning: Tuning, flops: MatmulFlops, flag_set: str, b
     return nearest, *measured[nearest]
 
 
+def _outcome(ratio: float) -> str:
+    return "failed to compile" if math.isinf(ratio) else f"took {ratio:.2f}x the time"
+
+
 def choose_data_tiling(tuning: Tuning, flops: MatmulFlops) -> Choice:
     """Form "data-tiled" or "plain" for a whole program: data-tiled if the most alike program of
     the target's flag study took at most MAX_CHOSEN_RATIO of its plain step's time data-tiled."""
@@ -233,7 +237,7 @@ def choose_data_tiling(tuning: Tuning, flops: MatmulFlops) -> Choice:
     nearest, ratio, alike = found
     form = "data-tiled" if ratio <= MAX_CHOSEN_RATIO else "plain"
     return Choice(form, f"{flops.describe()}; the most alike step measured on {tuning.name}, {nearest} "
-                        f"({alike.describe()}), took {ratio:.2f}x the time data-tiled")
+                        f"({alike.describe()}), {_outcome(ratio)} data-tiled")
 
 
 def choose_vector_tails(tuning: Tuning, flops: MatmulFlops, data_tiled: bool) -> Choice:
@@ -250,7 +254,7 @@ def choose_vector_tails(tuning: Tuning, flops: MatmulFlops, data_tiled: bool) ->
     form = "masked" if ratio <= MAX_CHOSEN_RATIO else "peeled"
     tiling = "data-tiled" if data_tiled else "plain"
     return Choice(form, f"the most alike step measured on {tuning.name} ({tiling}), {nearest}, "
-                        f"took {ratio:.2f}x the time with masked tails")
+                        f"{_outcome(ratio)} with masked tails")
 
 
 def choose_fusion(tuning: Tuning, flops: MatmulFlops, data_tiled: bool) -> Choice:
@@ -259,11 +263,13 @@ def choose_fusion(tuning: Tuning, flops: MatmulFlops, data_tiled: bool) -> Choic
     it (and compiled); else "default". Measured on plain programs only: a data-tiled one keeps the default."""
     if data_tiled:
         return Choice("default", "aggressive fusion is measured on plain (not data-tiled) programs only")
+    if not flops.matmuls and not flops.convolutions:  # like no measured program; IREE fails on some (dropout's masks)
+        return Choice("default", "no matmuls or convolutions")
     found = _measured_on_most_alike(tuning, flops, AGGRESSIVE_FUSION_SET, BASELINE_SET)
     if found is None:
         return Choice("default", f"no aggressive-fusion measurements for {tuning.name} "
                                  f"(python -m bench.iree_study flags --sets {BASELINE_SET},{AGGRESSIVE_FUSION_SET})")
     nearest, ratio, _ = found
     form = "aggressive" if ratio <= MAX_CHOSEN_RATIO else "default"
-    took = "failed to compile" if math.isinf(ratio) else f"took {ratio:.2f}x the time"
-    return Choice(form, f"the most alike step measured on {tuning.name}, {nearest}, {took} with aggressive fusion")
+    return Choice(form, f"the most alike step measured on {tuning.name}, {nearest}, {_outcome(ratio)} "
+                        "with aggressive fusion")
