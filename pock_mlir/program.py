@@ -71,9 +71,9 @@ class TrainingProgram:
     timings: dict[str, float] = field(default_factory=dict)
     cache: bool = True  # look up and store IREE's output in the compile cache (pock_mlir/cache.py)
     modules: dict[tuple[str, ...], CompiledModule] = field(default_factory=dict)  # compiled, by functions (module())
-    # IREE's stream-phase IR of modules scheduled but not compiled yet (schedule()), by functions:
-    # their compilation resumes from it
-    streams: dict[tuple[str, ...], str] = field(default_factory=dict)
+    # IREE's stream-phase IR and schedule of modules scheduled but not compiled yet (schedule()), by
+    # functions: their compilation resumes from them
+    streams: dict[tuple[str, ...], tuple[str, Schedule]] = field(default_factory=dict)
 
     def ir(self, stage: str = "lowered") -> str:
         """The IR text after a stage: imported, training, autodiff, sparse or lowered."""
@@ -140,13 +140,13 @@ class TrainingProgram:
         compiled or in the compile cache, else from IREE's stream phase alone, without generating
         code (about half of a compilation; compiling the module later resumes from there)."""
         functions = tuple(functions)
+        if functions in self.streams:
+            return self.streams[functions][1]
         if functions not in self.modules:
             cached = self._from_cache(functions)
             if cached is None:
-                stream = self.streams.get(functions) or self._to_stream(self._source(functions), functions)
-                self.streams[functions] = stream
-                sizes = [int(size) for size in STREAM_WORKSPACE.findall(stream)]
-                return Schedule(self._in_place(stream, functions), max(sizes, default=None))
+                self.streams[functions] = self._to_stream(self._source(functions), functions)
+                return self.streams[functions][1]
             self.modules[functions] = cached
         return self.modules[functions].schedule
 
@@ -197,10 +197,12 @@ class TrainingProgram:
         self.timings[_phase("from the compile cache", functions)] = time.perf_counter() - start
         return CompiledModule(hit[0], functions, frozenset(hit[1]["in_place"]))
 
-    def _to_stream(self, source: str, functions: tuple[str, ...]) -> str:
-        """The first half of a compilation: IREE's stream-phase IR, which holds its schedule."""
+    def _to_stream(self, source: str, functions: tuple[str, ...]) -> tuple[str, Schedule]:
+        """The first half of a compilation: IREE's stream-phase IR, and the schedule it holds."""
         from iree.compiler import compile_str
         from iree.compiler.tools import CompilerToolError
+
+        from pock_mlir.in_place import roles_in_place
 
         try:
             start = time.perf_counter()
@@ -208,17 +210,13 @@ class TrainingProgram:
             self.timings[_phase("to the stream phase", functions)] = time.perf_counter() - start
         except CompilerToolError as e:
             raise RuntimeError(iree_failure(str(e), self.target.name, source)) from None
-        return stream
-
-    def _in_place(self, stream: str, functions: tuple[str, ...]) -> frozenset[str]:
-        from pock_mlir.in_place import roles_in_place
-
-        if "train_step_into" not in functions:
-            return frozenset()
-        start = time.perf_counter()
-        in_place = roles_in_place(stream, "train_step_into", self.signature.written_argument_pairs())
-        self.timings[_phase("in-place check of the schedule", functions)] = time.perf_counter() - start
-        return in_place
+        in_place = frozenset()
+        if "train_step_into" in functions:
+            start = time.perf_counter()
+            in_place = roles_in_place(stream, "train_step_into", self.signature.written_argument_pairs())
+            self.timings[_phase("in-place check of the schedule", functions)] = time.perf_counter() - start
+        sizes = [int(size) for size in STREAM_WORKSPACE.findall(stream)]
+        return stream, Schedule(in_place, max(sizes, default=None))
 
     def _compile(self, source: str, functions: tuple[str, ...]) -> CompiledModule:
         # Two halves of one compilation, the first perhaps done by schedule(): the stream-phase IR
@@ -226,14 +224,14 @@ class TrainingProgram:
         from iree.compiler import compile_str
         from iree.compiler.tools import CompilerToolError
 
-        stream = self.streams.pop(functions, None) or self._to_stream(source, functions)
+        stream, schedule = self.streams.pop(functions, None) or self._to_stream(source, functions)
         try:
             start = time.perf_counter()
             vmfb = compile_str(stream, extra_args=[*self.iree_flags(), "--compile-from=stream"])
             self.timings[_phase("code generation", functions)] = time.perf_counter() - start
         except CompilerToolError as e:
             raise RuntimeError(iree_failure(str(e), self.target.name, source)) from None
-        return CompiledModule(vmfb, functions, self._in_place(stream, functions))
+        return CompiledModule(vmfb, functions, schedule.in_place)
 
     def compile_report(self) -> str:
         """Where compilation time went: each import step, each pass of each stage, IREE's halves."""

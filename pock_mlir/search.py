@@ -473,7 +473,7 @@ def fit_to_budget(measurements: list[Measurement], costs: CostModel, budget: Bud
             say.say(f"scheduling the chosen scheme: {len(choices)} tensor(s), estimated {estimated / MB:.3f} MB")
             program = program_for(choices)
             attempts.append(measured.setdefault(units, program.device_bytes))
-            slack = budget.memory_bytes - program.device_bytes
+            slack = budget.memory_bytes - attempts[-1]
             if slack >= 0 and (fitted is None or sum(c.gain for c in choices) > sum(c.gain for c in fitted[0])):
                 fitted = choices, program
             if budget.memory_mb is None or 0 <= slack <= SLACK * room or len(measured) == MAX_SCHEDULES:

@@ -159,8 +159,8 @@ func.func @conv1d(%arg0: !torch.vtensor<[2,3,10],f32>, %arg1: !torch.vtensor<[4,
 // program ran at least 5% faster masked (its CNN, plain; its ViT, data-tiled), peeled where not
 // (its transformer and MLP); a program not measured masked (its unaligned MLP) leaves the choice to
 // the most alike one that was (its MLP). Aggressive fusion likewise, for plain programs only: the
-// CNN's was faster, the MLP's failed to compile (so its unaligned MLP keeps the default too); a
-// program without matmuls or convolutions, like none measured, keeps the default.
+// CNN's was faster, the MLP's failed to compile (so its unaligned MLP keeps the default too). A
+// program without matmuls or convolutions is like none measured and keeps every default.
 // TILING:            module attributes {pock.data_tiling = "plain", pock.data_tiling_reason = "convolutions carry most of the FLOPs; the most alike step measured on tuning file '{{.*}}tuning.json', cnn (convolutions carry most of the FLOPs), took 1.24x the time data-tiled"
 // TILING-SAME:       pock.fusion = "aggressive", pock.fusion_reason = "the most alike step measured on tuning file '{{.*}}tuning.json', cnn, took 0.88x the time with aggressive fusion"
 // TILING-SAME:       pock.vector_tails = "masked", pock.vector_tails_reason = "the most alike step measured on tuning file '{{.*}}tuning.json' (plain), cnn, took 0.90x the time with masked tails"
@@ -184,7 +184,7 @@ func.func @conv1d(%arg0: !torch.vtensor<[2,3,10],f32>, %arg1: !torch.vtensor<[4,
 // TILING-SAME:       pock.fusion = "default", pock.fusion_reason = "{{.*}}, mlp, failed to compile with aggressive fusion"
 // TILING-SAME:       pock.vector_tails = "peeled", pock.vector_tails_reason = "{{.*}} (plain), mlp, took 1.20x the time with masked tails"
 // TILING-LABEL:      func.func @tiny_unaligned_matmul
-// TILING:            module attributes {pock.data_tiling = "plain", pock.data_tiling_reason = "no matmuls or convolutions", pock.fusion = "default", pock.fusion_reason = "no matmuls or convolutions"
+// TILING:            module attributes {pock.data_tiling = "plain", pock.data_tiling_reason = "no matmuls or convolutions, like no program measured", pock.fusion = "default", pock.fusion_reason = "no matmuls or convolutions, like no program measured", pock.vector_tails = "target default", pock.vector_tails_reason = "no matmuls or convolutions, like no program measured"}
 // TILING-LABEL:      func.func @elementwise_only
 
 func.func @attention_sized_matmul(%arg0: !torch.vtensor<[1024,256],f32>, %arg1: !torch.vtensor<[256,1024],f32>) -> !torch.vtensor<[1024,1024],f32> {

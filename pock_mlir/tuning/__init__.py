@@ -209,7 +209,10 @@ def _measured_on_most_alike(tuning: Tuning, flops: MatmulFlops, flag_set: str, b
     """(program, its fastest step under `flag_set` over under `baseline`, its MatmulFlops): the
     most alike program the target's flag study measured under both (on a shared machine the
     fastest step is the least disturbed; infinite where `flag_set` failed to compile it); None if
-    it measured none."""
+    it measured none, or for a program without matmuls or convolutions, which is like none of
+    them (IREE 3.13 failed to compile a step of dropouts alone under aggressive fusion)."""
+    if not flops.matmuls and not flops.convolutions:
+        return None
     study = tuning.table.get("flags", {})
     measured = {model: (sets[flag_set]["step_ms_min"] / sets[baseline]["step_ms_min"] if "step_ms_min" in sets[flag_set]
                         else math.inf,  # the flag set failed to compile the program
@@ -222,6 +225,13 @@ def _measured_on_most_alike(tuning: Tuning, flops: MatmulFlops, flag_set: str, b
     return nearest, *measured[nearest]
 
 
+def _unmeasured(tuning: Tuning, flops: MatmulFlops, what: str, flag_set: str, baseline: str) -> str:
+    """Why _measured_on_most_alike found no program to choose `what` by."""
+    if not flops.matmuls and not flops.convolutions:
+        return "no matmuls or convolutions, like no program measured"
+    return f"no {what} measurements for {tuning.name} (python -m bench.iree_study flags --sets {baseline},{flag_set})"
+
+
 def _outcome(ratio: float) -> str:
     return "failed to compile" if math.isinf(ratio) else f"took {ratio:.2f}x the time"
 
@@ -229,11 +239,9 @@ def _outcome(ratio: float) -> str:
 def choose_data_tiling(tuning: Tuning, flops: MatmulFlops) -> Choice:
     """Form "data-tiled" or "plain" for a whole program: data-tiled if the most alike program of
     the target's flag study took at most MAX_CHOSEN_RATIO of its plain step's time data-tiled."""
-    if not flops.matmuls and not flops.convolutions:
-        return Choice("plain", "no matmuls or convolutions")
     found = _measured_on_most_alike(tuning, flops, DATA_TILING_SET, BASELINE_SET)
     if found is None:
-        return Choice("plain", f"no data-tiling measurements for {tuning.name} (python -m bench.iree_study flags)")
+        return Choice("plain", _unmeasured(tuning, flops, "data-tiling", DATA_TILING_SET, BASELINE_SET))
     nearest, ratio, alike = found
     form = "data-tiled" if ratio <= MAX_CHOSEN_RATIO else "plain"
     return Choice(form, f"{flops.describe()}; the most alike step measured on {tuning.name}, {nearest} "
@@ -248,8 +256,7 @@ def choose_vector_tails(tuning: Tuning, flops: MatmulFlops, data_tiled: bool) ->
     sets = (DATA_TILED_MASKED_TAILS_SET, DATA_TILING_SET) if data_tiled else (MASKED_TAILS_SET, BASELINE_SET)
     found = _measured_on_most_alike(tuning, flops, *sets)
     if found is None:
-        return Choice("target default", f"no vector-tails measurements for {tuning.name} "
-                                        f"(python -m bench.iree_study flags --sets {','.join(reversed(sets))})")
+        return Choice("target default", _unmeasured(tuning, flops, "vector-tails", *sets))
     nearest, ratio, _ = found
     form = "masked" if ratio <= MAX_CHOSEN_RATIO else "peeled"
     tiling = "data-tiled" if data_tiled else "plain"
@@ -263,12 +270,9 @@ def choose_fusion(tuning: Tuning, flops: MatmulFlops, data_tiled: bool) -> Choic
     it (and compiled); else "default". Measured on plain programs only: a data-tiled one keeps the default."""
     if data_tiled:
         return Choice("default", "aggressive fusion is measured on plain (not data-tiled) programs only")
-    if not flops.matmuls and not flops.convolutions:  # like no measured program; IREE fails on some (dropout's masks)
-        return Choice("default", "no matmuls or convolutions")
     found = _measured_on_most_alike(tuning, flops, AGGRESSIVE_FUSION_SET, BASELINE_SET)
     if found is None:
-        return Choice("default", f"no aggressive-fusion measurements for {tuning.name} "
-                                 f"(python -m bench.iree_study flags --sets {BASELINE_SET},{AGGRESSIVE_FUSION_SET})")
+        return Choice("default", _unmeasured(tuning, flops, "aggressive-fusion", AGGRESSIVE_FUSION_SET, BASELINE_SET))
     nearest, ratio, _ = found
     form = "aggressive" if ratio <= MAX_CHOSEN_RATIO else "default"
     return Choice(form, f"the most alike step measured on {tuning.name}, {nearest}, {_outcome(ratio)} "
