@@ -225,27 +225,29 @@ def _measured_on_most_alike(tuning: Tuning, flops: MatmulFlops, flag_set: str, b
     return nearest, *measured[nearest]
 
 
-def _unmeasured(tuning: Tuning, flops: MatmulFlops, what: str, flag_set: str, baseline: str) -> str:
-    """Why _measured_on_most_alike found no program to choose `what` by."""
-    if not flops.matmuls and not flops.convolutions:
-        return "no matmuls or convolutions, like no program measured"
-    return f"no {what} measurements for {tuning.name} (python -m bench.iree_study flags --sets {baseline},{flag_set})"
-
-
-def _outcome(ratio: float) -> str:
-    return "failed to compile" if math.isinf(ratio) else f"took {ratio:.2f}x the time"
+def _by_most_alike(tuning: Tuning, flops: MatmulFlops, what: str, flag_set: str, baseline: str,
+                   forms: tuple[str, str, str], saying) -> Choice:
+    """A per-program flag as the most alike measured program found it (_measured_on_most_alike):
+    forms[0] where that step took at most MAX_CHOSEN_RATIO of its `baseline` time under `flag_set`,
+    else forms[1]; forms[2] without such a program. `saying(nearest, outcome, alike)` words why."""
+    found = _measured_on_most_alike(tuning, flops, flag_set, baseline)
+    if found is None:
+        why = ("no matmuls or convolutions, like no program measured" if not flops.matmuls and not flops.convolutions
+               else f"no {what} measurements for {tuning.name} (python -m bench.iree_study flags --sets "
+                    f"{baseline},{flag_set})")
+        return Choice(forms[2], why)
+    nearest, ratio, alike = found
+    outcome = "failed to compile" if math.isinf(ratio) else f"took {ratio:.2f}x the time"
+    return Choice(forms[0] if ratio <= MAX_CHOSEN_RATIO else forms[1], saying(nearest, outcome, alike))
 
 
 def choose_data_tiling(tuning: Tuning, flops: MatmulFlops) -> Choice:
     """Form "data-tiled" or "plain" for a whole program: data-tiled if the most alike program of
     the target's flag study took at most MAX_CHOSEN_RATIO of its plain step's time data-tiled."""
-    found = _measured_on_most_alike(tuning, flops, DATA_TILING_SET, BASELINE_SET)
-    if found is None:
-        return Choice("plain", _unmeasured(tuning, flops, "data-tiling", DATA_TILING_SET, BASELINE_SET))
-    nearest, ratio, alike = found
-    form = "data-tiled" if ratio <= MAX_CHOSEN_RATIO else "plain"
-    return Choice(form, f"{flops.describe()}; the most alike step measured on {tuning.name}, {nearest} "
-                        f"({alike.describe()}), {_outcome(ratio)} data-tiled")
+    return _by_most_alike(tuning, flops, "data-tiling", DATA_TILING_SET, BASELINE_SET, ("data-tiled", "plain", "plain"),
+                          lambda nearest, outcome, alike: f"{flops.describe()}; the most alike step measured on "
+                                                          f"{tuning.name}, {nearest} ({alike.describe()}), {outcome} "
+                                                          "data-tiled")
 
 
 def choose_vector_tails(tuning: Tuning, flops: MatmulFlops, data_tiled: bool) -> Choice:
@@ -253,15 +255,12 @@ def choose_vector_tails(tuning: Tuning, flops: MatmulFlops, data_tiled: bool) ->
     vector width, for a whole CPU program: "masked" if the most alike program of the target's
     flag study, with the same data tiling, took at most MAX_CHOSEN_RATIO of its peeled step's
     time masked, else "peeled"; "target default" without such measurements (targets.vector_tails)."""
-    sets = (DATA_TILED_MASKED_TAILS_SET, DATA_TILING_SET) if data_tiled else (MASKED_TAILS_SET, BASELINE_SET)
-    found = _measured_on_most_alike(tuning, flops, *sets)
-    if found is None:
-        return Choice("target default", _unmeasured(tuning, flops, "vector-tails", *sets))
-    nearest, ratio, _ = found
-    form = "masked" if ratio <= MAX_CHOSEN_RATIO else "peeled"
     tiling = "data-tiled" if data_tiled else "plain"
-    return Choice(form, f"the most alike step measured on {tuning.name} ({tiling}), {nearest}, "
-                        f"{_outcome(ratio)} with masked tails")
+    flag_set, baseline = {"data-tiled": (DATA_TILED_MASKED_TAILS_SET, DATA_TILING_SET),
+                          "plain": (MASKED_TAILS_SET, BASELINE_SET)}[tiling]
+    return _by_most_alike(tuning, flops, "vector-tails", flag_set, baseline, ("masked", "peeled", "target default"),
+                          lambda nearest, outcome, _: f"the most alike step measured on {tuning.name} ({tiling}), "
+                                                      f"{nearest}, {outcome} with masked tails")
 
 
 def choose_fusion(tuning: Tuning, flops: MatmulFlops, data_tiled: bool) -> Choice:
@@ -270,10 +269,7 @@ def choose_fusion(tuning: Tuning, flops: MatmulFlops, data_tiled: bool) -> Choic
     it (and compiled); else "default". Measured on plain programs only: a data-tiled one keeps the default."""
     if data_tiled:
         return Choice("default", "aggressive fusion is measured on plain (not data-tiled) programs only")
-    found = _measured_on_most_alike(tuning, flops, AGGRESSIVE_FUSION_SET, BASELINE_SET)
-    if found is None:
-        return Choice("default", _unmeasured(tuning, flops, "aggressive-fusion", AGGRESSIVE_FUSION_SET, BASELINE_SET))
-    nearest, ratio, _ = found
-    form = "aggressive" if ratio <= MAX_CHOSEN_RATIO else "default"
-    return Choice(form, f"the most alike step measured on {tuning.name}, {nearest}, {_outcome(ratio)} "
-                        "with aggressive fusion")
+    return _by_most_alike(tuning, flops, "aggressive-fusion", AGGRESSIVE_FUSION_SET, BASELINE_SET,
+                          ("aggressive", "default", "default"),
+                          lambda nearest, outcome, _: f"the most alike step measured on {tuning.name}, {nearest}, "
+                                                      f"{outcome} with aggressive fusion")
