@@ -38,7 +38,7 @@ class BenchModel:
     tokens_per_step: int | None = None  # for language models: report tokens/s
     compile_target_s: float | None = None  # the full-BP compile time this model should stay within
     jax_port: bool = False  # a LlamaLike, which bench/jax_child.py ports to JAX: JAX trains it too
-    searched: Callable[[], tuple[dict, str]] | None = None  # the "searched" scheme and its label (language_searched)
+    searched: Callable[[], tuple[dict, str]] | None = None  # the "searched" scheme and its label (quality_searched)
 
 
 def _examples(module: str):
@@ -89,13 +89,13 @@ def _resnet():
     return _examples("cnn").ResNetLike(num_classes=10)
 
 
-BERT_SEQ, BERT_BATCH, BERT_VOCAB = 128, 8, 8000
+BERT_SEQ, BERT_BATCH, BERT_VOCAB, BERT_LAYERS = 128, 8, 8000, 4
 LLAMA_SEQ, LLAMA_BATCH, LLAMA_VOCAB, LLAMA_LAYERS = 256, 4, 8000, 6
 
 
 def _bert():
     t = _examples("transformer")
-    return t.BertLike(t.BertConfig(vocab=BERT_VOCAB, max_len=BERT_SEQ, dim=256, heads=4, layers=4, hidden=1024,
+    return t.BertLike(t.BertConfig(vocab=BERT_VOCAB, max_len=BERT_SEQ, dim=256, heads=4, layers=BERT_LAYERS, hidden=1024,
                                    classes=2))
 
 
@@ -106,33 +106,50 @@ def _llama():
 
 
 QUALITY_RESULTS = Path(__file__).resolve().parent.parent / "examples" / "quality" / "results"
-SEARCHED_AT = "sparse preset (last 2 blocks)"  # the language task's hand-written scheme whose memory it was searched at
+SEARCHED_AT = "sparse preset (last 2 blocks)"  # the quality tasks' hand-written scheme whose memory it was searched at
 
 
-def language_searched(layers: int) -> tuple[dict, str]:
-    """The scheme pock.search_sparse found on the language quality task at its sparse preset's
-    memory (examples/quality/language.py --search presets), for a LlamaLike of `layers` blocks, and
-    its label: what it trains and its test loss there against PyTorch full BP's (#21). The task's
-    model has fewer blocks: its block i is block i + (layers - its blocks) here, counted from the
-    last as the transformer presets count, and the blocks below stay frozen."""
-    from examples.quality.cli import searched_schemes
-    from examples.quality.language import REFERENCE
+@dataclass(frozen=True)
+class QualitySearch:
+    """Where a bench model's "searched" scheme comes from: the scheme pock.search_sparse found on a
+    quality task (examples/quality/TASK.py --search presets) at the memory of its SEARCHED_AT
+    scheme, where its quality against PyTorch full BP is measured (#21)."""
+
+    task: str  # examples/quality/TASK.py, which writes results/TASK.json
+    metric: str  # the task's test metric: "test_loss" or "test_accuracy"
+    prefix: str = ""  # the task's pock-mlir rows are named PREFIX + scheme
+
+
+LANGUAGE_SEARCH = QualitySearch("language", "test_loss", prefix="pock ")
+TEXT_SEARCH = QualitySearch("text", "test_accuracy")
+
+
+def quality_searched(search: QualitySearch, layers: int) -> tuple[dict, str]:
+    """The scheme of `search` for a model of `layers` blocks, and its label: what it trains and its
+    test metric against PyTorch full BP's on the task. The task's model may have fewer blocks: its
+    block i is block i + (layers - its blocks) here, counted from the last as the transformer
+    presets count, and the blocks below stay frozen."""
+    from examples.quality.cli import REFERENCE, searched_schemes
 
     try:
-        task = json.loads((QUALITY_RESULTS / "language.json").read_text())
+        task = json.loads((QUALITY_RESULTS / f"{search.task}.json").read_text())
         rows = task["results"]
-        (searched,) = searched_schemes(QUALITY_RESULTS, "language", {rows[f"pock {SEARCHED_AT}"]["device_mb"]: SEARCHED_AT})
+        at_memory = {rows[search.prefix + SEARCHED_AT]["device_mb"]: SEARCHED_AT}
+        (searched,) = searched_schemes(QUALITY_RESULTS, search.task, at_memory)
         entries = yaml.safe_load(Path(searched.file).read_text())
-        loss = rows[f"pock {searched.name}"]["test_loss"] / rows[REFERENCE]["test_loss"] - 1
+        value, reference = rows[search.prefix + searched.name][search.metric], rows[REFERENCE][search.metric]
     except (OSError, KeyError, ValueError) as e:
-        raise RuntimeError(f"the searched scheme is the language task's (missing: {e}); run "
-                           "python examples/quality/language.py --search presets") from None
+        raise RuntimeError(f"the searched scheme is the {search.task} task's (missing: {e}); run "
+                           f"python examples/quality/{search.task}.py --search presets") from None
     shift = layers - task["config"]["layers"]
     scheme = {re.sub(r"^blocks\.(\d+)\.", lambda m: f"blocks.{int(m.group(1)) + shift}.", name): policy
               for name, policy in entries.items()}
     trained = sum(policy != "frozen" for name, policy in entries.items() if name != "default")
-    return scheme, (f"the language task's search at its sparse preset's memory, blocks moved up {shift}: "
-                    f"{trained} tensors; test loss {loss:+.1%} vs PyTorch full BP there")
+    quality = (f"test loss {value / reference - 1:+.1%}" if search.metric == "test_loss"
+               else f"test accuracy {100 * (value - reference):+.1f} points")
+    moved = f", blocks moved up {shift}" if shift else ""
+    return scheme, (f"the {search.task} task's search at its sparse preset's memory{moved}: {trained} tensors; "
+                    f"{quality} vs PyTorch full BP there")
 
 
 def _token_loss(logits, target):
@@ -227,16 +244,17 @@ MODELS = {m.name: m for m in (
                {"preset": "mobilenet-last-4", "features.[0-9]": "frozen", "features.1[0-3]": "frozen"}),
     BenchModel("resnet18", "ResNet-18-like, 64 px, batch 8", _seeded(_resnet), _images(8, 64, 10), "cross_entropy",
                MOMENTUM_SGD, {"preset": "last-4"}),
-    BenchModel("bert", f"BERT-like, 4 layers, d=256, seq {BERT_SEQ}, batch {BERT_BATCH}", _seeded(_bert),
+    BenchModel("bert", f"BERT-like, {BERT_LAYERS} layers, d=256, seq {BERT_SEQ}, batch {BERT_BATCH}", _seeded(_bert),
                _tokens(BERT_BATCH, BERT_SEQ, BERT_VOCAB, "class"), "cross_entropy", ADAMW,
                {"preset": "transformer-last-2", "tokens": "frozen", "positions": "frozen", "norm": "frozen",
                 "blocks.0": "frozen", "blocks.1": "frozen"},
-               lora={"blocks.*.attention": LORA, "classifier": "full"}, lora_all={"blocks": LORA, "classifier": "full"}),
+               lora={"blocks.*.attention": LORA, "classifier": "full"}, lora_all={"blocks": LORA, "classifier": "full"},
+               searched=functools.partial(quality_searched, TEXT_SEARCH, BERT_LAYERS)),
     BenchModel("llama", f"LLaMA-like, {LLAMA_LAYERS} layers, d=384, seq {LLAMA_SEQ}, batch {LLAMA_BATCH}", _seeded(_llama),
                _tokens(LLAMA_BATCH, LLAMA_SEQ, LLAMA_VOCAB, "tokens"), _token_loss, ADAMW,
                {"preset": "transformer-last-2", "tokens": "frozen", "blocks.[0-3]": "frozen"},
                lora={"blocks.*.attention": LORA}, lora_all={"blocks": LORA}, tokens_per_step=LLAMA_BATCH * LLAMA_SEQ,
-               jax_port=True, searched=functools.partial(language_searched, LLAMA_LAYERS)),
+               jax_port=True, searched=functools.partial(quality_searched, LANGUAGE_SEARCH, LLAMA_LAYERS)),
     # Library models as users have them (random init): compile time is what these rows are for.
     BenchModel("tv-mobilenetv2", "torchvision MobileNetV2, 96 px, batch 8", _seeded(_torchvision_mobilenet),
                _images(8, 96, 10), "cross_entropy", MOMENTUM_SGD,

@@ -115,7 +115,7 @@ def pretrained_weights(out: Path, steps: int) -> Path:
     source = encode(source_corpus())
     print(f"1. pretraining in PyTorch on {len(source):,} characters of stdlib source ({steps} steps of {BATCH}x{SEQ})")
     torch.set_num_threads(2)
-    llama = pretrain(model(), source, CONFIG, steps, BATCH, seed=0)
+    llama = pretrain(model(), lambda rng: windows(source, CONFIG.max_len, BATCH, rng), LOSS, steps, seed=0)
     torch.save(llama.state_dict(), path)
     return path
 

@@ -273,42 +273,43 @@ def test_the_int8_base_runs_on_the_transformers_under_their_sparse_and_lora_sche
                                                                 "quantize": {"frozen": "int8"}}
 
 
-def test_the_searched_row_trains_the_language_search_moved_to_the_bench_decoder():
-    """The LLaMA-like decoder's "searched" scheme trains the tensors the language quality task's
-    search chose at its sparse preset's memory (the scheme file its README row names), each block
-    moved up by the blocks the bench model has more; no other model has one."""
-    import re
-
-    from bench.models import QUALITY_RESULTS, SCHEMES, scheme_spec
+@pytest.mark.parametrize("name, task, rows, moved_up", [("llama", "language", "pock ", 2), ("bert", "text", "", 0)])
+def test_the_searched_row_trains_the_quality_search_moved_to_the_bench_model(name, task, rows, moved_up):
+    """A bench model's "searched" scheme trains the tensors its quality task's search chose at the
+    memory of the task's sparse preset (the scheme file its README row names), each block moved up by
+    the blocks the bench model has more; no other model has one."""
+    from bench.models import QUALITY_RESULTS, SCHEMES, SEARCHED_AT, runs_scheme, scheme_spec
     from pock_mlir.sparse import resolve_sparse
 
-    row = next(line for line in (QUALITY_RESULTS / "language.md").read_text().splitlines()
-               if "| pock searched (" in line and "sparse preset (last 2 blocks)'s memory" in line)
+    row = next(line for line in (QUALITY_RESULTS / f"{task}.md").read_text().splitlines()
+               if line.startswith(f"| {rows}searched (") and f"{SEARCHED_AT}'s memory" in line)
     budget = re.search(r"searched \(([0-9.]+) MB", row).group(1)
-    chosen = re.findall(r'^"(\S+)": full', (QUALITY_RESULTS / f"language_search_{budget}MB.yaml").read_text(), re.M)
-    model = MODELS["llama"].build()
-    moved_up = len(model.blocks) - json.loads((QUALITY_RESULTS / "language.json").read_text())["config"]["layers"]
+    chosen = re.findall(r'^"(\S+)": (?!frozen)', (QUALITY_RESULTS / f"{task}_search_{budget}MB.yaml").read_text(), re.M)
+    model = MODELS[name].build()
+    assert len(model.blocks) - json.loads((QUALITY_RESULTS / f"{task}.json").read_text())["config"]["layers"] == moved_up
 
-    def moved(name):
-        parts = name.split(".")
-        return ".".join([parts[0], str(int(parts[1]) + moved_up), *parts[2:]]) if parts[0] == "blocks" else name
+    def moved(parameter):
+        parts = parameter.split(".")
+        return ".".join([parts[0], str(int(parts[1]) + moved_up), *parts[2:]]) if parts[0] == "blocks" else parameter
 
-    scheme, label = scheme_spec(MODELS["llama"], "searched")
+    scheme, label = scheme_spec(MODELS[name], "searched")
     trained = {n for n, p in resolve_sparse(scheme, model, {n: tuple(p.shape) for n, p in model.named_parameters()})
                .policies.items() if p.kind != "frozen"}
-    assert moved_up == 2 and trained == {moved(name) for name in chosen}
-    assert f"{len(chosen)} tensors" in label and "test loss" in label
-    assert [name for name in MODELS if scheme_spec(MODELS[name], "searched")] == ["llama"] and "searched" in SCHEMES
+    assert chosen and trained == {moved(parameter) for parameter in chosen}
+    assert f"{len(chosen)} tensors" in label and "test " in label
+    assert [m for m in MODELS if runs_scheme(MODELS[m], "searched")] == ["bert", "llama"] and "searched" in SCHEMES
 
 
-def test_without_the_language_results_the_searched_row_alone_fails_and_says_why(tmp_path, monkeypatch):
+def test_without_the_quality_results_the_searched_row_alone_fails_and_says_why(tmp_path, monkeypatch):
     import bench.models
     from bench.models import runs_scheme, scheme_spec
 
     monkeypatch.setattr(bench.models, "QUALITY_RESULTS", tmp_path)
-    assert runs_scheme(MODELS["llama"], "searched") and not runs_scheme(MODELS["bert"], "searched")
+    assert runs_scheme(MODELS["llama"], "searched") and not runs_scheme(MODELS["mlp"], "searched")
     with pytest.raises(RuntimeError, match=r"run python examples/quality/language.py --search presets"):
         scheme_spec(MODELS["llama"], "searched")
+    with pytest.raises(RuntimeError, match=r"run python examples/quality/text.py --search presets"):
+        scheme_spec(MODELS["bert"], "searched")
 
 
 def test_the_pytorch_lora_row_trains_in_its_own_process():

@@ -10,7 +10,7 @@ import pytest
 from test_examples import REPO, run
 
 
-@pytest.mark.parametrize("task, schemes", [("vision", 3), ("language", 3)])
+@pytest.mark.parametrize("task, schemes", [("vision", 3), ("language", 3), ("text", 3)])
 def test_quality_script_quick(task, schemes, tmp_path):
     done = run([sys.executable, REPO / "examples" / "quality" / f"{task}.py", "--quick", "--out", tmp_path], tmp_path)
     assert done.returncode == 0, done.stderr[-3000:]

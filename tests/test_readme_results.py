@@ -13,7 +13,7 @@ def test_readme_quotes_every_results_file_and_none_is_stale():
     text = (ROOT / "README.md").read_text()
     quoted = [m.group("path") for m in readme_results.BLOCK.finditer(text)]
     assert quoted == ["examples/quality/results/vision.md", "examples/quality/results/language.md",
-                      "examples/quality/results/vision_seeds.md",
+                      "examples/quality/results/text.md", "examples/quality/results/vision_seeds.md",
                       "examples/quality/results/federated.md", "bench/results.md"]
     assert readme_results.stale_blocks(text) == [], "run `python tools/readme_results.py`"
 

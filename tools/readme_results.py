@@ -6,7 +6,7 @@
 A block is the text between `<!-- results: PATH -->` and `<!-- results:end -->`; it holds the
 Markdown file PATH (relative to the repository) with its headings demoted two levels, so that
 they sit under the README section that quotes them. bench/ writes bench/results.md,
-examples/quality/ writes examples/quality/results/{vision,vision_seeds,language,federated}.md.
+examples/quality/ writes examples/quality/results/{vision,vision_seeds,language,text,federated}.md.
 """
 
 from __future__ import annotations

@@ -1,8 +1,9 @@
 """Character-level text for the LLaMA-like examples, from this machine's Python installation.
 
 Two corpora, so that nothing is downloaded: standard-library source code (to pretrain on) and
-the standard library's documentation prose as pydoc renders it (to fine-tune on). Characters
-are ASCII codes (vocabulary 128). Also: random next-token windows, a PyTorch pretraining loop
+the standard library's documentation prose as pydoc renders it (to fine-tune on), whole or per
+file and module (the text classification task's classes). Characters
+are ASCII codes (vocabulary 128). Also: random next-token windows, a PyTorch pretraining loop for any batches and loss
 and greedy decoding through a forward compiled for one fixed batch shape.
 """
 
@@ -16,7 +17,6 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from .transformer import token_cross_entropy
 
 VOCAB = 128  # ASCII; anything else maps to '?'
 SOURCE_MODULES = ["collections/__init__.py", "json/decoder.py", "json/encoder.py", "argparse.py", "textwrap.py",
@@ -33,13 +33,23 @@ def decode(ids) -> str:
     return "".join(chr(int(i)) if 32 <= int(i) < 127 or int(i) == 10 else "?" for i in ids)
 
 
-def source_corpus() -> str:
+def source_files(names=SOURCE_MODULES) -> list[str]:
+    """The text of each standard-library source file in `names` (paths under the library's root)."""
     root = Path(os.__file__).parent
-    return "\n".join((root / name).read_text(encoding="utf-8", errors="replace") for name in SOURCE_MODULES)
+    return [(root / name).read_text(encoding="utf-8", errors="replace") for name in names]
+
+
+def documentation(names=DOC_MODULES) -> list[str]:
+    """Each module's documentation as pydoc renders it in plain text."""
+    return [pydoc.render_doc(__import__(name), renderer=pydoc.plaintext) for name in names]
+
+
+def source_corpus() -> str:
+    return "\n".join(source_files())
 
 
 def documentation_corpus() -> str:
-    return "\n".join(pydoc.render_doc(__import__(name), renderer=pydoc.plaintext) for name in DOC_MODULES)
+    return "\n".join(documentation())
 
 
 def windows(tokens: np.ndarray, seq: int, batch: int, rng: np.random.RandomState):
@@ -50,17 +60,18 @@ def windows(tokens: np.ndarray, seq: int, batch: int, rng: np.random.RandomState
     return x, y
 
 
-def pretrain(model, tokens, cfg, steps, batch, seed):
-    """`steps` PyTorch AdamW updates on random windows of `tokens`, printing the loss, the time
-    taken and an estimate of the time left every tenth of the way."""
+def pretrain(model, batches, loss_fn, steps, seed, lr=3e-3):
+    """`steps` PyTorch AdamW updates (weight decay 0.01) of `model` under `loss_fn`, on the
+    (input, target) batch `batches(rng)` draws each step, printing the loss, the time taken and an
+    estimate of the time left every tenth of the way."""
     torch.manual_seed(seed)
-    opt = torch.optim.AdamW(model.parameters(), lr=3e-3, weight_decay=0.01)
+    opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.01)
     rng = np.random.RandomState(seed)
     start = time.perf_counter()
     for step in range(1, steps + 1):
-        x, y = windows(tokens, cfg.max_len, batch, rng)
+        x, y = batches(rng)
         opt.zero_grad()
-        loss = token_cross_entropy(model(torch.from_numpy(x)), torch.from_numpy(y))
+        loss = loss_fn(model(torch.from_numpy(x)), torch.from_numpy(y))
         loss.backward()
         opt.step()
         if step % max(1, steps // 10) == 0 or step == steps:

@@ -9,6 +9,7 @@ from pathlib import Path
 
 RESULTS = Path(__file__).parent / "results"  # what the README quotes (tools/readme_results.py)
 QUICK_OUT = "quality_quick"
+REFERENCE = "pytorch full (reference)"  # the row every task compares its schemes with
 
 
 def add_output_options(parser: argparse.ArgumentParser) -> None:
@@ -16,6 +17,20 @@ def add_output_options(parser: argparse.ArgumentParser) -> None:
                         help=f"a much shorter run of a few of the schemes, for a smoke test (written to {QUICK_OUT}/ unless --out says otherwise)")
     parser.add_argument("--out", help=f"where to write the results (default {RESULTS.relative_to(RESULTS.parents[2])}, "
                                       "which the README quotes)")
+
+
+def parse(parser: argparse.ArgumentParser, argv) -> tuple[argparse.Namespace, list[float] | str, Path]:
+    """Add the options every quality script takes (--quick, --out, --seed, --search) to `parser`
+    and parse `argv`: the arguments, the search budgets (search_budgets) and the output directory,
+    created (output_directory)."""
+    add_output_options(parser)
+    parser.add_argument("--seed", type=int, default=0)
+    add_search_option(parser)
+    args = parser.parse_args(argv)
+    budgets = search_budgets(parser, args)
+    out = output_directory(parser, args)
+    out.mkdir(parents=True, exist_ok=True)
+    return args, budgets, out
 
 
 def output_directory(parser: argparse.ArgumentParser, args) -> Path:

@@ -37,8 +37,7 @@ from pock_mlir.files import atomic_write  # noqa: E402
 from examples.models.char_text import (VOCAB, documentation_corpus, encode, greedy_completion, pretrain,  # noqa: E402
                                        source_corpus, windows)
 from examples.models.transformer import LlamaConfig, LlamaLike, token_cross_entropy  # noqa: E402
-from examples.quality.cli import (PRESETS, QUICK_SEARCH, Searched, add_output_options,  # noqa: E402
-                                  add_search_option, in_table_order, output_directory, search_budgets,
+from examples.quality.cli import (PRESETS, QUICK_SEARCH, REFERENCE, Searched, in_table_order, parse,  # noqa: E402
                                   searched_schemes, searches, write_searched)
 from examples.quality.plots import save_against_memory, save_loss_curves  # noqa: E402
 
@@ -54,7 +53,6 @@ def torch_loss(model, x, y) -> float:
 
 LEARNING_RATES = (1e-3, 3e-3, 1e-2)  # AdamW; each scheme keeps its best on the validation split
 SEARCH_LR = 3e-3  # the candidates' fine-tuning in the search (AdamW)
-REFERENCE = "pytorch full (reference)"
 
 LORA = "lora:r=8,alpha=16"
 INT8 = {"quantize": {"frozen": "int8"}}  # frozen linear weights stored as int8 (pock_mlir/quantize.py)
@@ -159,14 +157,7 @@ def markdown_report(results: dict, samples: dict) -> str:
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    add_output_options(parser)
-    parser.add_argument("--seed", type=int, default=0)
-    add_search_option(parser)
-    args = parser.parse_args(argv)
-    budgets = search_budgets(parser, args)
-    out = output_directory(parser, args)
-    out.mkdir(parents=True, exist_ok=True)
+    args, budgets, out = parse(argparse.ArgumentParser(description=__doc__.splitlines()[0]), argv)
 
     cfg = LlamaConfig(vocab=VOCAB, max_len=64, dim=96, heads=4, kv_heads=2, layers=4, hidden=256)
     batch = 8
@@ -176,7 +167,8 @@ def main(argv=None):
     train_end, val_end = int(0.8 * len(docs)), int(0.9 * len(docs))
     torch.manual_seed(args.seed)
     print(f"pretraining on {len(source)} characters of stdlib source", flush=True)
-    base = pretrain(LlamaLike(cfg), source, cfg, pretrain_steps, batch, args.seed)
+    base = pretrain(LlamaLike(cfg), lambda rng: windows(source, cfg.max_len, batch, rng), token_cross_entropy,
+                    pretrain_steps, args.seed)
     train_batches = fixed_batches(docs[:train_end], cfg.max_len, batch, finetune_steps, args.seed + 1)
     held_out = {"val_loss": fixed_batches(docs[train_end:val_end], cfg.max_len, batch, held_out_count, args.seed + 2),
                 "test_loss": fixed_batches(docs[val_end:], cfg.max_len, batch, held_out_count, args.seed + 3)}

@@ -43,8 +43,7 @@ sys.path.insert(0, str(ROOT))
 from bench.memory import reset_peak, rss_kb  # noqa: E402
 from pock_mlir.files import atomic_write  # noqa: E402
 from examples.models.cnn import MobileNetV2Like, Stage  # noqa: E402
-from examples.quality.cli import (PRESETS, QUICK_SEARCH, Searched, add_output_options,  # noqa: E402
-                                  add_search_option, in_table_order, output_directory, search_budgets,
+from examples.quality.cli import (PRESETS, QUICK_SEARCH, REFERENCE, Searched, in_table_order, parse,  # noqa: E402
                                   searched_schemes, write_searched)
 from examples.quality.plots import save_against_memory, save_loss_curves  # noqa: E402
 
@@ -54,7 +53,6 @@ STAGES = (Stage(1, 16, 1, 1), Stage(4, 24, 2, 2), Stage(4, 32, 2, 2), Stage(4, 6
 # --quick, a smoke test of the path: one block per stage, fewer distinct layers to compile
 QUICK_STAGES = (Stage(1, 16, 1, 1), Stage(4, 24, 1, 2), Stage(4, 32, 1, 2), Stage(4, 64, 1, 2))
 LEARNING_RATES = (0.003, 0.01, 0.03, 0.1)  # SGD with momentum 0.9; each scheme keeps its best
-REFERENCE = "pytorch full (reference)"
 SEARCH_LR = 0.03  # the candidates' fine-tuning in the search (SGD with momentum 0.9)
 
 SCHEMES = {
@@ -238,17 +236,11 @@ def sweep(names, learning_rates, args, results: dict, sweeps: dict, files: dict)
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    add_output_options(parser)
-    parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--scheme", help=argparse.SUPPRESS)  # internal: one run in this process
     parser.add_argument("--lr", type=float, help=argparse.SUPPRESS)
     parser.add_argument("--scheme-file", help=argparse.SUPPRESS)  # internal: a searched scheme's
-    add_search_option(parser)
-    args = parser.parse_args(argv)
-    budgets = search_budgets(parser, args)
-    args.out = str(output_directory(parser, args))
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
+    args, budgets, out = parse(parser, argv)
+    args.out = str(out)
     pretrain_epochs, finetune_epochs = (2, 1) if args.quick else (12, 10)
     learning_rates = LEARNING_RATES[1:2] if args.quick else LEARNING_RATES
     checkpoint = out / "vision_pretrained.pt"
