@@ -62,6 +62,22 @@ def test_search_budgets_and_the_searched_rows_order():
     assert searched_against("searched (4.00 MB)") is None and searched_against("preset") is None
 
 
+def test_text_task_deals_each_topic_out_in_pieces_and_labels_windows_by_their_text():
+    """examples/quality/text.py: training, validation and test text share no character of a topic
+    and take 14, 3 and 3 of every 20 pieces; a window's label is the text it was cut from."""
+    from examples.quality import text
+
+    tokens = np.arange(45 * text.CHUNK + 100)  # 46 pieces, the last one short
+    train, val, test = text.deal(tokens)
+    assert sorted(np.concatenate([train, val, test]).tolist()) == tokens.tolist()
+    pieces = [{int(i) // text.CHUNK for i in share} for share in (train, val, test)]
+    assert pieces == [{i for i in range(46) if i % 20 < 14}, {i for i in range(46) if 14 <= i % 20 < 17},
+                      {i for i in range(46) if i % 20 >= 17}]
+    texts = [np.full(1000, label) for label in range(4)]
+    x, y = text.labelled_windows(texts, 10, np.random.RandomState(0))
+    assert x.shape == (10, text.SEQ) and (x == y[:, None]).all() and np.bincount(y).tolist() == [3, 3, 2, 2]
+
+
 def test_seeds_table_pairs_each_searched_row_with_its_scheme(tmp_path):
     """examples/quality/seeds.py: rows line up across seeds although the budgets differ; the mean
     difference and its standard error are numpy's."""

@@ -80,16 +80,18 @@ def labelled_windows(texts: list[np.ndarray], count: int, rng: np.random.RandomS
     return np.stack([texts[label][s:s + SEQ] for label, s in zip(labels, starts)]), labels.astype(np.int64)
 
 
+def deal(tokens: np.ndarray) -> list[np.ndarray]:
+    """Training, validation and test text of one topic: its CHUNK-character pieces dealt out 14/3/3
+    in turn, so that the three sample every part of the documentation alike."""
+    pieces = [tokens[i:i + CHUNK] for i in range(0, len(tokens), CHUNK)]
+    return [np.concatenate([piece for i, piece in enumerate(pieces) if lo <= i % 20 < hi])
+            for lo, hi in ((0, 14), (14, 17), (17, 20))]
+
+
 def splits(seed: int, finetune_steps: int, held_out: int) -> dict:
     """The fine-tuning batches and the validation and test windows, each from its own share of
-    every topic's documentation: CHUNK-character pieces dealt out 14/3/3 in turn, so that the three
-    sample every part of a module's documentation alike."""
-    parts = []
-    for text in documentation(TOPICS):
-        tokens = encode(text)
-        chunks = [tokens[i:i + CHUNK] for i in range(0, len(tokens), CHUNK)]
-        parts.append([np.concatenate([c for i, c in enumerate(chunks) if lo <= i % 20 < hi])
-                      for lo, hi in ((0, 14), (14, 17), (17, 20))])
+    every topic's documentation (deal)."""
+    parts = [deal(encode(text)) for text in documentation(TOPICS)]
     rng = np.random.RandomState(seed + 1)
     return {"train": [labelled_windows([p[0] for p in parts], BATCH, rng) for _ in range(finetune_steps)],
             "val": labelled_windows([p[1] for p in parts], held_out, np.random.RandomState(seed + 2)),
