@@ -1,8 +1,8 @@
 """IREE's data tiling, vector tails and fusion, chosen per program by pock-backend-switch as the
 flag study measured them on the most alike program of the tuning table: a step whose matmuls are
 like a program that ran faster data-tiled is data-tiled, one like a program that ran faster with
-masked vector tails (under the same data tiling) is masked, a plain one like a program that ran
-faster with aggressive fusion is fused so, and each trains as torch.optim does; one like a program
+masked vector tails (under the same data tiling) is masked, one like a program that ran faster
+with aggressive fusion (under the same data tiling) is fused so, and each trains as torch.optim does; one like a program
 that did not (or failed to compile) keeps the plain, peeled or default code. The tables here are written by the tests;
 the host's come one per CPU (pock_mlir.tuning.table_path). The rules' cases are in
 lit_tests/passes/pock-backend-switch.mlir."""
@@ -20,8 +20,8 @@ import pock_mlir.tuning as tuning
 from oracle import assert_gradients_close, assert_trajectory_close, torch_gradients
 from pock_mlir.stages import STAGE_PIPELINES
 from pock_mlir.targets import AGGRESSIVE_FUSION, DATA_TILING, MASKED_VECTOR_TAILS, PEELED_VECTOR_TAILS
-from pock_mlir.tuning import (AGGRESSIVE_FUSION_SET, BASELINE_SET, DATA_TILED_MASKED_TAILS_SET, DATA_TILING_SET,
-                              MASKED_TAILS_SET, MatmulFlops)
+from pock_mlir.tuning import (AGGRESSIVE_FUSION_SET, BASELINE_SET, DATA_TILED_AGGRESSIVE_FUSION_SET,
+                              DATA_TILED_MASKED_TAILS_SET, DATA_TILING_SET, MASKED_TAILS_SET, MatmulFlops)
 
 STEPS = 5
 OPTIMIZER = pock.AdamW(lr=1e-3, weight_decay=0.01)
@@ -33,7 +33,7 @@ MEASURED = {
                     MatmulFlops(convolutions=0, matmuls=56_000_000_000, largest_matmul=537_000_000, untiled_matmuls=0)),
     "mlp": ({DATA_TILING_SET: 11.1, MASKED_TAILS_SET: 8.5, AGGRESSIVE_FUSION_SET: 9.0},
             MatmulFlops(convolutions=0, matmuls=200_000_000, largest_matmul=34_000_000, untiled_matmuls=0)),
-    "vit": ({DATA_TILING_SET: 8.7, DATA_TILED_MASKED_TAILS_SET: 7.8},
+    "vit": ({DATA_TILING_SET: 8.7, DATA_TILED_MASKED_TAILS_SET: 7.8, DATA_TILED_AGGRESSIVE_FUSION_SET: 8.0},
             MatmulFlops(convolutions=0, matmuls=1_000_000_000, largest_matmul=30_000_000, untiled_matmuls=900_000_000)),
 }
 
@@ -132,7 +132,9 @@ def test_a_step_of_untiled_rows_is_data_tiled_and_matches_autograd(pipelines, ta
     assert ", vit (" in reason, reason
     form, reason = program.vector_tails
     assert form == "masked" and reason.endswith("(data-tiled), vit, took 0.90x the time with masked tails"), reason
-    assert program.fusion == ("default", "aggressive fusion is measured on plain (not data-tiled) programs only")
+    form, reason = program.fusion
+    assert form == "aggressive" and reason.endswith("(data-tiled), vit, took 0.92x the time with aggressive fusion")
+    assert AGGRESSIVE_FUSION in program.iree_flags()
     # plain, it would take the vit's measurement, where aggressive fusion failed to compile
     choice = tuning.choose_fusion(tuning.Tuning.from_file(str(table)), MEASURED["vit"][1], data_tiled=False)
     assert choice.form == "default" and choice.reason.endswith(", vit, failed to compile with aggressive fusion")
@@ -174,8 +176,7 @@ def test_a_malformed_tuning_file_is_one_clear_error(tmp_path, text):
 def test_each_shipped_host_table_decides_every_program_it_measured(path):
     """Each measured program has what the data-tiling choice reads (a table without it would choose
     plain everywhere, 'no data-tiling measurements'), and is its own most alike program; so for the
-    vector tails, under its data tiling, where the table measured them masked, and for aggressive
-    fusion where it is plain and the table measured it."""
+    vector tails and for aggressive fusion, under its data tiling, where the table measured them."""
     table = tuning.Tuning.from_file(str(path))
     study = table.table["flags"]
     assert study["step_ms"] and set(study["programs"]) == set(study["step_ms"])
@@ -192,9 +193,11 @@ def test_each_shipped_host_table_decides_every_program_it_measured(path):
             choice = tuning.choose_vector_tails(table, flops, data_tiled=tiled)
             assert f", {model}, took {ratio:.2f}x" in choice.reason, choice.reason
             assert choice.form == ("masked" if ratio <= tuning.MAX_CHOSEN_RATIO else "peeled")
-        if AGGRESSIVE_FUSION_SET in sets and not tiled:
-            fused = sets[AGGRESSIVE_FUSION_SET].get("step_ms_min", math.inf) / sets[BASELINE_SET]["step_ms_min"]
-            choice = tuning.choose_fusion(table, flops, data_tiled=False)
+        fusion, unfused = (DATA_TILED_AGGRESSIVE_FUSION_SET, DATA_TILING_SET) if tiled else (AGGRESSIVE_FUSION_SET,
+                                                                                             BASELINE_SET)
+        if fusion in sets:
+            fused = sets[fusion].get("step_ms_min", math.inf) / sets[unfused]["step_ms_min"]
+            choice = tuning.choose_fusion(table, flops, data_tiled=tiled)
             assert f", {model}, " in choice.reason, choice.reason
             assert choice.form == ("aggressive" if fused <= tuning.MAX_CHOSEN_RATIO else "default")
     assert table.table["convs"]["cases"]

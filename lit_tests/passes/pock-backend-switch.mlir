@@ -158,11 +158,12 @@ func.func @conv1d(%arg0: !torch.vtensor<[2,3,10],f32>, %arg1: !torch.vtensor<[4,
 // the same program's masked-tails measurement under the data tiling chosen: masked where that
 // program ran at least 5% faster masked (its CNN, plain; its ViT, data-tiled), peeled where not
 // (its transformer and MLP); a program not measured masked (its unaligned MLP) leaves the choice to
-// the most alike one that was (its MLP). Aggressive fusion likewise, for plain programs only: the
-// CNN's was faster, the MLP's failed to compile (so its unaligned MLP keeps the default too). A
-// program without matmuls or convolutions is like none measured and keeps every default.
+// the most alike one that was (its MLP). Aggressive fusion likewise, under the data tiling chosen:
+// the CNN's was faster plain and the ViT's data-tiled; the MLP's failed to compile plain (so its
+// unaligned MLP keeps the default too) and the transformer's data-tiled. A program without matmuls
+// or convolutions is like none measured and keeps every default.
 // TILING:            module attributes {pock.data_tiling = "plain", pock.data_tiling_reason = "convolutions carry most of the FLOPs; the most alike step measured on tuning file '{{.*}}tuning.json', cnn (convolutions carry most of the FLOPs), took 1.24x the time data-tiled"
-// TILING-SAME:       pock.fusion = "aggressive", pock.fusion_reason = "the most alike step measured on tuning file '{{.*}}tuning.json', cnn, took 0.88x the time with aggressive fusion"
+// TILING-SAME:       pock.fusion = "aggressive", pock.fusion_reason = "the most alike step measured on tuning file '{{.*}}tuning.json' (plain), cnn, took 0.88x the time with aggressive fusion"
 // TILING-SAME:       pock.vector_tails = "masked", pock.vector_tails_reason = "the most alike step measured on tuning file '{{.*}}tuning.json' (plain), cnn, took 0.90x the time with masked tails"
 // TILING-UNMEASURED: module attributes {pock.data_tiling = "plain", pock.data_tiling_reason = "no data-tiling measurements for target 'no-such-target'
 // TILING-UNMEASURED-SAME: pock.fusion = "default", pock.fusion_reason = "no aggressive-fusion measurements for target 'no-such-target'
@@ -170,14 +171,15 @@ func.func @conv1d(%arg0: !torch.vtensor<[2,3,10],f32>, %arg1: !torch.vtensor<[4,
 // BAD-TUNING:        cannot read tuning table '{{.*}}no-such-table.json'
 // TILING-LABEL:      func.func @main
 // TILING:            module attributes {pock.data_tiling = "data-tiled", pock.data_tiling_reason = "matmuls carry most of the FLOPs, largest matmul 537 MFLOP, 0% of matmul FLOPs with a dimension not a multiple of 8; {{.*}}, transformer ({{.*}}), took 0.73x
-// TILING-SAME:       pock.fusion = "default", pock.fusion_reason = "aggressive fusion is measured on plain (not data-tiled) programs only"
+// TILING-SAME:       pock.fusion = "default", pock.fusion_reason = "{{.*}} (data-tiled), transformer, failed to compile with aggressive fusion"
 // TILING-SAME:       pock.vector_tails = "peeled", pock.vector_tails_reason = "{{.*}} (data-tiled), transformer, took 1.00x the time with masked tails"
 // TILING-LABEL:      func.func @attention_sized_matmul
 // TILING:            module attributes {pock.data_tiling = "plain", pock.data_tiling_reason = "matmuls carry most of the FLOPs, largest matmul 17 MFLOP, 0% {{.*}}, mlp ({{.*}}), took 1.11x
-// TILING-SAME:       pock.fusion = "default", pock.fusion_reason = "{{.*}}, mlp, failed to compile with aggressive fusion"
+// TILING-SAME:       pock.fusion = "default", pock.fusion_reason = "{{.*}} (plain), mlp, failed to compile with aggressive fusion"
 // TILING-SAME:       pock.vector_tails = "peeled", pock.vector_tails_reason = "{{.*}} (plain), mlp, took 1.20x the time with masked tails"
 // TILING-LABEL:      func.func @small_matmul
 // TILING:            module attributes {pock.data_tiling = "data-tiled", pock.data_tiling_reason = "matmuls carry most of the FLOPs, largest matmul 19 MFLOP, 100% {{.*}}, vit ({{.*}}), took 0.87x
+// TILING-SAME:       pock.fusion = "aggressive", pock.fusion_reason = "{{.*}} (data-tiled), vit, took 0.94x the time with aggressive fusion"
 // TILING-SAME:       pock.vector_tails = "masked", pock.vector_tails_reason = "{{.*}} (data-tiled), vit, took 0.92x the time with masked tails"
 // TILING-LABEL:      func.func @vit_sized
 // TILING:            module attributes {pock.data_tiling = "plain", pock.data_tiling_reason = "matmuls carry most of the FLOPs, largest matmul 0 MFLOP, 100% {{.*}}, unaligned-mlp ({{.*}}), took 0.97x

@@ -165,6 +165,7 @@ DATA_TILING_SET = "im2col+global-data-tiling"
 MASKED_TAILS_SET = "im2col+masked-tails"
 DATA_TILED_MASKED_TAILS_SET = "im2col+global-data-tiling+masked-tails"
 AGGRESSIVE_FUSION_SET = "im2col+aggressive-fusion"
+DATA_TILED_AGGRESSIVE_FUSION_SET = "im2col+global-data-tiling+aggressive-fusion"
 # A flag is chosen only where the nearest measured step was at least this much faster with it:
 # whole steps vary by a few percent between rounds.
 MAX_CHOSEN_RATIO = 0.95
@@ -250,26 +251,33 @@ def choose_data_tiling(tuning: Tuning, flops: MatmulFlops) -> Choice:
                                                           "data-tiled")
 
 
+def _by_most_alike_under(tuning: Tuning, flops: MatmulFlops, data_tiled: bool, what: str,
+                         sets: dict[str, tuple[str, str]], forms: tuple[str, str, str], effect: str) -> Choice:
+    """_by_most_alike under the program's data tiling: `sets` gives the (flag set, baseline) for
+    "plain" and "data-tiled" programs; `effect` words the flag ("with masked tails")."""
+    tiling = "data-tiled" if data_tiled else "plain"
+    flag_set, baseline = sets[tiling]
+    return _by_most_alike(tuning, flops, what, flag_set, baseline, forms,
+                          lambda nearest, outcome, _: f"the most alike step measured on {tuning.name} ({tiling}), "
+                                                      f"{nearest}, {outcome} {effect}")
+
+
 def choose_vector_tails(tuning: Tuning, flops: MatmulFlops, data_tiled: bool) -> Choice:
     """How IREE vectorizes the remainder of a loop whose trip count is not a multiple of the
     vector width, for a whole CPU program: "masked" if the most alike program of the target's
     flag study, with the same data tiling, took at most MAX_CHOSEN_RATIO of its peeled step's
     time masked, else "peeled"; "target default" without such measurements (targets.vector_tails)."""
-    tiling = "data-tiled" if data_tiled else "plain"
-    flag_set, baseline = {"data-tiled": (DATA_TILED_MASKED_TAILS_SET, DATA_TILING_SET),
-                          "plain": (MASKED_TAILS_SET, BASELINE_SET)}[tiling]
-    return _by_most_alike(tuning, flops, "vector-tails", flag_set, baseline, ("masked", "peeled", "target default"),
-                          lambda nearest, outcome, _: f"the most alike step measured on {tuning.name} ({tiling}), "
-                                                      f"{nearest}, {outcome} with masked tails")
+    return _by_most_alike_under(tuning, flops, data_tiled, "vector-tails",
+                                {"plain": (MASKED_TAILS_SET, BASELINE_SET),
+                                 "data-tiled": (DATA_TILED_MASKED_TAILS_SET, DATA_TILING_SET)},
+                                ("masked", "peeled", "target default"), "with masked tails")
 
 
 def choose_fusion(tuning: Tuning, flops: MatmulFlops, data_tiled: bool) -> Choice:
     """"aggressive" if IREE should form dispatches with its aggressive fusion: the most alike
-    program of the target's flag study took at most MAX_CHOSEN_RATIO of its plain step's time with
-    it (and compiled); else "default". Measured on plain programs only: a data-tiled one keeps the default."""
-    if data_tiled:
-        return Choice("default", "aggressive fusion is measured on plain (not data-tiled) programs only")
-    return _by_most_alike(tuning, flops, "aggressive-fusion", AGGRESSIVE_FUSION_SET, BASELINE_SET,
-                          ("aggressive", "default", "default"),
-                          lambda nearest, outcome, _: f"the most alike step measured on {tuning.name}, {nearest}, "
-                                                      f"{outcome} with aggressive fusion")
+    program of the target's flag study, with the same data tiling, took at most MAX_CHOSEN_RATIO of
+    its step's time without it (and compiled); else "default"."""
+    return _by_most_alike_under(tuning, flops, data_tiled, "aggressive-fusion",
+                                {"plain": (AGGRESSIVE_FUSION_SET, BASELINE_SET),
+                                 "data-tiled": (DATA_TILED_AGGRESSIVE_FUSION_SET, DATA_TILING_SET)},
+                                ("aggressive", "default", "default"), "with aggressive fusion")
