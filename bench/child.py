@@ -16,7 +16,6 @@ import dataclasses
 import gc
 import io
 import json
-import math
 import pickle
 import sys
 import time
@@ -123,10 +122,9 @@ def compile_pock(spec) -> dict:
     if spec.get("bundle"):  # for pock-mlir-deployed (bench/deployed_child.py)
         write_bundle(program, spec["bundle"], example_inputs=inputs, example_target=target, loss=model_def.loss,
                      model=module)
-    signature = program.signature  # trained values: a channel-sparse tensor counts its trained rows
     return {"scheme_used": label, "compile_s": compile_s, "compile_breakdown_s": dict(program.timings),
             "iree_flags": program.iree_flags(), "vector_tails": tails or program.vector_tails[0],
-            "trainable_params": sum(math.prod(signature.trainable_shape(n)) for n in signature.trainable)}
+            "trainable_params": program.signature.trained_values}
 
 
 def run_pock(spec) -> dict:

@@ -121,6 +121,11 @@ class StepSignature:
         return spec.shape
 
     @property
+    def trained_values(self) -> int:
+        """The parameter elements a step updates (a channel-sparse tensor counts its trained rows)."""
+        return sum(math.prod(self.trainable_shape(name)) for name in self.trainable)
+
+    @property
     def seeded(self) -> bool:
         """Whether the functions take a dropout seed after the model's inputs."""
         return bool(self.inputs) and self.inputs[-1].name == SEED_INPUT

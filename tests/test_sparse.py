@@ -127,6 +127,8 @@ def test_trainable_parameters_and_gradient_shapes(compiled):
     shapes = dict((n, tuple(p.shape)) for n, p in model.named_parameters())
     for name, k in rows.items():
         assert program.signature.trainable_shape(name) == (k,) + shapes[name][1:]
+    # the trained values count the rows kept, not the whole tensors
+    assert program.signature.trained_values == sum(int(torch.zeros(shapes[n])[:k].numel()) for n, k in rows.items())
 
 
 def test_kept_gradients_match_autograd(compiled):

@@ -33,6 +33,13 @@ def parse(parser: argparse.ArgumentParser, argv) -> tuple[argparse.Namespace, li
     return args, budgets, out
 
 
+def samples(batches) -> tuple:
+    """Batches of (inputs, target) as one array of samples each (what pock.search_sparse takes)."""
+    import numpy as np
+
+    return np.concatenate([x for x, _ in batches]), np.concatenate([y for _, y in batches])
+
+
 def output_directory(parser: argparse.ArgumentParser, args) -> Path:
     """--out, defaulted; a quick run never overwrites the results the README quotes."""
     out = Path(args.out or (QUICK_OUT if args.quick else RESULTS))

@@ -38,7 +38,7 @@ from examples.models.char_text import (VOCAB, documentation_corpus, encode, gree
                                        source_corpus, windows)
 from examples.models.transformer import LlamaConfig, LlamaLike, token_cross_entropy  # noqa: E402
 from examples.quality.cli import (PRESETS, QUICK_SEARCH, REFERENCE, Searched, in_table_order, parse,  # noqa: E402
-                                  searched_schemes, searches, write_searched)
+                                  samples, searched_schemes, searches, write_searched)
 from examples.quality.plots import save_against_memory, save_loss_curves  # noqa: E402
 
 def fixed_batches(tokens, seq, batch, count, seed):
@@ -74,11 +74,6 @@ SEARCH_AGAINST = ("sparse preset (last 2 blocks)", "last block only", "norms onl
                   "LoRA r=8, all linears", "sparse preset, int8 base")  # --search presets; over int8 where they are
 
 
-def samples(batches) -> tuple[np.ndarray, np.ndarray]:
-    """Batches of (inputs, target) as one array of samples each."""
-    return np.concatenate([x for x, _ in batches]), np.concatenate([y for _, y in batches])
-
-
 def search(base, train_batches, val_batches, searched: list[Searched], seed: int, quick: bool) -> None:
     """Write the scheme pock.search_sparse finds under each budget (see the module docstring):
     one search over the float32 base, one over the int8 base."""
@@ -110,10 +105,9 @@ def pock_finetune(base, scheme, train_batches, held_out, lr):
         losses.append(trainer.step(x, y))
         step_times.append(time.perf_counter() - t)
     model.load_state_dict({k: torch.from_numpy(v) for k, v in trainer.merged_state_dict().items()}, strict=False)
-    signature = program.signature
     return {"lr": lr, "train_loss": losses, **held_out_losses(model, held_out),
             "tokens_per_s": x0.size / float(np.median(step_times[2:])), "compile_s": compile_s,
-            "trainable": sum(int(np.prod(signature.trainable_shape(n))) for n in signature.trainable),
+            "trainable": program.signature.trained_values,
             "device_mb": trainer.device_bytes / 2**20, "trainer": trainer}
 
 

@@ -43,7 +43,7 @@ from pock_mlir.files import atomic_write  # noqa: E402
 from examples.models.char_text import SOURCE_MODULES, VOCAB, documentation, encode, pretrain, source_files  # noqa: E402
 from examples.models.transformer import BertConfig, BertLike  # noqa: E402
 from examples.quality.cli import (PRESETS, QUICK_SEARCH, REFERENCE, Searched, in_table_order, parse,  # noqa: E402
-                                  searched_schemes, write_searched)
+                                  samples, searched_schemes, write_searched)
 from examples.quality.plots import save_against_memory, save_loss_curves  # noqa: E402
 
 TOPICS = ("pathlib", "datetime", "random", "threading")  # the fine-tuning classes: whose documentation
@@ -154,18 +154,16 @@ def pock_finetune(base, scheme, data, lr) -> dict:
         t = time.perf_counter()
         losses.append(trainer.step(x, y))
         step_times.append(time.perf_counter() - t)
-    signature = program.signature
     return {"lr": lr, "train_loss": losses, "val_accuracy": accuracy(trainer.evaluate, data["val"]),
             "test_accuracy": accuracy(trainer.evaluate, data["test"]), "step_ms": 1000 * float(np.median(step_times[2:])),
             "compile_s": compile_s,
-            "trainable": sum(int(np.prod(signature.trainable_shape(n))) for n in signature.trainable),
+            "trainable": program.signature.trained_values,
             "device_mb": trainer.device_bytes / 2**20}
 
 
 def search(base, data, searched: list[Searched], seed: int, quick: bool) -> None:
     """Write the scheme pock.search_sparse finds under each budget (see the module docstring)."""
-    train = tuple(np.concatenate(arrays) for arrays in zip(*data["train"]))
-    results = pock.search_sparse(copy.deepcopy(base), train, data["val"], loss="cross_entropy",
+    results = pock.search_sparse(copy.deepcopy(base), samples(data["train"]), data["val"], loss="cross_entropy",
                                  optimizer=pock.AdamW(lr=SEARCH_LR, weight_decay=0.0),
                                  budget=[pock.Budget(memory_mb=s.mb) for s in searched], batch_size=BATCH, seed=seed,
                                  progress=True, **(QUICK_SEARCH if quick else {}))
