@@ -8,6 +8,7 @@ decoders (a port of the model in bench/jax_child.py, also without torch) and poc
     python -m bench --quick               # the MLP, few steps: a smoke test of the harness
     python -m bench --models mlp,bert --schemes sparse --systems eager,pock-mlir
     python -m bench --update --models kws       # re-measure a model a busy moment disturbed, keep the rest
+    python -m bench --recount-flops             # count the stored rows' FLOPs again (bench/flops.py); times nothing
 """
 
 from __future__ import annotations
@@ -241,6 +242,9 @@ def parse_args(argv):
     parser.add_argument("--update", action="store_true",
                         help="re-measure every system of the --models (and --schemes) given and replace their rows in "
                              "the results.json in --out, keeping the other rows; its settings must be the same")
+    parser.add_argument("--recount-flops", action="store_true",
+                        help="only count again the FLOPs of PyTorch's step of each model (or of the --models) and "
+                             "scheme in the results.json in --out, and rewrite its GFLOP/s and reports; times nothing")
     parser.add_argument("--out", default=str(ROOT / "bench"), help="directory for results.json/.md/.png")
     args = parser.parse_args(argv)
 
@@ -261,6 +265,12 @@ def parse_args(argv):
     args.iree_flags = args.iree_flags.split() if args.iree_flags else []
     args.profile = not args.quick if args.profile is None else args.profile
     args.previous = previous_results(parser, args) if args.update else None
+    if args.recount_flops:
+        try:
+            args.previous = json.loads((Path(args.out) / "results.json").read_text())
+            args.previous["rows"]
+        except (OSError, ValueError, KeyError, TypeError) as e:
+            parser.error(f"--recount-flops needs the results.json of an earlier run in {args.out} ({e}); run the bench")
     return args
 
 
@@ -302,6 +312,23 @@ def updated(previous: dict, rows: list[dict], update: dict) -> dict:
             "updates": [*previous.get("updates", []), update]}
 
 
+def recounted(previous: dict, models, timeout: float) -> dict:
+    """`previous` results with the FLOPs of PyTorch's step counted again (bench/flops.py) for every
+    (model, scheme) of `models` that has them, and the GFLOP/s that follow from them; the FLOPs
+    depend on the model and scheme only, so no time is measured again."""
+    rows = [dict(r) for r in previous["rows"]]  # add_ratios writes to them
+    for row in rows:
+        if row["model"] in models and "flops" in row:
+            counted = run_child({"task": "count-flops", "model": row["model"], "scheme": row["scheme"]}, timeout)
+            if counted["status"] != "ok":
+                raise SystemExit(f"counting the FLOPs of {row['model']} {row['scheme']} failed: {counted['status']}")
+            print(f"{row['model']:12s} {row['scheme']:9s} {row['flops'] / 1e9:8.2f} -> {counted['flops'] / 1e9:8.2f} GFLOP",
+                  flush=True)
+            row["flops"] = counted["flops"]
+    now = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+    return {**previous, "rows": add_ratios(rows, MODELS, previous["machine"].get("peak_gflops")), "flops_counted": now}
+
+
 def main(argv=None) -> int:
     args = parse_args(argv)
     out = Path(args.out)
@@ -309,6 +336,14 @@ def main(argv=None) -> int:
         results = json.loads((out / "results.json").read_text())
         write_markdown(results, out / "results.md")
         write_plot(results, out / "results.png")
+        return 0
+    if args.recount_flops:
+        models = args.models if args.models_given else MODELS
+        results = recounted(args.previous, models, args.timeout)
+        atomic_write(out / "results.json", json.dumps(results, indent=2) + "\n")
+        write_markdown(results, out / "results.md")
+        write_plot(results, out / "results.png")
+        print(f"wrote {out / 'results.json'}, results.md and results.png")
         return 0
     out.mkdir(parents=True, exist_ok=True)
     started = time.time()

@@ -26,6 +26,7 @@ import numpy as np
 import torch
 
 import pock_mlir as pock
+from bench.flops import step_flops
 from bench.memory import rss_kb
 from bench.models import MODELS, PEFT_SCHEMES, library, ort_optimizer, scheme_spec, trainable_names
 from bench.protocol import first_line, memory_facts, print_result, timed_rounds
@@ -56,7 +57,9 @@ def with_peft_adapters(scheme: dict, module):
     return peft.get_peft_model(module, config)
 
 
-def run_torch(spec, compiled: bool) -> dict:
+def torch_step(spec, compiled: bool):
+    """PyTorch's training step of the spec's model and scheme: (forward_backward, step, optimizer,
+    the scheme's label, the trained parameters)."""
     model_def, module, inputs, target, scheme, label = _setup(spec)
     if spec["scheme"] in PEFT_SCHEMES:
         module = with_peft_adapters(scheme, module)
@@ -81,6 +84,11 @@ def run_torch(spec, compiled: bool) -> dict:
         optimizer.step()
         return loss.item()
 
+    return forward_backward, step, optimizer, label, params
+
+
+def run_torch(spec, compiled: bool) -> dict:
+    forward_backward, step, optimizer, label, params = torch_step(spec, compiled)
     result = {"scheme_used": label, "trainable_params": sum(p.numel() for p in params)}
     warmup = spec["warmup"]
     if compiled:
@@ -90,14 +98,15 @@ def run_torch(spec, compiled: bool) -> dict:
         warmup -= 1
     result.update(timed_rounds(step, {**spec, "warmup": max(warmup, 0)}))
     if spec.get("count_flops"):
-        from torch.utils.flop_counter import FlopCounterMode
-
         optimizer.zero_grad(set_to_none=True)
-        counter = FlopCounterMode(display=False)
-        with counter:
-            forward_backward()
-        result["flops"] = counter.get_total_flops()
+        result["flops"] = step_flops(forward_backward)
     return result
+
+
+def count_flops(spec) -> dict:
+    """The FLOPs of PyTorch's step of the spec's model and scheme, untimed (python -m bench --recount-flops)."""
+    forward_backward, *_ = torch_step(spec, compiled=False)
+    return {"flops": step_flops(forward_backward)}
 
 
 def compile_pock(spec) -> dict:
@@ -261,6 +270,7 @@ RUNNERS = {
     "ort-export": export_ort,  # its training runs in bench/ort_child.py, without torch
     "jax-export": export_jax,  # its training runs in bench/jax_child.py, without torch
     "sgemm": measure_sgemm,
+    "count-flops": count_flops,
 }
 
 

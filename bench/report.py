@@ -34,7 +34,7 @@ def _find(rows, model, scheme, system):
 def add_ratios(rows: list[dict], models: dict, peak_gflops: float | None) -> list[dict]:
     """Speed-ups against PyTorch eager full BP and against the same system's full BP, memory
     against eager full BP, achieved GFLOP/s (the FLOPs PyTorch's autograd step performs, from
-    torch's FlopCounterMode, over the step time) and tokens/s."""
+    bench/flops.py, over the step time) and tokens/s."""
     for row in rows:
         if row["status"] != "ok":
             continue
@@ -204,6 +204,11 @@ def _updates_note(results: dict) -> str:
                    f"{u['load_before'][0]:.2f} before, {u['load_after'][0]:.2f} after)." for u in results.get("updates", []))
 
 
+def _recount_note(results: dict) -> str:
+    """When `python -m bench --recount-flops` counted the FLOPs again, if it did."""
+    return f"; counted again at {results['flops_counted']}" if "flops_counted" in results else ""
+
+
 def write_markdown(results: dict, path: Path) -> None:
     m, s = results["machine"], results["settings"]
     load = f"{m['load_before'][0]:.2f} before, {m['load_after'][0]:.2f} after (1-minute load average)"
@@ -225,8 +230,8 @@ def write_markdown(results: dict, path: Path) -> None:
         f"{_in_place_note(results['rows'])} "
         "Trained values: the parameter elements the scheme updates (pock-mlir counts a channel-sparse tensor's "
         "trained rows; PyTorch and ONNX Runtime update such a tensor whole). Loss: the last step's. GFLOP/s: the "
-        "FLOPs of PyTorch's autograd step (FlopCounterMode) over the step "
-        f"time; measured sgemm peak {_fmt(m.get('peak_gflops'), '{:.0f}')} GFLOP/s "
+        "FLOPs of PyTorch's autograd step (FlopCounterMode, a grouped convolution's backward counted per group: "
+        f"bench/flops.py{_recount_note(results)}) over the step time; measured sgemm peak {_fmt(m.get('peak_gflops'), '{:.0f}')} GFLOP/s "
         f"(torch {_fmt(m.get('sgemm_gflops', {}).get('torch'), '{:.0f}')}, "
         f"numpy {_fmt(m.get('sgemm_gflops', {}).get('numpy'), '{:.0f}')}).",
         f"pock-mlir IREE flags: `{' '.join(s['pock_iree_flags'])}`{_chosen_per_program(results['rows'])}.",

@@ -148,6 +148,60 @@ def test_update_refuses_what_would_mix_runs_before_measuring(results, tmp_path, 
         assert message in capsys.readouterr().err.splitlines()[-1], argv
 
 
+@pytest.mark.parametrize("grouped, transposed, input_grad", [
+    (dict(in_channels=8, out_channels=8, kernel_size=3, stride=2, padding=1, groups=8), False, False),  # depthwise
+    (dict(in_channels=4, out_channels=6, kernel_size=3, groups=2), False, True),
+    (dict(in_channels=4, out_channels=6, kernel_size=3, stride=2, groups=2), True, True)])
+def test_a_grouped_convolution_step_counts_the_flops_of_its_groups(grouped, transposed, input_grad):
+    import torch
+    from torch.utils.flop_counter import FlopCounterMode
+
+    from bench.flops import step_flops
+
+    kind = torch.nn.ConvTranspose2d if transposed else torch.nn.Conv2d
+    groups = grouped["groups"]
+    conv = kind(**grouped)
+    # the oracle: the same work as one ungrouped convolution per group, which torch counts right
+    apart = [kind(**{**grouped, "in_channels": grouped["in_channels"] // groups,
+                     "out_channels": grouped["out_channels"] // groups, "groups": 1}) for _ in range(groups)]
+    x = torch.randn(2, grouped["in_channels"], 12, 12, requires_grad=input_grad)
+
+    def run_grouped():
+        conv(x).square().sum().backward()
+
+    def run_apart():
+        torch.cat([c(part) for c, part in zip(apart, x.chunk(groups, dim=1))], dim=1).square().sum().backward()
+
+    with FlopCounterMode(display=False) as oracle:
+        run_apart()
+    assert step_flops(run_grouped) == oracle.get_total_flops()
+    with FlopCounterMode(display=False) as stock:
+        run_grouped()
+    assert stock.get_total_flops() > oracle.get_total_flops()  # what bench/flops.py corrects
+
+
+def test_recount_flops_counts_again_and_rederives_the_rates(results, tmp_path, capsys):
+    from bench.__main__ import parse_args
+
+    _, measured = results
+    out = tmp_path / "recount"
+    out.mkdir()
+    wrong = [{**r, "flops": 1} if "flops" in r else r for r in measured["rows"]]
+    (out / "results.json").write_text(json.dumps({**measured, "rows": wrong}))
+    done = subprocess.run([sys.executable, "-m", "bench", "--recount-flops", "--out", str(out)],
+                          cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stdout + done.stderr
+    again = json.loads((out / "results.json").read_text())
+    for before, after in zip(measured["rows"], again["rows"]):
+        assert (after["step_ms"], after.get("flops")) == (before["step_ms"], before.get("flops"))
+        if "gflops" in before:
+            assert after["gflops"] == pytest.approx(before["gflops"])
+    assert f"counted again at {again['flops_counted']}" in (out / "results.md").read_text()
+    with pytest.raises(SystemExit):
+        parse_args(["--recount-flops", "--out", str(tmp_path)])
+    assert "--recount-flops needs the results.json of an earlier run" in capsys.readouterr().err.splitlines()[-1]
+
+
 def test_targets_say_what_rate_each_speedup_takes():
     from bench.report import check_targets
 
