@@ -38,6 +38,21 @@ def step_arguments(program, inputs, target) -> list[np.ndarray]:
             else np.zeros(slot.spec.shape, np.float32) for slot in arguments]
 
 
+def dispatch_kind(function_name: str) -> str:
+    """What IREE names a dispatch after, its root op (`elementwise`, `matvec_like`, `mmt4d`,
+    `slow_memcpy`, ...): the words of its name between the dispatch number and the first shape,
+    e.g. `train_step$async_dispatch_939_matvec_like_96x8x2304_f32` -> `matvec_like`."""
+    words = function_name.rpartition("$")[2].split("_")
+    if words[:2] == ["async", "dispatch"]:
+        words = words[3:]  # async_dispatch_<number>_
+    kind = []
+    for word in words:
+        if not word or word[0].isdigit():
+            break
+        kind.append(word)
+    return "_".join(kind) or "unnamed"
+
+
 def profile_step(program, inputs, target, iterations: int = 20, top: int = 10) -> dict:
     with tempfile.TemporaryDirectory(prefix="pock-profile-") as tmp:
         tmp = Path(tmp)
@@ -61,10 +76,17 @@ def profile_step(program, inputs, target, iterations: int = 20, top: int = 10) -
     total = sum(r["total_duration_ns"] for r in functions)
     functions.sort(key=lambda r: r["total_duration_ns"], reverse=True)
     per_step = lambda ns: ns / iterations / 1e6  # noqa: E731
+    kinds = {}
+    for r in functions:
+        kind = dispatch_kind(r["function_name"])
+        ns, count = kinds.get(kind, (0, 0))
+        kinds[kind] = (ns + r["total_duration_ns"], count + 1)
     return {
         "dispatch_ms_per_step": per_step(total),
         "dispatches": len(functions),
         "dispatch_runs_per_step": sum(r["sample_count"] for r in functions) / iterations,
+        "by_kind": [{"kind": kind, "ms_per_step": per_step(ns), "dispatches": count, "share": ns / total if total else 0.0}
+                    for kind, (ns, count) in sorted(kinds.items(), key=lambda item: item[1][0], reverse=True)],
         "top": [{"name": r["function_name"].split("$", 1)[1], "ms_per_step": per_step(r["total_duration_ns"]),
                  "min_ms": r["minimum_duration_ns"] / 1e6, "share": r["total_duration_ns"] / total if total else 0.0}
                 for r in functions[:top]],

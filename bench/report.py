@@ -271,7 +271,8 @@ def write_markdown(results: dict, path: Path) -> None:
 
 
 def profile_section(rows: list[dict], top: int = 6) -> list[str]:
-    """The slowest dispatches of each profiled pock-mlir step (IREE HAL host-execution profiling)."""
+    """Each profiled pock-mlir step's dispatch time by kind of dispatch and its slowest dispatches
+    (IREE HAL host-execution profiling)."""
     profiled = [r for r in rows if r.get("profile")]
     if not profiled:
         return []
@@ -279,13 +280,17 @@ def profile_section(rows: list[dict], top: int = 6) -> list[str]:
              "Per-dispatch wall time of the step as the Trainer runs it (train_step_into) from IREE's HAL profiling (iree-benchmark-module "
              "--device_profiling_mode=host-execution, aggregated by iree-profile statistics); ms per step. Dispatches "
              "run on both cores at once, so their sum can exceed the step time. A dispatch can run several times a "
-             "step (IREE shares one executable among identical ones), hence \"N runs of K dispatches\".", ""]
+             "step (IREE shares one executable among identical ones), hence \"N runs of K dispatches\"."
+             + (" By kind: the share of that time of each kind of dispatch, as IREE names it after its root op (a "
+                "step of many small dispatches spreads its time, and its slowest dispatches say little)."
+                if any(r["profile"].get("by_kind") for r in profiled) else ""), ""]
     for r in profiled:
         p = r["profile"]
+        kinds = "; ".join(f"{k['kind']} {100 * k['share']:.0f}%" for k in p.get("by_kind", [])[:top])
         slowest = "; ".join(f"`{d['name']}` {d['ms_per_step']:.2f} ({100 * d['share']:.0f}%)" for d in p["top"][:top])
         lines.append(f"- **{r['model']} / {r['scheme']}**: {p['dispatch_ms_per_step']:.2f} ms in "
                      f"{p['dispatch_runs_per_step']:.0f} runs of {p['dispatches']} dispatches "
-                     f"(step {r['step_ms']:.2f} ms): {slowest}")
+                     f"(step {r['step_ms']:.2f} ms){f'; by kind: {kinds}' if kinds else ''}: {slowest}")
     return lines
 
 

@@ -82,8 +82,26 @@ def test_profile_lists_the_step_dispatches(results):
         # Not necessarily first: in three steps beside the other test worker, one stalled run of a
         # small dispatch can lead the list.
         assert any(re.search(r"matmul|mmt4d", d["name"]) for d in profile["top"]), profile["top"]
+        kinds = profile["by_kind"]  # every dispatch in one kind, the kinds from the slowest
+        assert sum(k["dispatches"] for k in kinds) == profile["dispatches"]
+        assert sum(k["ms_per_step"] for k in kinds) == pytest.approx(profile["dispatch_ms_per_step"])
+        assert [k["share"] for k in kinds] == sorted((k["share"] for k in kinds), reverse=True)
+        assert {k["kind"] for k in kinds} & {"matmul", "matmul_like", "mmt4d"}, kinds
     text = (out / "results.md").read_text()
     assert "## Where pock-mlir's time goes" in text and "**mlp / full**" in text and " runs of " in text
+    assert "; by kind: " in text
+
+
+@pytest.mark.parametrize("name, kind", [
+    ("train_step_into$async_dispatch_939_matvec_like_96x8x2304_f32", "matvec_like"),
+    ("train_step_into$async_dispatch_25_slow_memcpy", "slow_memcpy"),
+    ("evaluate$async_dispatch_22_softmax_4x3x65x65xf32_dispatch_tensor_store", "softmax"),
+    ("train_step_into$async_dispatch_15_batch_mmt4d_32x4x8x128x16x16x1_f32", "batch_mmt4d"),
+    ("train_step_into$async_dispatch_80_unpack_elementwise_4x256x1024_f32", "unpack_elementwise")])
+def test_a_dispatch_kind_is_its_name_before_the_first_shape(name, kind):
+    from bench.profile import dispatch_kind
+
+    assert dispatch_kind(name) == kind
 
 
 def test_plot_is_a_png(results):
