@@ -35,11 +35,12 @@ from pock_mlir.tuning import host_cpu
 ROOT = Path(__file__).resolve().parent.parent
 SYSTEMS = ("eager", "torch.compile", "ort-training", "jax", "pock-mlir", "pock-mlir-deployed",
            "pock-mlir-deployed-ort-optimizer", "pock-mlir-no-reorder", "pock-mlir-no-param-order", "pock-mlir-no-retain",
-           "pock-mlir-other-tails")
+           "pock-mlir-other-tails", "pock-mlir-no-factor-reductions")
 QUICK_SYSTEMS = ("eager", "pock-mlir", "pock-mlir-no-reorder", "pock-mlir-no-param-order", "pock-mlir-no-retain",
                  "pock-mlir-other-tails")
 # The pass each pipeline ablation leaves out of the lowered stage.
-ABLATED_PASSES = {"pock-mlir-no-reorder": "pock-reorder-updates", "pock-mlir-no-param-order": "pock-order-param-reads"}
+ABLATED_PASSES = {"pock-mlir-no-reorder": "pock-reorder-updates", "pock-mlir-no-param-order": "pock-order-param-reads",
+                  "pock-mlir-no-factor-reductions": "pock-factor-reductions"}
 # pock-reorder-updates' effect is shown on these full-BP steps only: each ablation is one more
 # IREE compile (minutes for the CNNs), and the pass measured no effect under IREE so far.
 REORDER_ABLATION = (("mlp", "full"), ("mlp", "sparse"), ("bert", "full"))
@@ -56,8 +57,11 @@ PARAM_ORDER_ABLATION = (("mlp", "full"), ("mobilenetv2", "full"), ("resnet18", "
 # MobileNetV2's 24-, 12- and 6-pixel maps) and the MLP.
 OTHER_TAILS = "pock-mlir-other-tails"
 OTHER_TAILS_ABLATION = (("mlp", "full"), ("tiny-vit", "full"), ("kws", "full"), ("mobilenetv2", "full"))
+# pock-factor-reductions halves a batch norm's backward sums: the full steps of the CNNs with batch norms.
+FACTOR_REDUCTIONS_ABLATION = (("mobilenetv2", "full"), ("resnet18", "full"), ("tv-mobilenetv2", "full"), ("kws", "full"))
 ABLATIONS = {"pock-mlir-no-reorder": REORDER_ABLATION, "pock-mlir-no-param-order": PARAM_ORDER_ABLATION,
-             "pock-mlir-no-retain": RETAIN_ABLATION, OTHER_TAILS: OTHER_TAILS_ABLATION}
+             "pock-mlir-no-retain": RETAIN_ABLATION, OTHER_TAILS: OTHER_TAILS_ABLATION,
+             "pock-mlir-no-factor-reductions": FACTOR_REDUCTIONS_ABLATION}
 ORT_SCHEMES = ("full", "sparse")  # ONNX Runtime trains or freezes whole parameters: no LoRA adapters
 JAX_SCHEMES = ("full", "sparse")  # the JAX port differentiates the trained parameters only: no LoRA adapters
 DEPLOYED_SCHEMES = ("full", "sparse")  # pock-mlir's bundle in a torch-free process, beside ONNX Runtime's

@@ -20,6 +20,7 @@ SYSTEM_TITLES = {
     "pock-mlir-no-param-order": "pock-mlir, no order-param-reads (parameters in two sets)",
     "pock-mlir-no-retain": "pock-mlir, freed memory not retained",
     "pock-mlir-other-tails": "pock-mlir, the other vector tails (masked where peeled was chosen, and the reverse)",
+    "pock-mlir-no-factor-reductions": "pock-mlir, no factor-reductions (each batch norm's backward sums four times)",
 }
 CNNS_AND_TRANSFORMERS = ("mobilenetv2", "resnet18", "bert", "llama")
 SPARSE_VS_EAGER_4X = ("mobilenetv2", "bert")

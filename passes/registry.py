@@ -4,6 +4,7 @@ from .pock_apply_sparse_config import ApplySparseConfigPass
 from .pock_autodiff import AutodiffPass
 from .pock_backend_switch import BackendSwitchPass
 from .pock_dce import DeadCodeEliminationPass
+from .pock_factor_reductions import FactorReductionsPass
 from .pock_lower_optimizers import LowerOptimizersPass
 from .pock_order_param_reads import OrderParamReadsPass
 from .pock_reorder_updates import ReorderUpdatesPass
@@ -18,6 +19,7 @@ PASSES = {
         AutodiffPass,
         BackendSwitchPass,
         DeadCodeEliminationPass,
+        FactorReductionsPass,
         LowerOptimizersPass,
         OrderParamReadsPass,
         ReorderUpdatesPass,
