@@ -30,6 +30,7 @@ from pathlib import Path
 from bench.models import MODELS, PEFT_SCHEMES, QUICK_MODELS, SCHEMES, ort_optimizer, runs_scheme
 from bench.report import add_ratios, write_markdown, write_plot
 from pock_mlir.files import atomic_write
+from pock_mlir.stages import pipelines_without
 from pock_mlir.tuning import host_cpu
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -79,12 +80,6 @@ def pock_flags() -> list[str]:
     from pock_mlir.targets import resolve_target
 
     return resolve_target("host").compile_flags()
-
-
-def pipelines_without(pass_name: str) -> dict[str, str]:
-    from pock_mlir.stages import STAGE_PIPELINES
-
-    return {"lowered": ",".join(p for p in STAGE_PIPELINES["lowered"].split(",") if p != pass_name)}
 
 
 def _child_command(spec: dict) -> list[str]:
@@ -272,7 +267,7 @@ def parse_args(argv):
     if args.recount_flops:
         try:
             args.previous = json.loads((Path(args.out) / "results.json").read_text())
-            args.previous["rows"]
+            args.previous["rows"], args.previous["machine"]  # what recounted() reads
         except (OSError, ValueError, KeyError, TypeError) as e:
             parser.error(f"--recount-flops needs the results.json of an earlier run in {args.out} ({e}); run the bench")
     return args

@@ -38,7 +38,7 @@ def _factors(value: ir.Value) -> list:
     return [value]
 
 
-def _constant_along(value: ir.Value, dims: list[int], rank: int) -> bool:
+def _constant_along(value: ir.Value, dims: tuple[int, ...], rank: int) -> bool:
     """Whether a factor of a rank-`rank` product has size 1 on each of `dims` (broadcasting aligns
     shapes on the right)."""
     shape = tuple(tensor_type_of(value).shape)
@@ -70,7 +70,8 @@ def _rewrite(op: ir.Operation, block: _Block) -> None:
         dims, keepdim, dtype = (constant_value(v) for v in op.operands[1:4])
     except ValueError:
         return
-    if source_type is None or keepdim is not True or dtype is not None or not dims or any(d is None or d < 0 for d in source_type.shape):
+    if (source_type is None or keepdim is not True or dtype is not None or not dims
+            or any(d is None or d < 0 for d in source_type.shape)):
         return
     rank = len(source_type.shape)
     dims = tuple(sorted({d % rank for d in dims}))

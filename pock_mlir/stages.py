@@ -10,3 +10,8 @@ STAGE_PIPELINES = {
                "pock-dce,canonicalize,pock-step-into",
 }
 STAGES = ("imported", "training", *STAGE_PIPELINES)
+
+
+def pipelines_without(pass_name: str) -> dict[str, str]:
+    """compile_training's `pipelines` with one pass left out of the lowered stage (an ablation)."""
+    return {"lowered": ",".join(p for p in STAGE_PIPELINES["lowered"].split(",") if p.split("{")[0] != pass_name)}

@@ -10,13 +10,9 @@ import torch.nn as nn
 
 import pock_mlir as pock
 from oracle import assert_close_to_norm, torch_gradients
-from pock_mlir.stages import STAGE_PIPELINES
+from pock_mlir.stages import STAGE_PIPELINES, pipelines_without
 
 STEPS = 5
-
-
-def without(pass_name: str) -> dict:
-    return {"lowered": ",".join(p for p in STAGE_PIPELINES["lowered"].split(",") if p.split("{")[0] != pass_name)}
 
 
 def forcing(form: str) -> dict:
@@ -49,7 +45,7 @@ def test_reorder_updates_trains_identically(cnn_batch):
     optimizer = pock.AdamW(lr=1e-2)  # three results per update, and the step count: the most to move
     model = make_cnn()
     reordered = pock.compile_training(model, x, y, optimizer=optimizer)
-    plain = pock.compile_training(model, x, y, optimizer=optimizer, pipelines=without("pock-reorder-updates"))
+    plain = pock.compile_training(model, x, y, optimizer=optimizer, pipelines=pipelines_without("pock-reorder-updates"))
     assert "pock-reorder-updates" in STAGE_PIPELINES["lowered"]
     assert reordered.ir("lowered") != plain.ir("lowered")  # the pass did move something
     losses, state = train(reordered, x, y)
