@@ -30,18 +30,21 @@ from pathlib import Path
 from bench.models import MODELS, PEFT_SCHEMES, QUICK_MODELS, SCHEMES, ort_optimizer, runs_scheme
 from bench.report import add_ratios, write_markdown, write_plot
 from pock_mlir.files import atomic_write
-from pock_mlir.stages import pipelines_without
+from pock_mlir.stages import pipelines_with_switch, pipelines_without
 from pock_mlir.tuning import host_cpu
 
 ROOT = Path(__file__).resolve().parent.parent
 SYSTEMS = ("eager", "torch.compile", "ort-training", "jax", "pock-mlir", "pock-mlir-deployed",
            "pock-mlir-deployed-ort-optimizer", "pock-mlir-no-reorder", "pock-mlir-no-param-order", "pock-mlir-no-retain",
-           "pock-mlir-other-tails", "pock-mlir-no-factor-reductions")
+           "pock-mlir-other-tails", "pock-mlir-no-factor-reductions", "pock-mlir-no-per-image")
 QUICK_SYSTEMS = ("eager", "pock-mlir", "pock-mlir-no-reorder", "pock-mlir-no-param-order", "pock-mlir-no-retain",
                  "pock-mlir-other-tails")
-# The pass each pipeline ablation leaves out of the lowered stage.
-ABLATED_PASSES = {"pock-mlir-no-reorder": "pock-reorder-updates", "pock-mlir-no-param-order": "pock-order-param-reads",
-                  "pock-mlir-no-factor-reductions": "pock-factor-reductions"}
+# The pipelines of the pipeline ablations: a pass left out of the lowered stage, or a form pock-backend-switch
+# may not choose.
+ABLATED_PIPELINES = {"pock-mlir-no-reorder": pipelines_without("pock-reorder-updates"),
+                     "pock-mlir-no-param-order": pipelines_without("pock-order-param-reads"),
+                     "pock-mlir-no-factor-reductions": pipelines_without("pock-factor-reductions"),
+                     "pock-mlir-no-per-image": pipelines_with_switch("exclude=per-image")}
 # pock-reorder-updates' effect is shown on these full-BP steps only: each ablation is one more
 # IREE compile (minutes for the CNNs), and the pass measured no effect under IREE so far.
 REORDER_ABLATION = (("mlp", "full"), ("mlp", "sparse"), ("bert", "full"))
@@ -60,9 +63,11 @@ OTHER_TAILS = "pock-mlir-other-tails"
 OTHER_TAILS_ABLATION = (("mlp", "full"), ("tiny-vit", "full"), ("kws", "full"), ("mobilenetv2", "full"))
 # pock-factor-reductions halves a batch norm's backward sums: the full steps of the CNNs with batch norms.
 FACTOR_REDUCTIONS_ABLATION = (("mobilenetv2", "full"), ("resnet18", "full"), ("tv-mobilenetv2", "full"), ("kws", "full"))
+# The per-image form of 1x1 convolutions, where the tuning table chooses it: the MobileNetV2s' full steps.
+PER_IMAGE_ABLATION = (("mobilenetv2", "full"), ("tv-mobilenetv2", "full"))
 ABLATIONS = {"pock-mlir-no-reorder": REORDER_ABLATION, "pock-mlir-no-param-order": PARAM_ORDER_ABLATION,
              "pock-mlir-no-retain": RETAIN_ABLATION, OTHER_TAILS: OTHER_TAILS_ABLATION,
-             "pock-mlir-no-factor-reductions": FACTOR_REDUCTIONS_ABLATION}
+             "pock-mlir-no-factor-reductions": FACTOR_REDUCTIONS_ABLATION, "pock-mlir-no-per-image": PER_IMAGE_ABLATION}
 ORT_SCHEMES = ("full", "sparse")  # ONNX Runtime trains or freezes whole parameters: no LoRA adapters
 JAX_SCHEMES = ("full", "sparse")  # the JAX port differentiates the trained parameters only: no LoRA adapters
 DEPLOYED_SCHEMES = ("full", "sparse")  # pock-mlir's bundle in a torch-free process, beside ONNX Runtime's
@@ -200,7 +205,7 @@ def measure(model: str, scheme: str, systems, args, workdir: Path) -> dict[str, 
         outputs.append(program)
         deployed = system == "pock-mlir" and "pock-mlir-deployed" in systems
         outputs += [bundle] if deployed else []
-        pipelines = pipelines_without(ABLATED_PASSES[system]) if system in ABLATED_PASSES else None
+        pipelines = ABLATED_PIPELINES.get(system)
         rows[system] = run_child({**common, "task": "pock-compile", "program": str(program), "iree_flags": args.iree_flags,
                                   "other_tails": system == OTHER_TAILS,
                                   "pipelines": pipelines, **({"bundle": str(bundle)} if deployed else {})},

@@ -60,14 +60,16 @@ def line(n, c, w, o, k, stride, pad) -> ConvShape:
     return ConvShape(n, c, o, 1, Window.of((1, k), (1, stride), (0, pad), (1, 1), (1, w)))
 
 
-# The conv shape classes of the bench CNNs at batch 8 (MobileNetV2 x0.5 at 96 px, ResNet-18-like
-# at 64 px, the keyword spotter's Conv1d layers).
+# The conv shape classes of the bench CNNs at batch 8 (MobileNetV2 x0.5 and torchvision's at 96 px,
+# ResNet-18-like at 64 px, the keyword spotter's Conv1d layers).
 CONV_CASES = [
     square(8, 3, 96, 16, 3, 2, 1, 1),     # stem
     square(8, 16, 48, 48, 1, 1, 0, 1),    # pointwise expand, early
     square(8, 48, 48, 48, 3, 2, 1, 48),   # depthwise, stride 2
     square(8, 96, 12, 96, 3, 1, 1, 96),   # depthwise, late
     square(8, 96, 12, 32, 1, 1, 0, 1),    # pointwise project, late
+    square(8, 24, 24, 144, 1, 1, 0, 1),   # pointwise expand, middle
+    square(8, 320, 3, 1280, 1, 1, 0, 1),  # pointwise, last (a large weight)
     square(8, 3, 64, 64, 7, 2, 3, 1),     # ResNet stem
     square(8, 64, 16, 64, 3, 1, 1, 1),    # ResNet stage 1
     square(8, 64, 16, 128, 3, 2, 1, 1),   # ResNet stage 2 entry

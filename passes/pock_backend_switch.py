@@ -4,12 +4,12 @@ fastest on the target, and choose whether IREE data-tiles the program's matmuls.
 pock-autodiff leaves each convolution's gradients as abstract aten.convolution_backward ops, one
 per gradient. This pass gives every aten.convolution and every gradient of an
 aten.convolution_backward one of the forms of pock_mlir/conv_forms.py: "direct" (the op itself),
-"im2col" (windows unfolded, one matmul per group, col2im for the input gradient) or, depthwise,
-"patches" (per-tap multiply-adds). The choice comes from pock_mlir/tuning/<target>.json (the
-host's: this CPU's, see pock_mlir.tuning.table_path; or the file of the tuning option): the
-nearest measured shape class, timed by `python -m bench.iree_study convs` in the same forms;
-without measurements each op gets its baseline form (forward: direct; gradients: im2col,
-depthwise patches).
+"im2col" (windows unfolded, one matmul per group, col2im for the input gradient), depthwise
+"patches" (per-tap multiply-adds) or, 1x1, "per-image" (one matmul per image in its own layout).
+The choice comes from pock_mlir/tuning/<target>.json (the host's: this CPU's, see
+pock_mlir.tuning.table_path; or the file of the tuning option): the nearest measured shape class,
+timed by `python -m bench.iree_study convs` in the same forms; without measurements each op gets
+its baseline form (forward: direct; gradients: im2col, depthwise patches).
 
 The choice is visible in the IR: the op doing the work carries `pock.backend = "<form>"` and
 `pock.backend_reason = "<the measurements behind it>"` (TrainingProgram.backend_report() lists
@@ -43,9 +43,9 @@ from pock_mlir.tuning import (MATMUL_TILE, Choice, MatmulFlops, Tuning, choose_c
 
 from .base import ModulePass, PassError, functions, option
 
-# The ops of a form that carry its marks: the matmuls and sums doing the work, or the op itself.
-WORK_OPS = ("torch.aten.mm", "torch.aten.bmm", "torch.aten.sum.dim_IntList", "torch.aten.convolution",
-            "torch.aten.convolution_backward")
+# The ops that can carry a form's marks: the matmuls and sums doing the work, or the op itself.
+WORK_OPS = ("torch.aten.mm", "torch.aten.bmm", "torch.aten.matmul", "torch.aten.sum.dim_IntList",
+            "torch.aten.convolution", "torch.aten.convolution_backward")
 CONVOLUTIONS = ("torch.aten.convolution", "torch.aten.convolution_backward")
 MATMULS = ("torch.aten.mm", "torch.aten.bmm", "torch.aten.matmul")
 TARGET_NAME = re.compile(r"[A-Za-z0-9_-]+")  # names pock_mlir/tuning/<target>.json: never a path
@@ -105,16 +105,14 @@ def _mark(op, choice: Choice, what: str) -> None:
 
 
 def _emit(op, choice: Choice, what: str, emitter, *operands):
-    """Emit a form on `operands` before `op`, marking the ops doing its work (for a form made of
-    elementwise ops, the one producing the result); returns the result. A 1-D convolution's
-    operands get a height of 1, and its result loses it."""
+    """Emit a form on `operands` before `op`, marking the op doing its work (its first matmul, sum
+    or convolution; for a form made of elementwise ops, the one producing the result); returns the
+    result. A 1-D convolution's operands get a height of 1, and its result loses it."""
     created = []
     b = TorchBuilder(ir.InsertionPoint(op), op.location, created)
     one_d = len(b.shape(operands[-1])) == 3
     result = emitter(b, *(b.aten.unsqueeze(v, 2) if one_d else v for v in operands))
-    work = [o for o in created if o.name in WORK_OPS]
-    for work_op in work or [result.owner]:
-        _mark(work_op, choice, what)
+    _mark(next((o for o in created if o.name in WORK_OPS), result.owner), choice, what)
     return b.aten.squeeze.dim(result, 2) if one_d else result
 
 
@@ -122,20 +120,25 @@ def _emit(op, choice: Choice, what: str, emitter, *operands):
 class BackendSwitchPass(ModulePass):
     name = "pock-backend-switch"
     description = ("Give each convolution and each convolution gradient the form measured fastest on the target: "
-                   "direct, im2col + matmul or depthwise patches; marks the choice as pock.backend. Marks the "
-                   "module with whether IREE should data-tile its matmuls (pock.data_tiling), how it should "
-                   "vectorize loop remainders (pock.vector_tails) and fuse (pock.fusion)")
+                   "direct, im2col + matmul, depthwise patches or 1x1 per-image matmuls; marks the choice as "
+                   "pock.backend. Marks the module with whether IREE should data-tile its matmuls "
+                   "(pock.data_tiling), how it should vectorize loop remainders (pock.vector_tails) and fuse "
+                   "(pock.fusion)")
     target: str = option("host", "tuning table to choose by: pock_mlir/tuning/<target>.json (the host's: "
                                  "this CPU's, pock_mlir.tuning.table_path)")
     tuning: str = option("", "a tuning table file to choose by instead of the target's, e.g. one measured on "
                              "another machine (python -m bench.iree_study writes them)")
-    force: str = option("", "use this form wherever it is implemented instead of choosing: direct, im2col or patches")
+    force: str = option("", "use this form wherever it is implemented instead of choosing: direct, im2col, patches "
+                               "or per-image")
+    exclude: str = option("", "a form never to choose (the fastest measured of the others instead), to measure what "
+                              "it gains: direct, im2col, patches or per-image")
     min_speedup: float = option(1.25, "choose a form other than the baseline only if measured at least this much faster "
                                       "(timings on a shared machine vary by 10-20%)")
 
     def apply(self, module: ir.Operation) -> None:
-        if self.force and self.force not in FORM_NAMES:
-            raise PassError(f"force must be one of {', '.join(FORM_NAMES)}, got '{self.force}'")
+        for name, form in (("force", self.force), ("exclude", self.exclude)):
+            if form and form not in FORM_NAMES:
+                raise PassError(f"{name} must be one of {', '.join(FORM_NAMES)}, got '{form}'")
         if not math.isfinite(self.min_speedup) or self.min_speedup < 1:
             raise PassError(f"min_speedup must be a finite number >= 1, got {self.min_speedup}")
         if not TARGET_NAME.fullmatch(self.target):
@@ -160,7 +163,7 @@ class BackendSwitchPass(ModulePass):
         forms = shape.forms(op)
         if self.force:
             return Choice(self.force if self.force in forms else forms[0], f"forced by force={self.force}")
-        return choose_conv_form(self.measurements, shape, op, self.min_speedup)
+        return choose_conv_form(self.measurements, shape, op, self.min_speedup, self.exclude)
 
     @functools.cached_property
     def measurements(self) -> Tuning:

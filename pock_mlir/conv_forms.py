@@ -21,6 +21,12 @@ the measurements in pock_mlir/tuning/<target>.json. The forms:
   and sums over images and positions (torch's batch-grouped form was the slowest MobileNetV2
   dispatch); the input gradient folds g times each tap's weight back (no k*k times larger
   columns tensor).
+- "per-image", 1x1 stride-1 unpadded only: each image's [C, H*W] map is a matrix the weight
+  multiplies as it is laid out (forward W x_n, input gradient W^T g_n, weight gradient the sum
+  over images of g_n x_n^T). im2col's rows of positions by channels transposed the activations in
+  and out of each gradient's matmul, which is most of the work where the maps are large and the
+  weight small (MobileNetV2's early expand and project convolutions); with a large weight the
+  per-image weight-sized products of the weight gradient cost more.
 
 Each op's first form in `ConvShape.forms` is its baseline: what is emitted unless another form
 measured faster by the pass's margin, and without measurements.
@@ -120,11 +126,12 @@ class ConvShape:
     def forms(self, op: str) -> tuple[str, ...]:
         """The forms implemented for this shape and op, its baseline first. Grouped convolutions
         that are not depthwise have their im2col gradients only (direct ones are unmeasured)."""
-        if op == "forward":
-            return ("direct", "im2col") if self.groups == 1 else ("direct", "patches") if self.depthwise else ("direct",)
         if self.depthwise:
-            return ("patches", "direct")
-        return ("im2col", "direct") if self.groups == 1 else ("im2col",)
+            return ("direct", "patches") if op == "forward" else ("patches", "direct")
+        if self.groups > 1:
+            return ("direct",) if op == "forward" else ("im2col",)
+        per_image = ("per-image",) if self.pointwise else ()
+        return ("direct", "im2col", *per_image) if op == "forward" else ("im2col", "direct", *per_image)
 
 
 # -- im2col and col2im ------------------------------------------------------------------------
@@ -302,6 +309,29 @@ def input_grad_patches(b, s: ConvShape, g, x, w):
     return fold(b, g, s.window, tap_weights=b.reshape(w, [s.o, math.prod(s.window.kernel)]))
 
 
+def _matrices(b, value):
+    """[N, K, H, W] as N matrices [K, H*W]."""
+    n, k, h, w = b.shape(value)
+    return b.reshape(value, [n, k, h * w])
+
+
+def forward_per_image(b, s: ConvShape, g, x, w):
+    """Pointwise y_n = W [O, C] @ x_n [C, H*W]."""
+    return b.reshape(b.aten.matmul(b.reshape(w, [s.o, s.c]), _matrices(b, x)), s.output_shape())
+
+
+def weight_grad_per_image(b, s: ConvShape, g, x, w):
+    """Pointwise dW = sum over images of g_n [O, H*W] @ x_n^T [H*W, C]."""
+    per_image = b.aten.bmm(_matrices(b, g), b.transpose(_matrices(b, x), 1, 2))
+    return b.reshape(b.sum(per_image, [0]), s.weight_shape())
+
+
+def input_grad_per_image(b, s: ConvShape, g, x, w):
+    """Pointwise dx_n = W^T [C, O] @ g_n [O, H*W] (the transposed weight: a weight-sized copy)."""
+    w_t = b.transpose(b.reshape(w, [s.o, s.c]), 0, 1)
+    return b.reshape(b.aten.matmul(w_t, _matrices(b, g)), s.input_shape())
+
+
 def needs_fitting(s: ConvShape) -> bool:
     """IREE 3.13 fails to compile ("inferred ... dimension to be 4, but found 3") a strided
     convolution with a single output row whose padded input has rows no window reads (torchvision's
@@ -329,15 +359,18 @@ FORMS = {
     ("forward", "direct"): forward_direct,
     ("forward", "im2col"): forward_im2col,
     ("forward", "patches"): forward_patches,
+    ("forward", "per-image"): forward_per_image,
     ("weight_grad", "direct"): lambda b, s, g, x, w: _backward(b, s, g, x, w, "weight_grad"),
     ("weight_grad", "im2col"): weight_grad_im2col,
     ("weight_grad", "patches"): weight_grad_patches,
+    ("weight_grad", "per-image"): weight_grad_per_image,
     ("input_grad", "direct"): lambda b, s, g, x, w: _backward(b, s, g, x, w, "input_grad"),
     ("input_grad", "im2col"): input_grad_im2col,
     ("input_grad", "patches"): input_grad_patches,
+    ("input_grad", "per-image"): input_grad_per_image,
 }
 FORMS = {(op, form): _fitted(emit, op) for (op, form), emit in FORMS.items()}
-FORM_NAMES = ("direct", "im2col", "patches")
+FORM_NAMES = ("direct", "im2col", "patches", "per-image")
 
 
 def convolution_gradient(b, op: str, g, x, w, stride, padding, dilation, groups):

@@ -262,7 +262,7 @@ class TrainingProgram:
             header = f"{function}: no convolutions, nothing for pock-backend-switch to choose per op"
             return "\n".join([header, *program])
         lines = [f"{function}: {len(marks)} convolution op(s), implementation chosen per op for {self.target.name}"]
-        lines += [f"  {form:8s} {reason}" for form, reason in marks]
+        lines += [f"  {form:9s} {reason}" for form, reason in marks]
         return "\n".join([*lines, *program])
 
     def trainer(self, device: str | None = None, retain_memory: bool = True, on_nonfinite: str = "raise"):

@@ -15,3 +15,10 @@ STAGES = ("imported", "training", *STAGE_PIPELINES)
 def pipelines_without(pass_name: str) -> dict[str, str]:
     """compile_training's `pipelines` with one pass left out of the lowered stage (an ablation)."""
     return {"lowered": ",".join(p for p in STAGE_PIPELINES["lowered"].split(",") if p.split("{")[0] != pass_name)}
+
+
+def pipelines_with_switch(options: str) -> dict[str, str]:
+    """compile_training's `pipelines` with pock-backend-switch given more options, such as
+    "force=im2col" or "exclude=per-image"."""
+    switch = "pock-backend-switch{target={target}}"
+    return {"lowered": STAGE_PIPELINES["lowered"].replace(switch, f"{switch[:-1]} {options}}}")}

@@ -117,7 +117,7 @@ def test_strided_pointwise_convs_are_right_without_measurements():
     model, (x, y) = resnet(), batch()
     program = pock.compile_training(model, x, y, optimizer=OPTIMIZER, target="x86-64", functions=())
     program.module(("evaluate",))  # a module of evaluate alone: the forward is what this checks
-    assert "im2col   convolution dense 1x1/s2" in program.backend_report("evaluate")
+    assert "im2col    convolution dense 1x1/s2" in program.backend_report("evaluate")
     np.testing.assert_allclose(program.trainer().evaluate(x), copy.deepcopy(model)(x).detach().numpy(),
                                rtol=1e-4, atol=1e-5)
 

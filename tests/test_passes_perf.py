@@ -10,14 +10,13 @@ import torch.nn as nn
 
 import pock_mlir as pock
 from oracle import assert_close_to_norm, torch_gradients
-from pock_mlir.stages import STAGE_PIPELINES, pipelines_without
+from pock_mlir.stages import STAGE_PIPELINES, pipelines_with_switch, pipelines_without
 
 STEPS = 5
 
 
 def forcing(form: str) -> dict:
-    return {"lowered": STAGE_PIPELINES["lowered"].replace("pock-backend-switch{target={target}}",
-                                                          f"pock-backend-switch{{force={form}}}")}
+    return pipelines_with_switch(f"force={form}")
 
 
 def make_cnn():
@@ -55,7 +54,7 @@ def test_reorder_updates_trains_identically(cnn_batch):
         np.testing.assert_allclose(state[name], value, rtol=1e-5, atol=1e-7, err_msg=name)
 
 
-@pytest.mark.parametrize("form", ["direct", "im2col", "patches"])
+@pytest.mark.parametrize("form", ["direct", "im2col", "patches", "per-image"])
 def test_backend_forms_match_autograd(form, cnn_batch):
     x, y = cnn_batch
     model = make_cnn()
@@ -66,6 +65,21 @@ def test_backend_forms_match_autograd(form, cnn_batch):
     counts = re.findall(r"(\d+) convolution", report)
     assert counts == [str(len(re.findall(r"^  \S+ +", report, re.M)))], report
     assert "matmuls: plain (convolutions carry most of the FLOPs;" in report
+    loss, grads = program.trainer().gradients(x, y)
+    want_loss, want = torch_gradients(model, x, y)
+    assert loss == pytest.approx(want_loss, rel=1e-5)
+    for name in want:
+        assert_close_to_norm(grads[name], want[name], 1e-4, name)
+
+
+def test_per_image_form_of_a_1d_pointwise_conv():
+    """A pointwise nn.Conv1d takes the 2-D forms at height 1, per-image too."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Conv1d(4, 6, 1), nn.ReLU(), nn.Conv1d(6, 3, 1), nn.Flatten(), nn.Linear(15, 2))
+    g = torch.Generator().manual_seed(1)
+    x, y = torch.randn(2, 4, 5, generator=g), torch.randint(0, 2, (2,), generator=g)
+    program = pock.compile_training(model, x, y, pipelines=forcing("per-image"), functions=("gradients",))
+    assert program.backend_report().count("per-image ") == 5  # two forwards, two weight and one input gradient
     loss, grads = program.trainer().gradients(x, y)
     want_loss, want = torch_gradients(model, x, y)
     assert loss == pytest.approx(want_loss, rel=1e-5)
@@ -126,6 +140,7 @@ def _shapes():
     return {
         "dense 3x3/s2": _square(2, 3, 7, 4, 3, 2, 1, 1),
         "strided 1x1": _square(2, 4, 6, 8, 1, 2, 0, 1),
+        "pointwise": _square(2, 4, 5, 6, 1, 1, 0, 1),
         "depthwise 3x3/s2": _square(2, 6, 7, 6, 3, 2, 1, 6),
         "grouped 3x3": _square(2, 4, 6, 6, 3, 1, 1, 2),
         "dilated 3x3": _square(2, 3, 9, 4, 3, 1, 2, 1, dilation=2),

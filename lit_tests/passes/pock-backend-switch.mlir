@@ -2,6 +2,10 @@
 // RUN: pock-opt %s -p 'pock-backend-switch{force=im2col},canonicalize' | filecheck %s --check-prefix=IM2COL
 // RUN: pock-opt %s -p 'pock-backend-switch{force=patches}' | filecheck %s --check-prefix=PATCHES
 // RUN: pock-opt %s -p 'pock-backend-switch{force=direct}' | filecheck %s --check-prefix=DIRECT
+// RUN: pock-opt %s -p 'pock-backend-switch{force=per-image}' | filecheck %s --check-prefix=PER-IMAGE
+// RUN: pock-opt %s -p 'pock-backend-switch{tuning=%S/inputs/pointwise-tuning.json}' | filecheck %s --check-prefix=MEASURED
+// RUN: pock-opt %s -p 'pock-backend-switch{tuning=%S/inputs/pointwise-tuning.json exclude=per-image}' | filecheck %s --check-prefix=EXCLUDED
+// RUN: not pock-opt %s -p 'pock-backend-switch{exclude=winograd}' 2>&1 | filecheck %s --check-prefix=BAD-EXCLUDE
 // RUN: not pock-opt %s -p 'pock-backend-switch{force=winograd}' 2>&1 | filecheck %s --check-prefix=BAD
 // RUN: not pock-opt %s -p 'pock-backend-switch{min_speedup=nan}' 2>&1 | filecheck %s --check-prefix=BAD-SPEEDUP
 // RUN: not pock-opt %s -p 'pock-backend-switch{target=/some/path}' 2>&1 | filecheck %s --check-prefix=BAD-TARGET
@@ -57,7 +61,7 @@
 // DIRECT:         torch.aten.convolution_backward {{.*}}, %[[WEIGHT_MASK]] {pock.backend = "direct", pock.backend_reason = "weight_grad dense 3x3/s1 3->4 6x6 n2: forced by force=direct"} : {{.*}} -> !torch.none, !torch.vtensor<[4,3,3,3],f32>, !torch.none
 // DIRECT-NOT:     torch.aten.mm
 
-// BAD: error: pock-backend-switch: force must be one of direct, im2col, patches, got 'winograd'
+// BAD: error: pock-backend-switch: force must be one of direct, im2col, patches, per-image, got 'winograd'
 // BAD-SPEEDUP: error: pock-backend-switch: min_speedup must be a finite number >= 1, got nan
 // BAD-TARGET: error: pock-backend-switch: target must be a target name (letters, digits, '_', '-'), got '/some/path'
 
@@ -88,6 +92,41 @@
 // IM2COL-LABEL:     func.func @conv1d
 // IM2COL:           torch.aten.mm {{.*}} {pock.backend = "im2col", pock.backend_reason = "convolution dense 1x3/s1x2 3->4 1x10 n2: forced by force=im2col"} : !torch.vtensor<[4,9],f32>, !torch.vtensor<[9,10],f32> -> !torch.vtensor<[4,10],f32>
 // IM2COL:           torch.aten.squeeze.dim {{.*}} -> !torch.vtensor<[2,4,5],f32>
+
+// per-image: a 1x1 stride-1 conv's images are matrices [C, H*W] as laid out. The forward is the
+// weight times each image, the input gradient the transposed weight times each image's gradient,
+// and the weight gradient one product per image, summed over the images. The 3x3 convs have no
+// such form and keep their baselines.
+// PER-IMAGE-LABEL: func.func @main
+// PER-IMAGE:       torch.aten.convolution {{.*}} {pock.backend = "direct"
+// PER-IMAGE:       torch.aten.bmm {{.*}} {pock.backend = "im2col", pock.backend_reason = "input_grad dense 3x3/s1 3->4 6x6 n2: forced by force=per-image"}
+// PER-IMAGE-LABEL: func.func @pointwise
+// PER-IMAGE:       %[[W:.*]] = torch.aten.view %arg1, {{.*}} -> !torch.vtensor<[6,4],f32>
+// PER-IMAGE:       %[[X:.*]] = torch.aten.view %arg0, {{.*}} -> !torch.vtensor<[2,4,15],f32>
+// PER-IMAGE:       %[[Y:.*]] = torch.aten.matmul %[[W]], %[[X]] {pock.backend = "per-image", pock.backend_reason = "convolution dense 1x1/s1 4->6 3x5 n2: forced by force=per-image"} : {{.*}} -> !torch.vtensor<[2,6,15],f32>
+// PER-IMAGE:       torch.aten.view %[[Y]], {{.*}} -> !torch.vtensor<[2,6,3,5],f32>
+// PER-IMAGE:       %[[W_T:.*]] = torch.aten.transpose.int {{.*}} : !torch.vtensor<[6,4],f32>, !torch.int, !torch.int -> !torch.vtensor<[4,6],f32>
+// PER-IMAGE:       %[[G:.*]] = torch.aten.view %arg2, {{.*}} -> !torch.vtensor<[2,6,15],f32>
+// PER-IMAGE:       torch.aten.matmul %[[W_T]], %[[G]] {pock.backend = "per-image", pock.backend_reason = "input_grad dense 1x1/s1 4->6 3x5 n2: forced by force=per-image"} : {{.*}} -> !torch.vtensor<[2,4,15],f32>
+// PER-IMAGE:       %[[X_T:.*]] = torch.aten.transpose.int {{.*}} : !torch.vtensor<[2,4,15],f32>, !torch.int, !torch.int -> !torch.vtensor<[2,15,4],f32>
+// PER-IMAGE:       %[[PER_IMAGE:.*]] = torch.aten.bmm %{{.*}}, %[[X_T]] {pock.backend = "per-image", pock.backend_reason = "weight_grad dense 1x1/s1 4->6 3x5 n2: forced by force=per-image"} : {{.*}} -> !torch.vtensor<[2,6,4],f32>
+// PER-IMAGE:       torch.aten.sum.dim_IntList %[[PER_IMAGE]], {{.*}} -> !torch.vtensor<[6,4],f32>
+// PER-IMAGE-NOT:   torch.aten.convolution
+// PER-IMAGE-LABEL: func.func @attention_sized_matmul
+
+// Measured (inputs/pointwise-tuning.json times this very shape), each op takes its fastest form;
+// with per-image excluded, the fastest of the others that beats the baseline by the margin.
+// MEASURED-LABEL:  func.func @pointwise
+// MEASURED:        torch.aten.matmul {{.*}} {pock.backend = "per-image", pock.backend_reason = "convolution dense 1x1/s1 4->6 3x5 n2: measured on tuning file '{{.*}}pointwise-tuning.json' for dense 1x1/s1 4->6 3x5 n2: per-image 0.500 ms, direct 1.000 ms, im2col 1.200 ms"}
+// MEASURED:        torch.aten.matmul {{.*}} {pock.backend = "per-image", pock.backend_reason = "input_grad dense 1x1/s1 4->6 3x5 n2: {{.*}}: per-image 0.400 ms, direct 0.700 ms, im2col 1.000 ms"}
+// MEASURED:        torch.aten.bmm {{.*}} {pock.backend = "per-image", pock.backend_reason = "weight_grad dense 1x1/s1 4->6 3x5 n2: {{.*}}: per-image 0.500 ms, im2col 1.000 ms, direct 3.000 ms"}
+// EXCLUDED-LABEL:  func.func @pointwise
+// EXCLUDED:        torch.aten.convolution {{.*}} {pock.backend = "direct", pock.backend_reason = "convolution dense 1x1/s1 4->6 3x5 n2: {{.*}}: direct 1.000 ms, im2col 1.200 ms (per-image excluded)"}
+// EXCLUDED:        torch.aten.convolution_backward {{.*}} {pock.backend = "direct", pock.backend_reason = "input_grad dense 1x1/s1 4->6 3x5 n2: {{.*}}: direct 0.700 ms, im2col 1.000 ms (per-image excluded)"}
+// EXCLUDED:        torch.aten.bmm {{.*}} {pock.backend = "im2col", pock.backend_reason = "weight_grad dense 1x1/s1 4->6 3x5 n2: {{.*}}: im2col 1.000 ms, direct 3.000 ms (per-image excluded)"}
+// EXCLUDED-NOT:    per-image"
+// EXCLUDED-LABEL:  func.func @attention_sized_matmul
+// BAD-EXCLUDE: error: pock-backend-switch: exclude must be one of direct, im2col, patches, per-image, got 'winograd'
 
 func.func @main(%arg0: !torch.vtensor<[2,3,6,6],f32>, %arg1: !torch.vtensor<[4,3,3,3],f32>, %arg2: !torch.vtensor<[4,1,3,3],f32>, %arg3: !torch.vtensor<[2,4,6,6],f32>) -> (!torch.vtensor<[2,4,3,3],f32>, !torch.vtensor<[2,3,6,6],f32>, !torch.vtensor<[4,3,3,3],f32>) {
   %true = torch.constant.bool true
@@ -146,6 +185,22 @@ func.func @conv1d(%arg0: !torch.vtensor<[2,3,10],f32>, %arg1: !torch.vtensor<[4,
   %mask = torch.prim.ListConstruct %true, %true, %true : (!torch.bool, !torch.bool, !torch.bool) -> !torch.list<bool>
   %gx, %gw, %gb = torch.aten.convolution_backward %arg3, %arg0, %arg1, %bias_sizes, %stride, %padding, %dilation, %false, %output_padding, %int1, %mask : !torch.vtensor<[2,4,5],f32>, !torch.vtensor<[2,3,10],f32>, !torch.vtensor<[4,3,3],f32>, !torch.list<int>, !torch.list<int>, !torch.list<int>, !torch.list<int>, !torch.bool, !torch.list<int>, !torch.int, !torch.list<bool> -> !torch.vtensor<[2,3,10],f32>, !torch.vtensor<[4,3,3],f32>, !torch.vtensor<[4],f32>
   return %0, %gx, %gw, %gb : !torch.vtensor<[2,4,5],f32>, !torch.vtensor<[2,3,10],f32>, !torch.vtensor<[4,3,3],f32>, !torch.vtensor<[4],f32>
+}
+
+func.func @pointwise(%arg0: !torch.vtensor<[2,4,3,5],f32>, %arg1: !torch.vtensor<[6,4,1,1],f32>, %arg2: !torch.vtensor<[2,6,3,5],f32>) -> (!torch.vtensor<[2,6,3,5],f32>, !torch.vtensor<[2,4,3,5],f32>, !torch.vtensor<[6,4,1,1],f32>) {
+  %true = torch.constant.bool true
+  %false = torch.constant.bool false
+  %none = torch.constant.none
+  %int0 = torch.constant.int 0
+  %int1 = torch.constant.int 1
+  %stride = torch.prim.ListConstruct %int1, %int1 : (!torch.int, !torch.int) -> !torch.list<int>
+  %padding = torch.prim.ListConstruct %int0, %int0 : (!torch.int, !torch.int) -> !torch.list<int>
+  %dilation = torch.prim.ListConstruct %int1, %int1 : (!torch.int, !torch.int) -> !torch.list<int>
+  %output_padding = torch.prim.ListConstruct %int0, %int0 : (!torch.int, !torch.int) -> !torch.list<int>
+  %mask = torch.prim.ListConstruct %true, %true, %false : (!torch.bool, !torch.bool, !torch.bool) -> !torch.list<bool>
+  %0 = torch.aten.convolution %arg0, %arg1, %none, %stride, %padding, %dilation, %false, %output_padding, %int1 : !torch.vtensor<[2,4,3,5],f32>, !torch.vtensor<[6,4,1,1],f32>, !torch.none, !torch.list<int>, !torch.list<int>, !torch.list<int>, !torch.bool, !torch.list<int>, !torch.int -> !torch.vtensor<[2,6,3,5],f32>
+  %dx, %dw, %db = torch.aten.convolution_backward %arg2, %arg0, %arg1, %none, %stride, %padding, %dilation, %false, %output_padding, %int1, %mask : !torch.vtensor<[2,6,3,5],f32>, !torch.vtensor<[2,4,3,5],f32>, !torch.vtensor<[6,4,1,1],f32>, !torch.none, !torch.list<int>, !torch.list<int>, !torch.list<int>, !torch.bool, !torch.list<int>, !torch.int, !torch.list<bool> -> !torch.vtensor<[2,4,3,5],f32>, !torch.vtensor<[6,4,1,1],f32>, !torch.none
+  return %0, %dx, %dw : !torch.vtensor<[2,6,3,5],f32>, !torch.vtensor<[2,4,3,5],f32>, !torch.vtensor<[6,4,1,1],f32>
 }
 
 // -----

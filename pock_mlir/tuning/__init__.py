@@ -132,19 +132,22 @@ MISCOMPILED_STRIDED_POINTWISE = ("IREE 3.13 miscompiles the direct form of a str
                                  "--iree-global-opt-use-im2col-for-convs (wrong values in evaluate)")
 
 
-def choose_conv_form(tuning: Tuning, shape: ConvShape, op: str, min_speedup: float) -> Choice:
+def choose_conv_form(tuning: Tuning, shape: ConvShape, op: str, min_speedup: float, exclude: str = "") -> Choice:
     """The fastest form measured for the nearest measured shape with the same set of forms; the
     op's baseline form (the first of shape.forms) unless another was at least `min_speedup`
     times faster there. A strided 1x1 convolution's forward is im2col whatever was measured:
-    its direct form can be wrong."""
-    forms = shape.forms(op)
+    its direct form can be wrong. `exclude` is a form never chosen (the next is the baseline
+    where it is the first)."""
+    implemented = shape.forms(op)
+    forms = tuple(f for f in implemented if f != exclude) or implemented  # an only form stays, excluded or not
     baseline = forms[0]
     if len(forms) == 1:
-        return Choice(baseline, "the only form implemented for this shape")
+        return Choice(baseline, "the only form implemented for this shape" if len(implemented) == 1
+                      else f"the only form implemented but {exclude}")
     if op == "forward" and shape.window.kernel == (1, 1) and max(shape.window.stride) > 1:
         return Choice("im2col", MISCOMPILED_STRIDED_POINTWISE)
     cases = [(ConvShape.from_json(c["shape"]), c) for c in tuning.table.get("convs", {}).get("cases", [])]
-    cases = [(s, c) for s, c in cases if s.forms(op) == forms and f"{op}/{baseline}" in c["ms"]]
+    cases = [(s, c) for s, c in cases if s.forms(op) == implemented and f"{op}/{baseline}" in c["ms"]]
     if not cases:
         return Choice(baseline, f"no measurements for {tuning.name} (python -m bench.iree_study convs)")
     _, case = min(cases, key=lambda sc: _distance(shape, sc[0]))
@@ -152,6 +155,7 @@ def choose_conv_form(tuning: Tuning, shape: ConvShape, op: str, min_speedup: flo
     best = min(timings, key=timings.get)
     measured = ", ".join(f"{f} {t:.3f} ms" for f, t in sorted(timings.items(), key=lambda kv: kv[1]))
     where = f"measured on {tuning.name} for {case['class']}: {measured}"
+    where += f" ({exclude} excluded)" if exclude in implemented else ""
     if best != baseline and timings[baseline] / timings[best] >= min_speedup:
         return Choice(best, where)
     return Choice(baseline, where)
