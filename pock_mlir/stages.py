@@ -21,4 +21,5 @@ def pipelines_with_switch(options: str) -> dict[str, str]:
     """compile_training's `pipelines` with pock-backend-switch given more options, such as
     "force=im2col" or "exclude=per-image"."""
     switch = "pock-backend-switch{target={target}}"
-    return {"lowered": STAGE_PIPELINES["lowered"].replace(switch, f"{switch[:-1]} {options}}}")}
+    with_options = "pock-backend-switch{target={target} " + options + "}"
+    return {"lowered": STAGE_PIPELINES["lowered"].replace(switch, with_options)}

@@ -6,6 +6,7 @@
 // RUN: pock-opt %s -p 'pock-backend-switch{tuning=%S/inputs/pointwise-tuning.json}' | filecheck %s --check-prefix=MEASURED
 // RUN: pock-opt %s -p 'pock-backend-switch{tuning=%S/inputs/pointwise-tuning.json exclude=per-image}' | filecheck %s --check-prefix=EXCLUDED
 // RUN: not pock-opt %s -p 'pock-backend-switch{exclude=winograd}' 2>&1 | filecheck %s --check-prefix=BAD-EXCLUDE
+// RUN: pock-opt %s -p 'pock-backend-switch{exclude=patches}' | filecheck %s --check-prefix=ONLY-OTHER
 // RUN: not pock-opt %s -p 'pock-backend-switch{force=winograd}' 2>&1 | filecheck %s --check-prefix=BAD
 // RUN: not pock-opt %s -p 'pock-backend-switch{min_speedup=nan}' 2>&1 | filecheck %s --check-prefix=BAD-SPEEDUP
 // RUN: not pock-opt %s -p 'pock-backend-switch{target=/some/path}' 2>&1 | filecheck %s --check-prefix=BAD-TARGET
@@ -126,6 +127,9 @@
 // EXCLUDED:        torch.aten.bmm {{.*}} {pock.backend = "im2col", pock.backend_reason = "weight_grad dense 1x1/s1 4->6 3x5 n2: {{.*}}: im2col 1.000 ms, direct 3.000 ms (per-image excluded)"}
 // EXCLUDED-NOT:    per-image"
 // EXCLUDED-LABEL:  func.func @attention_sized_matmul
+// Excluding one of two forms leaves the other, whatever was measured.
+// ONLY-OTHER-LABEL: func.func @main
+// ONLY-OTHER:       torch.aten.convolution {{.*}} {pock.backend = "direct", pock.backend_reason = "convolution depthwise 3x3/s2 4->4 6x6 n2: the only form implemented but patches"}
 // BAD-EXCLUDE: error: pock-backend-switch: exclude must be one of direct, im2col, patches, per-image, got 'winograd'
 
 func.func @main(%arg0: !torch.vtensor<[2,3,6,6],f32>, %arg1: !torch.vtensor<[4,3,3,3],f32>, %arg2: !torch.vtensor<[4,1,3,3],f32>, %arg3: !torch.vtensor<[2,4,6,6],f32>) -> (!torch.vtensor<[2,4,3,3],f32>, !torch.vtensor<[2,3,6,6],f32>, !torch.vtensor<[4,3,3,3],f32>) {
