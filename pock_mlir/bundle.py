@@ -109,6 +109,7 @@ def _state_dict_sources(model, signature) -> dict[str, str]:
 
 def _manifest(program, *, model, model_file: str | None, loss, sparse) -> dict:
     sig, target, optimizer = program.signature, program.target, program.optimizer
+    vmfb = program.vmfb  # compiled before the flags are read: a fallback in compiling changes them (program.fusion)
     policies = {p.name: sig.policies.get(p.name) for p in sig.params}
     abi = function_abi(sig)
     return {
@@ -120,7 +121,7 @@ def _manifest(program, *, model, model_file: str | None, loss, sparse) -> dict:
                    "iree_compile_flags": program.iree_flags()},
         "versions": _versions(),
         # the workspace each function takes (pock_mlir/runtime/workspace.py)
-        "module": {"file": MODULE, "workspace_bytes": {name: module_transient_bytes(program.vmfb, name) for name in abi},
+        "module": {"file": MODULE, "workspace_bytes": {name: module_transient_bytes(vmfb, name) for name in abi},
                    "in_place": sorted(program.in_place)},
         "loss": _loss_name(loss),
         "optimizer": {"name": type(optimizer).__name__.lower(), **dataclasses.asdict(optimizer)},

@@ -4,8 +4,11 @@ IREE's half of a compilation is most of its time (see `program.compile_report()`
 re-running a script, or a test session compiling the same model twice, gives it the same input.
 An entry's key is the sha256 of the IREE compiler's version, the flags, the lowered IR and, for
 a module compiled for `target-cpu=host`, this CPU's features (a cache directory shared by machines
-never hands one another's host code to a CPU that lacks its instructions); the entry is the module and the facts derived from IREE's schedule (pock_mlir/in_place.py), with the
-module's own sha256, so a damaged entry is recompiled, never loaded.
+never hands one another's host code to a CPU that lacks its instructions); the entry is the
+module and the facts derived from IREE's schedule (pock_mlir/in_place.py), with the module's own
+sha256, so a damaged entry is recompiled, never loaded. Where IREE failed under the
+aggressive fusion pock-backend-switch chose, the entry is the failure (`<key>.failed.json`), so
+that the program goes straight to its fallback (TrainingProgram.fusion) the next time.
 
 On by default, in $POCK_MLIR_CACHE_DIR, else $XDG_CACHE_HOME/pock-mlir, else ~/.cache/pock-mlir.
 POCK_MLIR_CACHE=off (or `compile_training(cache=False)`, `pock-compile --no-cache`) turns it off.
@@ -77,14 +80,33 @@ def load(root: Path, entry: str) -> tuple[bytes, dict] | None:
 def store(root: Path, entry: str, module: bytes, facts: dict) -> None:
     """Add an entry (the module first, so its facts never name a missing one), then trim the
     cache to MAX_BYTES. A cache that cannot be written only costs time: a warning says why."""
+    _write(root, {f"{entry}.vmfb": module,
+                  f"{entry}.json": json.dumps({**facts, "sha256": hashlib.sha256(module).hexdigest()})})
+
+
+def store_failure(root: Path, entry: str, error: str) -> None:
+    """Record that IREE failed on an entry's input, with `error`, its one-line reason (as store)."""
+    _write(root, {f"{entry}.failed.json": json.dumps({"error": error})})
+
+
+def _write(root: Path, files: dict) -> None:
     try:
         root.mkdir(parents=True, exist_ok=True)
-        atomic_write(root / f"{entry}.vmfb", module)
-        atomic_write(root / f"{entry}.json", json.dumps({**facts, "sha256": hashlib.sha256(module).hexdigest()}))
+        for name, content in files.items():
+            atomic_write(root / name, content)
         _trim(root)
     except OSError as e:
         warnings.warn(f"pock-mlir's compile cache in {root} cannot be written ({e}); set POCK_MLIR_CACHE_DIR "
-                      f"to a writable directory or POCK_MLIR_CACHE=off", stacklevel=2)
+                      f"to a writable directory or POCK_MLIR_CACHE=off", stacklevel=3)
+
+
+def failure(root: Path, entry: str) -> str | None:
+    """The error recorded by store_failure for an entry, or None."""
+    try:
+        error = json.loads((root / f"{entry}.failed.json").read_text()).get("error")
+    except (OSError, ValueError, AttributeError):
+        return None
+    return error if isinstance(error, str) else None
 
 
 def _trim(root: Path) -> None:

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import re
 import time
+import warnings
 from dataclasses import dataclass, field, replace
 
 import numpy as np
 
-from pock_mlir.targets import CHOSEN_FUSION, CHOSEN_VECTOR_TAILS, DATA_TILING, FUSE_MATMUL_PRODUCERS, Target
+from pock_mlir.targets import (AGGRESSIVE_FUSION, CHOSEN_FUSION, CHOSEN_VECTOR_TAILS, DATA_TILING,
+                               FUSE_MATMUL_PRODUCERS, Target)
 from pock_mlir.abi import FUNCTIONS, StepSignature
 
 
@@ -53,6 +55,16 @@ def trainer_module(function: str) -> tuple[str, ...]:
     return next(group for group in TRAINER_MODULES if function in group)
 
 
+class _IreeFailed(Exception):
+    """IREE failed to compile a module: its error output, or the one line the compile cache kept."""
+
+
+def _first_error(error: str) -> str:
+    """The first error line of IREE's output, without its location."""
+    line = next((line for line in error.splitlines() if " error: " in line), error.strip().split("\n")[0])
+    return line.split(" error: ", 1)[-1].strip()
+
+
 def _phase(what: str, functions: tuple[str, ...]) -> str:
     """A compile_report line: IREE's phase, and which module unless it holds every function."""
     return f"iree: {what}" if set(functions) >= set(FUNCTIONS) else f"iree ({', '.join(functions)}): {what}"
@@ -74,6 +86,9 @@ class TrainingProgram:
     # IREE's stream-phase IR and schedule of modules scheduled but not compiled yet (schedule()), by
     # functions: their compilation resumes from them
     streams: dict[tuple[str, ...], tuple[str, Schedule]] = field(default_factory=dict)
+    # pock-backend-switch's choices for the whole program that compiling replaced, by mark, with
+    # why: "fusion" where IREE failed under the aggressive fusion chosen (see module())
+    replaced: dict[str, tuple[str, str]] = field(default_factory=dict)
 
     def ir(self, stage: str = "lowered") -> str:
         """The IR text after a stage: imported, training, autodiff, sparse or lowered."""
@@ -94,6 +109,8 @@ class TrainingProgram:
 
     def _module_choice(self, mark: str, default: str) -> tuple[str, str]:
         """pock-backend-switch's choice `mark` for the whole program, and why."""
+        if mark in self.replaced:
+            return self.replaced[mark]
         module_line = self.stages.get("lowered", "").split("\n", 1)[0]  # `module attributes {...} {`
         marks = dict(re.findall(rf'pock\.({mark}(?:_reason)?) = "([^"]*)"', module_line))
         return marks.get(mark, default), marks.get(f"{mark}_reason", "not chosen (no pock-backend-switch)")
@@ -111,7 +128,9 @@ class TrainingProgram:
 
     @property
     def fusion(self) -> tuple[str, str]:
-        """pock-backend-switch's choice of how IREE forms dispatches, "aggressive" or "default", and why."""
+        """pock-backend-switch's choice of how IREE forms dispatches, "aggressive" or "default", and
+        why; "default" where IREE failed to compile a module of the program with the aggressive
+        fusion chosen (see module())."""
         return self._module_choice("fusion", "default")
 
     @property
@@ -129,10 +148,15 @@ class TrainingProgram:
     def module(self, functions) -> CompiledModule:
         """IREE's module of `functions` alone (the others are made private, and IREE drops them),
         compiled on first use, from the compile cache when it holds it. A Trainer compiles its
-        functions in the groups of TRAINER_MODULES."""
+        functions in the groups of TRAINER_MODULES.
+
+        IREE 3.13 fails to compile some programs under its aggressive fusion that it compiles
+        without (a dispatch over its stack limit, for one). Where pock-backend-switch chose it and
+        IREE fails, the program compiles this and later modules with the default fusion instead,
+        with a warning; `fusion` says so and why, and the compile cache remembers the failure."""
         functions = tuple(functions)
         if functions not in self.modules:
-            self.modules[functions] = self._cached(functions)
+            self.modules[functions] = self._falling_back(functions, self._cached)
         return self.modules[functions]
 
     def schedule(self, functions) -> Schedule:
@@ -143,9 +167,10 @@ class TrainingProgram:
         if functions in self.streams:
             return self.streams[functions][1]
         if functions not in self.modules:
-            cached = self._from_cache(functions)
+            cached = self._falling_back(functions, self._from_cache)
             if cached is None:
-                self.streams[functions] = self._to_stream(self._source(functions), functions)
+                self.streams[functions] = self._falling_back(
+                    functions, lambda group: self._to_stream(self._source(group), group))
                 return self.streams[functions][1]
             self.modules[functions] = cached
         return self.modules[functions].schedule
@@ -164,6 +189,34 @@ class TrainingProgram:
         first call, so that dropping the program frees them)."""
         return replace(self, stages={k: v for k, v in self.stages.items() if k == "lowered"}, initial_params={},
                        initial_buffers={})
+
+    def _falling_back(self, functions: tuple[str, ...], attempt):
+        """attempt(functions), IREE's work on a module; again with the default fusion where IREE
+        failed under the aggressive fusion pock-backend-switch chose (see module()). RuntimeError
+        with IREE's error otherwise."""
+        start = time.perf_counter()
+        try:
+            return attempt(functions)
+        except _IreeFailed as failed:
+            error = str(failed)
+            if self.fusion[0] != "aggressive" or any(f.startswith(AGGRESSIVE_FUSION) for f in self.extra_flags):
+                raise RuntimeError(iree_failure(error, self.target.name, self._source(functions))) from None
+        from pock_mlir import cache
+
+        self.timings[_phase("failed with aggressive fusion", functions)] = time.perf_counter() - start
+        reason = _first_error(error)
+        if self.cache and (root := cache.directory()) is not None:
+            cache.store_failure(root, cache.key(self._source(functions), self.iree_flags()), reason)
+        self.replaced["fusion"] = ("default", f"{self.fusion[1]}, but IREE failed to compile "
+                                              f"{', '.join(functions)} with it: {reason}")
+        self.streams.clear()  # IREE's stream phase under the aggressive fusion
+        warnings.warn(f"IREE failed to compile {', '.join(functions)} with the aggressive fusion "
+                      f"pock-backend-switch chose ({reason}); compiling with IREE's default fusion "
+                      "instead (program.fusion)", stacklevel=3)
+        try:
+            return attempt(functions)
+        except _IreeFailed as failed:
+            raise RuntimeError(iree_failure(str(failed), self.target.name, self._source(functions))) from None
 
     def _source(self, functions: tuple[str, ...]) -> str:
         lowered = self.stages["lowered"]
@@ -191,7 +244,10 @@ class TrainingProgram:
         if root is None:
             return None
         start = time.perf_counter()
-        hit = cache.load(root, cache.key(self._source(functions), self.iree_flags()))
+        entry = cache.key(self._source(functions), self.iree_flags())
+        if (error := cache.failure(root, entry)) is not None:
+            raise _IreeFailed(error)
+        hit = cache.load(root, entry)
         if hit is None:
             return None
         self.timings[_phase("from the compile cache", functions)] = time.perf_counter() - start
@@ -209,7 +265,7 @@ class TrainingProgram:
             stream = compile_str(source, extra_args=[*self.iree_flags(), "--compile-to=stream"]).decode()
             self.timings[_phase("to the stream phase", functions)] = time.perf_counter() - start
         except CompilerToolError as e:
-            raise RuntimeError(iree_failure(str(e), self.target.name, source)) from None
+            raise _IreeFailed(str(e)) from None
         in_place = frozenset()
         if "train_step_into" in functions:
             start = time.perf_counter()
@@ -230,7 +286,7 @@ class TrainingProgram:
             vmfb = compile_str(stream, extra_args=[*self.iree_flags(), "--compile-from=stream"])
             self.timings[_phase("code generation", functions)] = time.perf_counter() - start
         except CompilerToolError as e:
-            raise RuntimeError(iree_failure(str(e), self.target.name, source)) from None
+            raise _IreeFailed(str(e)) from None
         return CompiledModule(vmfb, functions, schedule.in_place)
 
     def compile_report(self) -> str:

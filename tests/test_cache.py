@@ -1,6 +1,7 @@
 """The compile cache (pock_mlir/cache.py): a second compilation of the same program takes IREE's
 output from the cache, identical and working; anything that changes IREE's input misses; a
-damaged entry is recompiled; the switch turns it off."""
+damaged entry is recompiled; the switch turns it off; a failure under the aggressive fusion
+chosen is kept."""
 
 import hashlib
 import os
@@ -101,3 +102,14 @@ def test_the_cache_keeps_the_most_recently_used_within_its_size(tmp_path, monkey
     assert cache.load(tmp_path, "a") is None and cache.load(tmp_path, "b") is not None
     assert cache.load(tmp_path, "c") == (bytes(1000), {"in_place": ["optimizer"],
                                                        "sha256": hashlib.sha256(bytes(1000)).hexdigest()})
+
+
+def test_a_failure_is_kept_and_a_damaged_record_of_one_is_none(tmp_path):
+    """What TrainingProgram.module() keeps where IREE failed under the aggressive fusion chosen
+    (tests/test_program_flags.py compiles such a program twice)."""
+    cache.store_failure(tmp_path, "a", "'func.func' op exceeded stack allocation limit")
+    assert cache.failure(tmp_path, "a") == "'func.func' op exceeded stack allocation limit"
+    assert cache.failure(tmp_path, "b") is None and cache.load(tmp_path, "a") is None  # a failure is no module
+    for damaged in ("{", "[]", '{"error": 1}'):
+        (tmp_path / "a.failed.json").write_text(damaged)
+        assert cache.failure(tmp_path, "a") is None

@@ -3,13 +3,16 @@ flag study measured them on the most alike program of the tuning table: a step w
 like a program that ran faster data-tiled is data-tiled, one like a program that ran faster with
 masked vector tails (under the same data tiling) is masked, one like a program that ran faster
 with aggressive fusion (under the same data tiling) is fused so, and each trains as torch.optim does; one like a program
-that did not (or failed to compile) keeps the plain, peeled or default code. The tables here are written by the tests;
+that did not (or failed to compile) keeps the plain, peeled or default code, and one IREE fails to
+compile with the aggressive fusion chosen compiles with the default. The tables here are written by the tests;
 the host's come one per CPU (pock_mlir.tuning.table_path). The rules' cases are in
 lit_tests/passes/pock-backend-switch.mlir."""
 
 import dataclasses
 import json
 import math
+import os
+import sys
 
 import pytest
 import torch
@@ -22,6 +25,9 @@ from pock_mlir.stages import STAGE_PIPELINES
 from pock_mlir.targets import AGGRESSIVE_FUSION, DATA_TILING, MASKED_VECTOR_TAILS, PEELED_VECTOR_TAILS
 from pock_mlir.tuning import (AGGRESSIVE_FUSION_SET, BASELINE_SET, DATA_TILED_AGGRESSIVE_FUSION_SET,
                               DATA_TILED_MASKED_TAILS_SET, DATA_TILING_SET, MASKED_TAILS_SET, MatmulFlops)
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "examples"))
+from models.transformer import LlamaConfig, LlamaLike, token_cross_entropy  # noqa: E402
 
 STEPS = 5
 OPTIMIZER = pock.AdamW(lr=1e-3, weight_decay=0.01)
@@ -142,6 +148,57 @@ def test_a_step_of_untiled_rows_is_data_tiled_and_matches_autograd(pipelines, ta
     want_loss, want = torch_gradients(model, x, y)
     assert loss == pytest.approx(want_loss, rel=1e-5)
     assert_gradients_close(grads, want)
+
+
+def test_a_program_iree_fails_to_compile_with_the_aggressive_fusion_chosen_compiles_with_the_default(tmp_path):
+    """IREE 3.13 fails on this decoder's step data-tiled with aggressive fusion (on x86-64-v3 and
+    with AVX-512); the table chooses both for it. The program then compiles with the default
+    fusion, says so, trains as torch.optim does, and the compile cache remembers the failure."""
+    sets = {DATA_TILING_SET: 8.0, DATA_TILED_AGGRESSIVE_FUSION_SET: 6.0, DATA_TILED_MASKED_TAILS_SET: 9.0}
+    table = tmp_path / "table.json"
+    table.write_text(json.dumps({"flags": {
+        "step_ms": {"decoder": {BASELINE_SET: {"step_ms_min": 10.0},
+                                **{s: {"step_ms_min": ms} for s, ms in sets.items()}}},
+        "programs": {"decoder": dataclasses.asdict(MatmulFlops(convolutions=0, matmuls=10**6, largest_matmul=10**5,
+                                                               untiled_matmuls=0))}}}))
+    switch = "pock-backend-switch{target={target}}"
+    pipelines = {"lowered": STAGE_PIPELINES["lowered"].replace(switch, f"pock-backend-switch{{tuning={table}}}")}
+    torch.manual_seed(0)
+    model = LlamaLike(LlamaConfig(vocab=64, max_len=8, dim=16, heads=2, kv_heads=1, layers=1, hidden=32))
+    g = torch.Generator().manual_seed(1)
+    ids, target = torch.randint(0, 64, (2, 8), generator=g), torch.randint(0, 64, (2, 8), generator=g)
+    optimizer = pock.SGD(lr=0.1, momentum=0.9)
+
+    def compile_it():
+        with pytest.warns(UserWarning, match="IREE failed to compile train_step_into, loss, evaluate with the "
+                                             r"aggressive fusion pock-backend-switch chose \(.+\); compiling with "
+                                             r"IREE's default fusion instead \(program.fusion\)"):
+            return pock.compile_training(model, ids, target, loss=token_cross_entropy, optimizer=optimizer,
+                                         target="x86-64", pipelines=pipelines)
+
+    program = compile_it()
+    assert program.data_tiling[0] == "data-tiled"
+    form, reason = program.fusion
+    assert form == "default", reason
+    assert ("decoder, took 0.75x the time with aggressive fusion, but IREE failed to compile train_step_into, "
+            "loss, evaluate with it: ") in reason, reason
+    flags = program.iree_flags()
+    assert DATA_TILING in flags and not any(flag.startswith(AGGRESSIVE_FUSION) for flag in flags)
+    assert "\nfusion: default (the most alike step" in program.backend_report()
+    assert "iree (train_step_into, loss, evaluate): failed with aggressive fusion" in program.compile_report()
+    trainer = program.trainer()
+    losses = [trainer.step(ids, target) for _ in range(STEPS)]
+    assert_trajectory_close(losses, trainer.state_dict(), model, ids, target, optimizer, STEPS,
+                            loss=token_cross_entropy)
+    # compiled again, it goes straight to the default fusion: IREE compiles nothing
+    again = compile_it()
+    assert again.fusion == program.fusion
+    iree = [phase for phase in again.timings if phase.startswith("iree")]
+    assert iree and all(phase.endswith(("from the compile cache", "failed with aggressive fusion")) for phase in iree)
+    # asked for by the caller, aggressive fusion stays, and IREE's failure is the error
+    asked = dataclasses.replace(program, extra_flags=(AGGRESSIVE_FUSION,), modules={}, streams={}, replaced={})
+    with pytest.raises(RuntimeError, match="IREE failed to compile the training program for target x86-64"):
+        asked.module(("train_step_into", "loss", "evaluate"))
 
 
 @pytest.mark.parametrize("cpu, chosen", [
