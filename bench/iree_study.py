@@ -5,10 +5,10 @@
     python -m bench.iree_study flags        # IREE flag sets on whole training steps
 
 convs: each conv shape class of the bench CNNs (batch 8) in each form pock-backend-switch can
-emit (pock_mlir/conv_forms.py), forward, weight and input gradient: the IR the pass emits,
-built by the same function, as a standalone function compiled, checked against torch and timed
-alone; the direct forms also without IREE's global im2col flag. The measured table is what the
-pass reads.
+emit (pock_mlir/conv_forms.py), forward, weight and input gradient, and both gradients together
+from one elementwise producer of g in each pair of forms: the IR the pass emits, built by the same
+function, as a standalone function compiled, checked against torch and timed alone; the direct
+forms also without IREE's global im2col flag. The measured table is what the pass reads.
 
 flags: whole compiled training steps under candidate flag sets; the winners for every program go
 into pock_mlir/targets.py's CPU flags, and pock-backend-switch reads the data-tiling,
@@ -33,7 +33,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from pock_mlir.conv_forms import CONV_OPS, FORMS, ConvShape, Window
+from pock_mlir.conv_forms import CONV_OPS, FORMS, GRADIENTS, ConvShape, Window
 from pock_mlir.files import atomic_write
 from pock_mlir.runtime.workspace import ModuleFunctions
 from pock_mlir.targets import AGGRESSIVE_FUSION, DATA_TILING, MASKED_VECTOR_TAILS, PEELED_VECTOR_TAILS
@@ -86,7 +86,8 @@ CONV_CASES = [
 
 def form_function(shape: ConvShape, op: str, form: str) -> str:
     """One form of `op` as a torch-dialect function @main(g, x, w) (forward: (x, w)), emitted by
-    the function pock-backend-switch emits it with."""
+    the function pock-backend-switch emits it with. GRADIENTS, form "<input>+<weight>": both
+    gradients of g * g, the elementwise producer a step's g always has."""
     from torch_mlir import ir
     from torch_mlir.dialects import func
 
@@ -100,17 +101,24 @@ def form_function(shape: ConvShape, op: str, form: str) -> str:
     arguments = [shape.input_shape(), shape.weight_shape()]
     if op != "forward":
         arguments.insert(0, shape.output_shape())
-    result = {"forward": shape.output_shape(), "weight_grad": shape.weight_shape(), "input_grad": shape.input_shape()}[op]
+    results = {"forward": [shape.output_shape()], "weight_grad": [shape.weight_shape()],
+               "input_grad": [shape.input_shape()], GRADIENTS: [shape.input_shape(), shape.weight_shape()]}[op]
     with make_context(), ir.Location.unknown() as loc:
         module = ir.Module.create()
         with ir.InsertionPoint(module.body):
-            function = func.FuncOp("main", ([vtensor(a) for a in arguments], [vtensor(result)]))
+            function = func.FuncOp("main", ([vtensor(a) for a in arguments], [vtensor(r) for r in results]))
         entry = function.add_entry_block()
         args = list(entry.arguments)
         g, (x, w) = (None, args) if op == "forward" else (args[0], args[1:])
-        value = FORMS[op, form](TorchBuilder(ir.InsertionPoint(entry), loc), shape, g, x, w)
+        b = TorchBuilder(ir.InsertionPoint(entry), loc)
+        if op == GRADIENTS:
+            g = b.mul(g, g)
+            values = [FORMS[name, part](b, shape, g, x, w)
+                      for name, part in zip(("input_grad", "weight_grad"), form.split("+"))]
+        else:
+            values = [FORMS[op, form](b, shape, g, x, w)]
         with ir.InsertionPoint(entry):
-            func.ReturnOp([value])
+            func.ReturnOp(values)
         return str(module)
 
 
@@ -124,7 +132,7 @@ def load_function(text: str, flags: tuple[str, ...], function="main"):
     context = rt.SystemContext(config=config)
     context.add_vm_module(rt.VmModule.copy_buffer(config.vm_instance, vmfb))
     functions = ModuleFunctions(context, config.device, (function,))  # with the workspace the target's flags ask for
-    return config, lambda *args: functions(function, *args)[0]
+    return config, lambda *args: [np.asarray(r.to_host()) for r in functions(function, *args)]
 
 
 def time_interleaved(variants: dict, repeats=30) -> dict[str, float]:
@@ -141,7 +149,7 @@ def time_interleaved(variants: dict, repeats=30) -> dict[str, float]:
     for i in range(repeats + 3):
         for name, (fn, device_args) in loaded.items():
             start = time.perf_counter()
-            np.asarray(fn(*device_args).to_host())
+            fn(*device_args)
             if i >= 3:  # the first calls warm up
                 best[name] = min(best[name], time.perf_counter() - start)
     return {name: 1000 * t for name, t in best.items()}
@@ -155,15 +163,16 @@ def study_convs(flags: list[str], cases=CONV_CASES) -> list[dict]:
     for shape in cases:
         x, w, g = (torch.randn(dims) for dims in (shape.input_shape(), shape.weight_shape(), shape.output_shape()))
         row, variants = {"shape": shape.to_json(), "class": shape.kind()}, {}
-        for op in CONV_OPS:
+        for op in (*CONV_OPS, GRADIENTS):
             args = (x, w) if op == "forward" else (g, x, w)
-            want = _reference(shape, op, g, x, w)
+            wants = _reference(shape, op, g, x, w)
             for form in shape.forms(op):
                 text = form_function(shape, op, form)
                 config, fn = load_function(text, tuple(flags))
-                got = np.asarray(fn(*(rt.asdevicearray(config.device, a.numpy()) for a in args)).to_host())
-                scale = float(want.abs().max())
-                assert np.abs(got - want.numpy()).max() <= 1e-4 * scale, f"{shape.kind()} {op} {form} disagrees with torch"
+                gots = fn(*(rt.asdevicearray(config.device, a.numpy()) for a in args))
+                for got, want in zip(gots, wants, strict=True):
+                    scale = float(want.abs().max())
+                    assert np.abs(got - want.numpy()).max() <= 1e-4 * scale, f"{shape.kind()} {op} {form} disagrees with torch"
                 variants[f"{op}/{form}"] = (text, flags, args)
                 if form == "direct" and IM2COL_FLAG in flags:  # what IREE's global im2col flag is worth here
                     variants[f"{op}/direct-without-im2col-flag"] = (text, [f for f in flags if f != IM2COL_FLAG], args)
@@ -174,15 +183,17 @@ def study_convs(flags: list[str], cases=CONV_CASES) -> list[dict]:
     return rows
 
 
-def _reference(shape: ConvShape, op: str, g, x, w):
+def _reference(shape: ConvShape, op: str, g, x, w) -> list:
+    """torch's results of `op` (GRADIENTS: of g * g, as form_function's)."""
     window = shape.window
     if op == "forward":
-        return F.conv2d(x, w, stride=window.stride, padding=window.padding, dilation=window.dilation,
-                        groups=shape.groups)
-    mask = [op == "input_grad", op == "weight_grad", False]
-    grads = torch.ops.aten.convolution_backward(g, x, w, None, list(window.stride), list(window.padding),
-                                                list(window.dilation), False, [0, 0], shape.groups, mask)
-    return grads[0] if op == "input_grad" else grads[1]
+        return [F.conv2d(x, w, stride=window.stride, padding=window.padding, dilation=window.dilation,
+                         groups=shape.groups)]
+    mask = [op in ("input_grad", GRADIENTS), op in ("weight_grad", GRADIENTS), False]
+    grads = torch.ops.aten.convolution_backward(g * g if op == GRADIENTS else g, x, w, None, list(window.stride),
+                                                list(window.padding), list(window.dilation), False, [0, 0],
+                                                shape.groups, mask)
+    return [grad for grad, wanted in zip(grads, mask) if wanted]
 
 
 # Data tiling, vector tails and fusion are also chosen per program (pock-backend-switch); every set

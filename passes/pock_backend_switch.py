@@ -9,7 +9,9 @@ aten.convolution_backward one of the forms of pock_mlir/conv_forms.py: "direct" 
 The choice comes from pock_mlir/tuning/<target>.json (the host's: this CPU's, see
 pock_mlir.tuning.table_path; or the file of the tuning option): the nearest measured shape class,
 timed by `python -m bench.iree_study convs` in the same forms; without measurements each op gets
-its baseline form (forward: direct; gradients: im2col, depthwise patches).
+its baseline form (forward: direct; gradients: im2col, depthwise patches). A convolution whose two
+gradients are both used gets the pair of forms measured fastest together, from one producer of g,
+where the table has such pairs: each form's layout of g costs in that producer.
 
 The choice is visible in the IR: the op doing the work carries `pock.backend = "<form>"` and
 `pock.backend_reason = "<the measurements behind it>"` (TrainingProgram.backend_report() lists
@@ -34,7 +36,7 @@ from dataclasses import dataclass
 
 from torch_mlir import ir
 
-from pock_mlir.conv_forms import FORM_NAMES, FORMS, GRADIENT_INDEX, ConvShape, Window, needs_fitting
+from pock_mlir.conv_forms import FORM_NAMES, FORMS, GRADIENT_INDEX, GRADIENTS, ConvShape, Window, needs_fitting
 from pock_mlir.cost import op_flops
 from pock_mlir.torch_builder import TorchBuilder, decode_operand
 from pock_mlir.torch_types import tensor_type_of
@@ -152,18 +154,43 @@ class BackendSwitchPass(ModulePass):
             module.attributes[mark] = ir.StringAttr.get(choice.form)
             module.attributes[f"{mark}_reason"] = ir.StringAttr.get(choice.reason)
         for func in functions(module):
-            for op in list(func.regions[0].blocks[0].operations):
-                op = op.operation
+            ops = [op.operation for op in func.regions[0].blocks[0].operations]
+            paired = self._paired_gradients([op for op in ops if op.name == "torch.aten.convolution_backward"])
+            for op in ops:
                 if op.name == "torch.aten.convolution":
                     self._forward(op)
                 elif op.name == "torch.aten.convolution_backward":
-                    self._backward(op)
+                    self._backward(op, paired)
 
     def _choose(self, shape: ConvShape, op: str) -> Choice:
         forms = shape.forms(op)
         if self.force:
             return Choice(self.force if self.force in forms else forms[0], f"forced by force={self.force}")
         return choose_conv_form(self.measurements, shape, op, self.min_speedup, self.exclude)
+
+    def _paired_gradients(self, backwards: list) -> dict:
+        """{gradient result: Choice} for each convolution whose two gradients are both used (by one
+        convolution_backward, or by one each on the same g, x, w and window, as pock-autodiff emits
+        them) where the table measured the pair: both forms chosen together."""
+        convolutions = {}
+        for op in backwards:
+            g, x, w, _, stride, padding, dilation, transposed, _, groups, mask = map(decode_operand, op.operands)
+            key = (g, x, w, tuple(stride), tuple(padding), tuple(dilation), transposed, groups)
+            _, needed = convolutions.setdefault(key, (op, {}))
+            needed.update({name: op.results[index] for name, index in GRADIENT_INDEX.items()
+                           if mask[index] and list(op.results[index].uses)})
+        paired = {}
+        for (g, x, w, stride, padding, dilation, transposed, groups), (op, needed) in convolutions.items():
+            if len(needed) < 2 or self.force:
+                continue
+            shape = conv_shape(op, x, w, g, stride, padding, dilation, transposed, groups)
+            if shape is None:
+                continue
+            pair = choose_conv_form(self.measurements, shape, GRADIENTS, self.min_speedup, self.exclude)
+            if pair.measured:  # forms "<input form>+<weight form>"
+                for name, form in zip(GRADIENT_INDEX, pair.form.split("+")):
+                    paired[needed[name]] = Choice(form, f"both gradients {pair.reason}", measured=True)
+        return paired
 
     @functools.cached_property
     def measurements(self) -> Tuning:
@@ -192,8 +219,9 @@ class BackendSwitchPass(ModulePass):
         op.results[0].replace_all_uses_with(y)
         op.erase()
 
-    def _backward(self, op) -> None:
-        """Each gradient the op computes and something uses gets its own form."""
+    def _backward(self, op, paired: dict) -> None:
+        """Each gradient the op computes and something uses gets its own form: the one chosen with
+        the other gradient's (`paired`), else its own."""
         g, x, w, bias_sizes, stride, padding, dilation, transposed, output_padding, groups, mask = map(
             decode_operand, op.operands)
         shape = conv_shape(op, x, w, g, stride, padding, dilation, transposed, groups)
@@ -202,7 +230,7 @@ class BackendSwitchPass(ModulePass):
             return
         for name, index in GRADIENT_INDEX.items():
             if mask[index] and list(op.results[index].uses):
-                choice = self._choose(shape, name)
+                choice = paired.get(op.results[index]) or self._choose(shape, name)
                 value = _emit(op, choice, f"{name} {shape.kind()}",
                               lambda b, g, x, w: FORMS[name, choice.form](b, shape, g, x, w), g, x, w)
                 op.results[index].replace_all_uses_with(value)

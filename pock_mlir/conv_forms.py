@@ -30,6 +30,13 @@ the measurements in pock_mlir/tuning/<target>.json. The forms:
 
 Each op's first form in `ConvShape.forms` is its baseline: what is emitted unless another form
 measured faster by the pass's margin, and without measurements.
+
+A step computes both gradients of a convolution from one g, which an elementwise op (the
+activation's or batch norm's backward) produces: IREE fuses each form's layout change of g into
+that producer, so what one gradient's form costs depends on the other's. The pair is measured
+too, as "gradients" with forms "<input form>+<weight form>" from one producer: measured alone,
+a gradient whose form transposes g pays for the transposed read inside its matmul, not for the
+producer writing g twice.
 """
 
 from __future__ import annotations
@@ -39,6 +46,7 @@ from dataclasses import asdict, dataclass
 
 CONV_OPS = ("forward", "weight_grad", "input_grad")
 GRADIENT_INDEX = {"input_grad": 0, "weight_grad": 1}  # in convolution_backward's results
+GRADIENTS = "gradients"  # both gradients, forms "<input form>+<weight form>"
 
 
 @dataclass(frozen=True)
@@ -124,8 +132,11 @@ class ConvShape:
         return math.prod(self.output_shape()) * (self.c // self.groups) * math.prod(self.window.kernel)
 
     def forms(self, op: str) -> tuple[str, ...]:
-        """The forms implemented for this shape and op, its baseline first. Grouped convolutions
-        that are not depthwise have their im2col gradients only (direct ones are unmeasured)."""
+        """The forms implemented for this shape and op (or both gradients' pairs), its baseline
+        first. Grouped convolutions that are not depthwise have their im2col gradients only
+        (direct ones are unmeasured)."""
+        if op == GRADIENTS:  # the baseline pair first
+            return tuple(f"{i}+{w}" for i in self.forms("input_grad") for w in self.forms("weight_grad"))
         if self.depthwise:
             return ("direct", "patches") if op == "forward" else ("patches", "direct")
         if self.groups > 1:

@@ -156,11 +156,12 @@ def _shapes():
 @pytest.mark.parametrize("name", list(_shapes()))
 def test_every_form_bench_measures_is_the_convolution(name):
     """The functions bench.iree_study times are the forms pock-backend-switch emits (the same
-    conv_forms functions); each, compiled by IREE, computes torch's convolution and gradients."""
+    conv_forms functions); each, compiled by IREE, computes torch's convolution and gradients, and
+    each pair of gradient forms both gradients of g * g."""
     import iree.runtime as rt
 
     from bench.iree_study import _reference, form_function, load_function
-    from pock_mlir.conv_forms import CONV_OPS
+    from pock_mlir.conv_forms import CONV_OPS, GRADIENTS
     from pock_mlir.targets import resolve_target
 
     shape = _shapes()[name]
@@ -168,12 +169,14 @@ def test_every_form_bench_measures_is_the_convolution(name):
     x, w, grad = (torch.randn(dims, generator=g) for dims in (shape.input_shape(), shape.weight_shape(),
                                                                 shape.output_shape()))
     checked = []
-    for op in CONV_OPS:
-        want = _reference(shape, op, grad, x, w).numpy()
+    for op in (*CONV_OPS, GRADIENTS):
+        wants = _reference(shape, op, grad, x, w)
         for form in shape.forms(op):
             config, fn = load_function(form_function(shape, op, form), tuple(resolve_target("host").compile_flags()))
             args = (x, w) if op == "forward" else (grad, x, w)
-            got = np.asarray(fn(*(rt.asdevicearray(config.device, a.numpy()) for a in args)).to_host())
-            assert_close_to_norm(got, want, 1e-5, f"{name} {op} {form}")
+            gots = fn(*(rt.asdevicearray(config.device, a.numpy()) for a in args))
+            assert len(gots) == len(wants) == (2 if op == GRADIENTS else 1)
+            for got, want in zip(gots, wants):
+                assert_close_to_norm(got, want.numpy(), 1e-5, f"{name} {op} {form}")
             checked.append((op, form))
-    assert {op for op, _ in checked} == set(CONV_OPS)
+    assert {op for op, _ in checked} == {*CONV_OPS, GRADIENTS}

@@ -115,6 +115,7 @@ def _read(path: Path) -> dict:
 class Choice:
     form: str
     reason: str
+    measured: bool = False  # the fastest of a measured shape's forms, not a default or a rule
 
 
 def _distance(a: ConvShape, b: ConvShape) -> float:
@@ -136,10 +137,11 @@ def choose_conv_form(tuning: Tuning, shape: ConvShape, op: str, min_speedup: flo
     """The fastest form measured for the nearest measured shape with the same set of forms; the
     op's baseline form (the first of shape.forms) unless another was at least `min_speedup`
     times faster there. A strided 1x1 convolution's forward is im2col whatever was measured:
-    its direct form can be wrong. `exclude` is a form never chosen (the next is the baseline
-    where it is the first)."""
+    its direct form can be wrong. `exclude` is a form never chosen, alone or in a pair of
+    gradients' forms (the next is the baseline where it is the first)."""
     implemented = shape.forms(op)
-    forms = tuple(f for f in implemented if f != exclude) or implemented  # an only form stays, excluded or not
+    excluded = [f for f in implemented if exclude in f.split("+")]
+    forms = tuple(f for f in implemented if f not in excluded) or implemented  # an only form stays, excluded or not
     baseline = forms[0]
     if len(forms) == 1:
         return Choice(baseline, "the only form implemented for this shape" if len(implemented) == 1
@@ -155,10 +157,10 @@ def choose_conv_form(tuning: Tuning, shape: ConvShape, op: str, min_speedup: flo
     best = min(timings, key=timings.get)
     measured = ", ".join(f"{f} {t:.3f} ms" for f, t in sorted(timings.items(), key=lambda kv: kv[1]))
     where = f"measured on {tuning.name} for {case['class']}: {measured}"
-    where += f" ({exclude} excluded)" if exclude in implemented else ""
+    where += f" ({exclude} excluded)" if excluded else ""
     if best != baseline and timings[baseline] / timings[best] >= min_speedup:
-        return Choice(best, where)
-    return Choice(baseline, where)
+        return Choice(best, where, measured=True)
+    return Choice(baseline, where, measured=True)
 
 
 # -- IREE's data tiling and vector tails, per program --------------------------------------------
