@@ -6,12 +6,15 @@ per-channel factor: batch norm's backward sums dy, dy * xhat, dy * w * (x - mean
 sum(dy) and sum(dy * (x - mean)) carry it all (w and rstd do not vary over the summed dims).
 This pass rewrites sum(a * c), c constant along the summed dims (its size is 1 there, or a
 scalar), as sum(a) * c, and gives equal sums of equal products one op, so those four become two.
+A product it sums is built on the largest product of its factors already summed (dy * (x - mean)
+on dy), so that a factor of that product (a ReLU6's mask) keeps one user and IREE fuses it.
 Only `aten.sum.dim_IntList` with keepdim and no dtype, over `aten.mul.Tensor` and
 `aten.mul.Scalar` trees; the sum's result type is kept.
 """
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass
 
 from torch_mlir import ir
@@ -55,10 +58,16 @@ class _Block:
     sums: dict
 
     def product(self, b: TorchBuilder, factors: tuple) -> ir.Value:
+        """The product of `factors`, built once, on the largest product of some of them already
+        built: a batch norm's dy = g * mask then stays the one value that both sum(dy) and
+        sum(dy * x) read, and the ReLU6 mask has that one user, which IREE fuses it into."""
         if len(factors) == 1:
             return factors[0]
         if factors not in self.products:
-            self.products[factors] = b.mul(self.product(b, factors[:-1]), factors[-1])
+            built = [p for p in self.products if len(p) < len(factors) and not Counter(p) - Counter(factors)]
+            part = max(built, key=len, default=factors[:-1])
+            rest = tuple((Counter(factors) - Counter(part)).elements())
+            self.products[factors] = b.mul(self.product(b, part), self.product(b, rest))
         return self.products[factors]
 
 

@@ -74,3 +74,29 @@ func.func @without_keepdim_stays(%a: !torch.vtensor<[4,3],f32>, %c: !torch.vtens
   %sum = torch.aten.sum.dim_IntList %product, %dims, %false, %none : !torch.vtensor<[4,3],f32>, !torch.list<int>, !torch.bool, !torch.none -> !torch.vtensor<[3],f32>
   return %sum : !torch.vtensor<[3],f32>
 }
+
+// A product a sum already reads is built on: sum(x * g * m) after sum(g * m) multiplies g * m by x,
+// so m has the one user (a batch norm's dy = g * mask: IREE fuses the ReLU6 mask into it).
+// CHECK-LABEL: func.func @a_summed_product_is_built_on(
+// CHECK-SAME: %[[X:.*]]: !torch.vtensor<[2,3,4,4],f32>, %[[G:.*]]: !torch.vtensor<[2,3,4,4],f32>, %[[M:.*]]: !torch.vtensor<[2,3,4,4],f32>, %[[RSTD:.*]]: !torch.vtensor<[1,3,1,1],f32>)
+// CHECK: %[[DY:.*]] = torch.aten.mul.Tensor %[[G]], %[[M]]
+// CHECK: %[[DB:.*]] = torch.aten.sum.dim_IntList %[[DY]]
+// CHECK-NOT: torch.aten.mul.Tensor %[[X]], %[[G]]
+// CHECK: %[[DYX:.*]] = torch.aten.mul.Tensor %[[DY]], %[[X]]
+// CHECK: %[[SUM:.*]] = torch.aten.sum.dim_IntList %[[DYX]]
+// CHECK-NEXT: %[[SCALED:.*]] = torch.aten.mul.Tensor %[[SUM]], %[[RSTD]]
+// CHECK-NEXT: return %[[DB]], %[[SCALED]]
+func.func @a_summed_product_is_built_on(%x: !torch.vtensor<[2,3,4,4],f32>, %g: !torch.vtensor<[2,3,4,4],f32>, %m: !torch.vtensor<[2,3,4,4],f32>, %rstd: !torch.vtensor<[1,3,1,1],f32>) -> (!torch.vtensor<[1,3,1,1],f32>, !torch.vtensor<[1,3,1,1],f32>) {
+  %int0 = torch.constant.int 0
+  %int2 = torch.constant.int 2
+  %int3 = torch.constant.int 3
+  %true = torch.constant.bool true
+  %none = torch.constant.none
+  %dims = torch.prim.ListConstruct %int0, %int2, %int3 : (!torch.int, !torch.int, !torch.int) -> !torch.list<int>
+  %dy = torch.aten.mul.Tensor %g, %m : !torch.vtensor<[2,3,4,4],f32>, !torch.vtensor<[2,3,4,4],f32> -> !torch.vtensor<[2,3,4,4],f32>
+  %db = torch.aten.sum.dim_IntList %dy, %dims, %true, %none : !torch.vtensor<[2,3,4,4],f32>, !torch.list<int>, !torch.bool, !torch.none -> !torch.vtensor<[1,3,1,1],f32>
+  %xdy = torch.aten.mul.Tensor %x, %dy : !torch.vtensor<[2,3,4,4],f32>, !torch.vtensor<[2,3,4,4],f32> -> !torch.vtensor<[2,3,4,4],f32>
+  %scaled = torch.aten.mul.Tensor %xdy, %rstd : !torch.vtensor<[2,3,4,4],f32>, !torch.vtensor<[1,3,1,1],f32> -> !torch.vtensor<[2,3,4,4],f32>
+  %dw = torch.aten.sum.dim_IntList %scaled, %dims, %true, %none : !torch.vtensor<[2,3,4,4],f32>, !torch.list<int>, !torch.bool, !torch.none -> !torch.vtensor<[1,3,1,1],f32>
+  return %db, %dw : !torch.vtensor<[1,3,1,1],f32>, !torch.vtensor<[1,3,1,1],f32>
+}
