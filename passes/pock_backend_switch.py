@@ -171,7 +171,9 @@ class BackendSwitchPass(ModulePass):
     def _paired_gradients(self, backwards: list) -> dict:
         """{gradient result: Choice} for each convolution whose two gradients are both used (by one
         convolution_backward, or by one each on the same g, x, w and window, as pock-autodiff emits
-        them) where the table measured the pair: both forms chosen together."""
+        them) where the table measured the pair: both forms chosen together (none when forced)."""
+        if self.force:
+            return {}
         convolutions = {}
         for op in backwards:
             g, x, w, _, stride, padding, dilation, transposed, _, groups, mask = map(decode_operand, op.operands)
@@ -181,7 +183,7 @@ class BackendSwitchPass(ModulePass):
                            if mask[index] and list(op.results[index].uses)})
         paired = {}
         for (g, x, w, stride, padding, dilation, transposed, groups), (op, needed) in convolutions.items():
-            if len(needed) < 2 or self.force:
+            if len(needed) < 2:
                 continue
             shape = conv_shape(op, x, w, g, stride, padding, dilation, transposed, groups)
             if shape is None:

@@ -15,10 +15,6 @@ from pock_mlir.stages import STAGE_PIPELINES, pipelines_with_switch, pipelines_w
 STEPS = 5
 
 
-def forcing(form: str) -> dict:
-    return pipelines_with_switch(f"force={form}")
-
-
 def make_cnn():
     """A dense 3x3 conv, a strided depthwise conv, a pointwise conv and a strided dense conv:
     every shape family the backend forms distinguish."""
@@ -58,7 +54,7 @@ def test_reorder_updates_trains_identically(cnn_batch):
 def test_backend_forms_match_autograd(form, cnn_batch):
     x, y = cnn_batch
     model = make_cnn()
-    program = pock.compile_training(model, x, y, pipelines=forcing(form), functions=("gradients",))
+    program = pock.compile_training(model, x, y, pipelines=pipelines_with_switch(f"force={form}"), functions=("gradients",))
     report = program.backend_report()
     assert f"{form} " in report and "forced by force=" in report
     # one count of convolutions, stated once: the per-op lines below the header
@@ -78,7 +74,7 @@ def test_per_image_form_of_a_1d_pointwise_conv():
     model = nn.Sequential(nn.Conv1d(4, 6, 1), nn.ReLU(), nn.Conv1d(6, 3, 1), nn.Flatten(), nn.Linear(15, 2))
     g = torch.Generator().manual_seed(1)
     x, y = torch.randn(2, 4, 5, generator=g), torch.randint(0, 2, (2,), generator=g)
-    program = pock.compile_training(model, x, y, pipelines=forcing("per-image"), functions=("gradients",))
+    program = pock.compile_training(model, x, y, pipelines=pipelines_with_switch("force=per-image"), functions=("gradients",))
     assert program.backend_report().count("per-image ") == 5  # two forwards, two weight and one input gradient
     loss, grads = program.trainer().gradients(x, y)
     want_loss, want = torch_gradients(model, x, y)

@@ -21,7 +21,7 @@ import torch.nn as nn
 import pock_mlir as pock
 import pock_mlir.tuning as tuning
 from oracle import assert_gradients_close, assert_trajectory_close, torch_gradients
-from pock_mlir.stages import STAGE_PIPELINES
+from pock_mlir.stages import pipelines_with_switch
 from pock_mlir.targets import AGGRESSIVE_FUSION, DATA_TILING, MASKED_VECTOR_TAILS, PEELED_VECTOR_TAILS
 from pock_mlir.tuning import (AGGRESSIVE_FUSION_SET, BASELINE_SET, DATA_TILED_AGGRESSIVE_FUSION_SET,
                               DATA_TILED_MASKED_TAILS_SET, DATA_TILING_SET, MASKED_TAILS_SET, MatmulFlops)
@@ -44,24 +44,27 @@ MEASURED = {
 }
 
 
-@pytest.fixture(scope="module")
-def table(tmp_path_factory):
-    """A tuning table of MEASURED."""
-    path = tmp_path_factory.mktemp("tuning") / "table.json"
+def write_table(path, measured: dict, failed: dict | None = None):
+    """A tuning table of a flag study, `measured` as MEASURED is (each baseline step 10 ms);
+    `failed`: {program: the flag set that failed to compile it}."""
     path.write_text(json.dumps({"flags": {
         "step_ms": {model: {BASELINE_SET: {"step_ms_min": 10.0}, **{s: {"step_ms_min": ms} for s, ms in sets.items()},
-                            # a set that failed to compile a program counts as slower there
-                            **({AGGRESSIVE_FUSION_SET: {"error": "failed"}} if model == "vit" else {})}
-                    for model, (sets, _) in MEASURED.items()},
-        "programs": {model: dataclasses.asdict(flops) for model, (_, flops) in MEASURED.items()}}}))
+                            **({failed[model]: {"error": "failed"}} if model in (failed or {}) else {})}
+                    for model, (sets, _) in measured.items()},
+        "programs": {model: dataclasses.asdict(flops) for model, (_, flops) in measured.items()}}}))
     return path
+
+
+@pytest.fixture(scope="module")
+def table(tmp_path_factory):
+    """A tuning table of MEASURED; a set that failed to compile a program counts as slower there."""
+    return write_table(tmp_path_factory.mktemp("tuning") / "table.json", MEASURED, {"vit": AGGRESSIVE_FUSION_SET})
 
 
 @pytest.fixture(scope="module")
 def pipelines(table):
     """The compiler's pipelines with pock-backend-switch reading the table of MEASURED."""
-    switch = "pock-backend-switch{target={target}}"
-    return {"lowered": STAGE_PIPELINES["lowered"].replace(switch, f"pock-backend-switch{{tuning={table}}}")}
+    return pipelines_with_switch(f"tuning={table}")
 
 
 def make_mlp(width: int):
@@ -154,15 +157,9 @@ def test_a_program_iree_fails_to_compile_with_the_aggressive_fusion_chosen_compi
     """IREE 3.13 fails on this decoder's step data-tiled with aggressive fusion (on x86-64-v3 and
     with AVX-512); the table chooses both for it. The program then compiles with the default
     fusion, says so, trains as torch.optim does, and the compile cache remembers the failure."""
-    sets = {DATA_TILING_SET: 8.0, DATA_TILED_AGGRESSIVE_FUSION_SET: 6.0, DATA_TILED_MASKED_TAILS_SET: 9.0}
-    table = tmp_path / "table.json"
-    table.write_text(json.dumps({"flags": {
-        "step_ms": {"decoder": {BASELINE_SET: {"step_ms_min": 10.0},
-                                **{s: {"step_ms_min": ms} for s, ms in sets.items()}}},
-        "programs": {"decoder": dataclasses.asdict(MatmulFlops(convolutions=0, matmuls=10**6, largest_matmul=10**5,
-                                                               untiled_matmuls=0))}}}))
-    switch = "pock-backend-switch{target={target}}"
-    pipelines = {"lowered": STAGE_PIPELINES["lowered"].replace(switch, f"pock-backend-switch{{tuning={table}}}")}
+    decoder = ({DATA_TILING_SET: 8.0, DATA_TILED_AGGRESSIVE_FUSION_SET: 6.0, DATA_TILED_MASKED_TAILS_SET: 9.0},
+               MatmulFlops(convolutions=0, matmuls=10**6, largest_matmul=10**5, untiled_matmuls=0))
+    pipelines = pipelines_with_switch(f"tuning={write_table(tmp_path / 'table.json', {'decoder': decoder})}")
     torch.manual_seed(0)
     model = LlamaLike(LlamaConfig(vocab=64, max_len=8, dim=16, heads=2, kv_heads=1, layers=1, hidden=32))
     g = torch.Generator().manual_seed(1)
