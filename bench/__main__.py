@@ -36,7 +36,7 @@ from pock_mlir.tuning import host_cpu
 ROOT = Path(__file__).resolve().parent.parent
 SYSTEMS = ("eager", "torch.compile", "ort-training", "jax", "pock-mlir", "pock-mlir-deployed",
            "pock-mlir-deployed-ort-optimizer", "pock-mlir-no-reorder", "pock-mlir-no-param-order", "pock-mlir-no-retain",
-           "pock-mlir-other-tails", "pock-mlir-no-factor-reductions", "pock-mlir-no-per-image")
+           "pock-mlir-other-tails", "pock-mlir-no-factor-reductions", "pock-mlir-no-per-image", "pock-mlir-no-flipped")
 QUICK_SYSTEMS = ("eager", "pock-mlir", "pock-mlir-no-reorder", "pock-mlir-no-param-order", "pock-mlir-no-retain",
                  "pock-mlir-other-tails")
 # The pipelines of the pipeline ablations: a pass left out of the lowered stage, or a form pock-backend-switch
@@ -44,7 +44,8 @@ QUICK_SYSTEMS = ("eager", "pock-mlir", "pock-mlir-no-reorder", "pock-mlir-no-par
 ABLATED_PIPELINES = {"pock-mlir-no-reorder": pipelines_without("pock-reorder-updates"),
                      "pock-mlir-no-param-order": pipelines_without("pock-order-param-reads"),
                      "pock-mlir-no-factor-reductions": pipelines_without("pock-factor-reductions"),
-                     "pock-mlir-no-per-image": pipelines_with_switch("exclude=per-image")}
+                     "pock-mlir-no-per-image": pipelines_with_switch("exclude=per-image"),
+                     "pock-mlir-no-flipped": pipelines_with_switch("exclude=flipped")}
 # pock-reorder-updates' effect is shown on these full-BP steps only: each ablation is one more
 # IREE compile (minutes for the CNNs), and the pass measured no effect under IREE so far.
 REORDER_ABLATION = (("mlp", "full"), ("mlp", "sparse"), ("bert", "full"))
@@ -65,9 +66,12 @@ OTHER_TAILS_ABLATION = (("mlp", "full"), ("tiny-vit", "full"), ("kws", "full"), 
 FACTOR_REDUCTIONS_ABLATION = (("mobilenetv2", "full"), ("resnet18", "full"), ("tv-mobilenetv2", "full"), ("kws", "full"))
 # The per-image form of 1x1 convolutions, where the tuning table chooses it: the MobileNetV2s' full steps.
 PER_IMAGE_ABLATION = (("mobilenetv2", "full"), ("tv-mobilenetv2", "full"))
+# The flipped form of stride-1 input gradients, where the tuning table chooses it: the ResNet-18-like's full step.
+FLIPPED_ABLATION = (("resnet18", "full"),)
 ABLATIONS = {"pock-mlir-no-reorder": REORDER_ABLATION, "pock-mlir-no-param-order": PARAM_ORDER_ABLATION,
              "pock-mlir-no-retain": RETAIN_ABLATION, OTHER_TAILS: OTHER_TAILS_ABLATION,
-             "pock-mlir-no-factor-reductions": FACTOR_REDUCTIONS_ABLATION, "pock-mlir-no-per-image": PER_IMAGE_ABLATION}
+             "pock-mlir-no-factor-reductions": FACTOR_REDUCTIONS_ABLATION, "pock-mlir-no-per-image": PER_IMAGE_ABLATION,
+             "pock-mlir-no-flipped": FLIPPED_ABLATION}
 ORT_SCHEMES = ("full", "sparse")  # ONNX Runtime trains or freezes whole parameters: no LoRA adapters
 JAX_SCHEMES = ("full", "sparse")  # the JAX port differentiates the trained parameters only: no LoRA adapters
 DEPLOYED_SCHEMES = ("full", "sparse")  # pock-mlir's bundle in a torch-free process, beside ONNX Runtime's

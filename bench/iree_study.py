@@ -2,6 +2,7 @@
 (the host target's: host-<this CPU>.json, see pock_mlir.tuning.own_table_path).
 
     python -m bench.iree_study convs        # convolution forms, forward and backward
+    python -m bench.iree_study convs --forms flipped   # only the cases a (new) form applies to
     python -m bench.iree_study flags        # IREE flag sets on whole training steps
 
 convs: each conv shape class of the bench CNNs (batch 8) in each form pock-backend-switch can
@@ -33,7 +34,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from pock_mlir.conv_forms import CONV_OPS, FORMS, GRADIENTS, ConvShape, Window
+from pock_mlir.conv_forms import CONV_OPS, FORM_NAMES, FORMS, GRADIENTS, ConvShape, Window
 from pock_mlir.files import atomic_write
 from pock_mlir.runtime.workspace import ModuleFunctions
 from pock_mlir.targets import AGGRESSIVE_FUSION, DATA_TILING, MASKED_VECTOR_TAILS, PEELED_VECTOR_TAILS
@@ -273,12 +274,28 @@ def program_matmul_flops(program) -> dict:
         return dataclasses.asdict(module_matmul_flops(ir.Module.parse(program.ir("sparse")).operation))
 
 
+def _convs_with(parser, study: dict | None, forms: list[str], flags: list[str]) -> list[dict]:
+    """`study`'s cases with those of CONV_CASES where one of `forms` is implemented measured
+    again (in place, or added); the arguments are checked before anything is measured."""
+    unknown = sorted(set(forms) - set(FORM_NAMES))
+    if unknown:
+        parser.error(f"--forms: no form {', '.join(unknown)}; the forms are {', '.join(FORM_NAMES)}")
+    if not study or study.get("iree_flags") != flags:
+        parser.error("--forms adds to a convs study made with this target's flags; run the whole study")
+    cases = [s for s in CONV_CASES if any(f in s.forms(op) for op in CONV_OPS for f in forms)]
+    measured = {ConvShape.from_json(row["shape"]): row for row in study_convs(flags, cases)}
+    rows = [measured.pop(ConvShape.from_json(row["shape"]), row) for row in study["cases"]]
+    return rows + list(measured.values())
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.iree_study", description=__doc__.splitlines()[0])
     parser.add_argument("study", choices=("convs", "flags"))
     parser.add_argument("--models", default="mlp,bert,llama,resnet18,mobilenetv2,tiny-vit,tiny-llama,kws",
                         help="for flags: bench models to compile")
     parser.add_argument("--sets", default=",".join(FLAG_SETS), help="for flags: which flag sets to compare")
+    parser.add_argument("--forms", help="for convs: only the cases where one of these forms (comma-separated) is "
+                                         "implemented, each measured whole; the table keeps its other cases")
     parser.add_argument("--target", default="host")
     args = parser.parse_args(argv)
     torch.set_num_threads(os.cpu_count() or 1)
@@ -287,7 +304,11 @@ def main(argv=None) -> int:
     load = os.getloadavg()[0]
     if args.study == "convs":
         flags = target_flags(args.target)
-        table["convs"] = {"load_average": load, "iree_flags": flags, "cases": study_convs(flags)}
+        if args.forms:
+            table["convs"] = {"load_average": load, "iree_flags": flags,
+                              "cases": _convs_with(parser, table.get("convs"), args.forms.split(","), flags)}
+        else:
+            table["convs"] = {"load_average": load, "iree_flags": flags, "cases": study_convs(flags)}
     else:
         sets = {name: FLAG_SETS[name] for name in args.sets.split(",")}
         step_ms, programs = study_flags(args.models.split(","), sets)

@@ -22,6 +22,7 @@ SYSTEM_TITLES = {
     "pock-mlir-other-tails": "pock-mlir, the other vector tails (masked where peeled was chosen, and the reverse)",
     "pock-mlir-no-factor-reductions": "pock-mlir, no factor-reductions (each batch norm's backward sums four times)",
     "pock-mlir-no-per-image": "pock-mlir, no per-image form (1x1 convolutions as im2col or direct)",
+    "pock-mlir-no-flipped": "pock-mlir, no flipped form (stride-1 input gradients as im2col or direct)",
 }
 CNNS_AND_TRANSFORMERS = ("mobilenetv2", "resnet18", "bert", "llama")
 SPARSE_VS_EAGER_4X = ("mobilenetv2", "bert")

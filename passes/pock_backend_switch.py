@@ -5,7 +5,9 @@ pock-autodiff leaves each convolution's gradients as abstract aten.convolution_b
 per gradient. This pass gives every aten.convolution and every gradient of an
 aten.convolution_backward one of the forms of pock_mlir/conv_forms.py: "direct" (the op itself),
 "im2col" (windows unfolded, one matmul per group, col2im for the input gradient), depthwise
-"patches" (per-tap multiply-adds) or, 1x1, "per-image" (one matmul per image in its own layout).
+"patches" (per-tap multiply-adds), 1x1 "per-image" (one matmul per image in its own layout) or, for
+the input gradient of a dense stride-1 convolution, "flipped" (a forward convolution of g with the
+weight transposed and flipped).
 The choice comes from pock_mlir/tuning/<target>.json (the host's: this CPU's, see
 pock_mlir.tuning.table_path; or the file of the tuning option): the nearest measured shape class,
 timed by `python -m bench.iree_study convs` in the same forms; without measurements each op gets
@@ -122,7 +124,8 @@ def _emit(op, choice: Choice, what: str, emitter, *operands):
 class BackendSwitchPass(ModulePass):
     name = "pock-backend-switch"
     description = ("Give each convolution and each convolution gradient the form measured fastest on the target: "
-                   "direct, im2col + matmul, depthwise patches or 1x1 per-image matmuls; marks the choice as "
+                   "direct, im2col + matmul, depthwise patches, 1x1 per-image matmuls or, for a stride-1 input "
+                   "gradient, a convolution with the flipped weight; marks the choice as "
                    "pock.backend. Marks the module with whether IREE should data-tile its matmuls "
                    "(pock.data_tiling), how it should vectorize loop remainders (pock.vector_tails) and fuse "
                    "(pock.fusion)")
@@ -130,10 +133,10 @@ class BackendSwitchPass(ModulePass):
                                  "this CPU's, pock_mlir.tuning.table_path)")
     tuning: str = option("", "a tuning table file to choose by instead of the target's, e.g. one measured on "
                              "another machine (python -m bench.iree_study writes them)")
-    force: str = option("", "use this form wherever it is implemented instead of choosing: direct, im2col, patches "
-                               "or per-image")
+    force: str = option("", "use this form wherever it is implemented instead of choosing: direct, im2col, patches, "
+                               "per-image or flipped")
     exclude: str = option("", "a form never to choose (the fastest measured of the others instead), to measure what "
-                              "it gains: direct, im2col, patches or per-image")
+                              "it gains: direct, im2col, patches, per-image or flipped")
     min_speedup: float = option(1.25, "choose a form other than the baseline only if measured at least this much faster "
                                       "(timings on a shared machine vary by 10-20%)")
 

@@ -27,6 +27,12 @@ the measurements in pock_mlir/tuning/<target>.json. The forms:
   and out of each gradient's matmul, which is most of the work where the maps are large and the
   weight small (MobileNetV2's early expand and project convolutions); with a large weight the
   per-image weight-sized products of the weight gradient cost more.
+- "flipped", the input gradient of a dense stride-1 convolution only: the forward convolution of g
+  with the weight transposed and flipped, padded by the kernel's reach less the forward's padding,
+  which IREE compiles as it does a forward (its own im2col and one matmul, no columns tensor
+  folded back). im2col's g W wrote the columns out, kh*kw times the input, and col2im read them
+  back; flipping the weight costs a weight-sized copy per step, too much with a large weight on
+  small maps. A strided convolution would need g with zeros inserted.
 
 Each op's first form in `ConvShape.forms` is its baseline: what is emitted unless another form
 measured faster by the pass's margin, and without measurements.
@@ -108,6 +114,14 @@ class ConvShape:
         w = self.window
         return w.kernel == (1, 1) and w.stride == (1, 1) and w.padding == (0, 0)
 
+    @property
+    def flippable(self) -> bool:
+        """Dense, stride 1, not pointwise (per-image is its own form there), its padding within the
+        kernel's reach: the input gradient is then a convolution of g without padding to remove."""
+        w = self.window
+        return (self.groups == 1 and w.stride == (1, 1) and not self.pointwise
+                and all(p <= d * (k - 1) for p, d, k in zip(w.padding, w.dilation, w.kernel)))
+
     def output_shape(self) -> tuple[int, int, int, int]:
         return (self.n, self.o, *self.window.out_size)
 
@@ -142,7 +156,10 @@ class ConvShape:
         if self.groups > 1:
             return ("direct",) if op == "forward" else ("im2col",)
         per_image = ("per-image",) if self.pointwise else ()
-        return ("direct", "im2col", *per_image) if op == "forward" else ("im2col", "direct", *per_image)
+        if op == "forward":
+            return ("direct", "im2col", *per_image)
+        flipped = ("flipped",) if op == "input_grad" and self.flippable else ()
+        return ("im2col", "direct", *flipped, *per_image)
 
 
 # -- im2col and col2im ------------------------------------------------------------------------
@@ -315,6 +332,15 @@ def input_grad_im2col(b, s: ConvShape, g, x, w):
     return fold(b, cols, s.window)
 
 
+def input_grad_flipped(b, s: ConvShape, g, x, w):
+    """Stride 1: dX = g convolved with the weight as [C, O, kh, kw], each kernel flipped, padded by
+    d*(k-1) - p."""
+    w_ = s.window
+    flipped = b.aten.flip(b.aten.permute(w, [1, 0, 2, 3]), [2, 3])
+    padding = [d * (k - 1) - p for k, p, d in zip(w_.kernel, w_.padding, w_.dilation)]
+    return b.aten.convolution(g, flipped, None, [1, 1], padding, list(w_.dilation), False, [0, 0], 1)
+
+
 def input_grad_patches(b, s: ConvShape, g, x, w):
     """Depthwise dX: g times each tap's weight, folded back onto the positions the tap read."""
     return fold(b, g, s.window, tap_weights=b.reshape(w, [s.o, math.prod(s.window.kernel)]))
@@ -379,9 +405,10 @@ FORMS = {
     ("input_grad", "im2col"): input_grad_im2col,
     ("input_grad", "patches"): input_grad_patches,
     ("input_grad", "per-image"): input_grad_per_image,
+    ("input_grad", "flipped"): input_grad_flipped,
 }
 FORMS = {(op, form): _fitted(emit, op) for (op, form), emit in FORMS.items()}
-FORM_NAMES = ("direct", "im2col", "patches", "per-image")
+FORM_NAMES = ("direct", "im2col", "patches", "per-image", "flipped")
 
 
 def convolution_gradient(b, op: str, g, x, w, stride, padding, dilation, groups):

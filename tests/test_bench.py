@@ -166,6 +166,45 @@ def test_update_refuses_what_would_mix_runs_before_measuring(results, tmp_path, 
         assert message in capsys.readouterr().err.splitlines()[-1], argv
 
 
+def test_a_conv_study_of_some_forms_measures_their_cases_again_and_keeps_the_rest(tmp_path, monkeypatch, capsys):
+    """`python -m bench.iree_study convs --forms F` re-measures whole the cases where F is
+    implemented, keeps the table's other cases, and refuses, before measuring, what it cannot add to."""
+    from bench import iree_study
+
+    flipped = [s for s in iree_study.CONV_CASES if "flipped" in s.forms("input_grad")]
+    assert 0 < len(flipped) < len(iree_study.CONV_CASES)
+    measured = []
+
+    def study_convs(flags, cases):  # stands for the timing: which cases it was asked for
+        measured.extend(cases)
+        return [{"shape": s.to_json(), "class": s.kind(), "ms": {"again": 1.0}} for s in cases]
+
+    flags = iree_study.target_flags("host")
+    before = [{"shape": s.to_json(), "class": s.kind(), "ms": {"before": 2.0}}
+              for s in [*iree_study.CONV_CASES[:3], flipped[0]]]
+    table = tmp_path / "table.json"
+    table.write_text(json.dumps({"convs": {"load_average": 0.5, "iree_flags": flags, "cases": before},
+                                 "flags": {"kept": True}}))
+    monkeypatch.setattr(iree_study, "own_table_path", lambda target: table)
+    monkeypatch.setattr(iree_study, "study_convs", study_convs)
+    for argv, message in ((["convs", "--forms", "winograd"], "--forms: no form winograd"),
+                          (["convs", "--forms", "flipped", "--target", "vulkan"], "run the whole study")):
+        if argv[-1] == "vulkan":  # a table measured with other flags
+            monkeypatch.setattr(iree_study, "target_flags", lambda target: ["--other"])
+        with pytest.raises(SystemExit):
+            iree_study.main(argv)
+        assert message in capsys.readouterr().err.splitlines()[-1]
+    assert not measured
+    monkeypatch.setattr(iree_study, "target_flags", lambda target: flags)
+    assert iree_study.main(["convs", "--forms", "flipped"]) == 0
+    assert measured == flipped
+    written = json.loads(table.read_text())
+    assert written["flags"] == {"kept": True} and written["convs"]["iree_flags"] == flags
+    again = [{"shape": s.to_json(), "class": s.kind(), "ms": {"again": 1.0}} for s in flipped]
+    # the other cases kept as they were, in their order; a flipped one replaced in place, the rest added
+    assert written["convs"]["cases"] == json.loads(json.dumps(before[:3] + again))
+
+
 @pytest.mark.parametrize("grouped, transposed, input_grad", [
     (dict(in_channels=8, out_channels=8, kernel_size=3, stride=2, padding=1, groups=8), False, False),  # depthwise
     (dict(in_channels=4, out_channels=6, kernel_size=3, groups=2), False, True),

@@ -10,16 +10,18 @@ import torch.nn as nn
 
 import pock_mlir as pock
 from oracle import assert_close_to_norm, torch_gradients
+from pock_mlir.conv_forms import FORM_NAMES
 from pock_mlir.stages import STAGE_PIPELINES, pipelines_with_switch, pipelines_without
 
 STEPS = 5
 
 
 def make_cnn():
-    """A dense 3x3 conv, a strided depthwise conv, a pointwise conv and a strided dense conv:
-    every shape family the backend forms distinguish."""
+    """Dense 3x3 convs (the second unpadded, so that its flipped input gradient pads), a strided
+    depthwise conv, a pointwise conv and a strided dense conv: every shape family the backend forms
+    distinguish."""
     torch.manual_seed(0)
-    return nn.Sequential(nn.Conv2d(3, 8, 3, 1, 1), nn.ReLU(), nn.Conv2d(8, 8, 3, 2, 1, groups=8),
+    return nn.Sequential(nn.Conv2d(3, 8, 3, 1, 1), nn.ReLU(), nn.Conv2d(8, 8, 3), nn.Conv2d(8, 8, 3, 2, 1, groups=8),
                          nn.Conv2d(8, 12, 1), nn.ReLU(), nn.Conv2d(12, 6, 3, 2, 1), nn.Flatten(), nn.Linear(24, 4))
 
 
@@ -50,7 +52,7 @@ def test_reorder_updates_trains_identically(cnn_batch):
         np.testing.assert_allclose(state[name], value, rtol=1e-5, atol=1e-7, err_msg=name)
 
 
-@pytest.mark.parametrize("form", ["direct", "im2col", "patches", "per-image"])
+@pytest.mark.parametrize("form", FORM_NAMES)
 def test_backend_forms_match_autograd(form, cnn_batch):
     x, y = cnn_batch
     model = make_cnn()

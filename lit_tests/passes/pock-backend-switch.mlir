@@ -3,6 +3,7 @@
 // RUN: pock-opt %s -p 'pock-backend-switch{force=patches}' | filecheck %s --check-prefix=PATCHES
 // RUN: pock-opt %s -p 'pock-backend-switch{force=direct}' | filecheck %s --check-prefix=DIRECT
 // RUN: pock-opt %s -p 'pock-backend-switch{force=per-image}' | filecheck %s --check-prefix=PER-IMAGE
+// RUN: pock-opt %s -p 'pock-backend-switch{force=flipped}' | filecheck %s --check-prefix=FLIPPED
 // RUN: pock-opt %s -p 'pock-backend-switch{tuning=%S/inputs/pointwise-tuning.json}' | filecheck %s --check-prefix=MEASURED
 // RUN: pock-opt %s -p 'pock-backend-switch{tuning=%S/inputs/pointwise-tuning.json exclude=per-image}' | filecheck %s --check-prefix=EXCLUDED
 // RUN: not pock-opt %s -p 'pock-backend-switch{exclude=winograd}' 2>&1 | filecheck %s --check-prefix=BAD-EXCLUDE
@@ -62,7 +63,20 @@
 // DIRECT:         torch.aten.convolution_backward {{.*}}, %[[WEIGHT_MASK]] {pock.backend = "direct", pock.backend_reason = "weight_grad dense 3x3/s1 3->4 6x6 n2: forced by force=direct"} : {{.*}} -> !torch.none, !torch.vtensor<[4,3,3,3],f32>, !torch.none
 // DIRECT-NOT:     torch.aten.mm
 
-// BAD: error: pock-backend-switch: force must be one of direct, im2col, patches, per-image, got 'winograd'
+// flipped: the stride-1 dense conv's input gradient is the forward convolution of g with the
+// weight transposed to [C, O, kh, kw] and each kernel flipped, padded by the kernel's reach less
+// the forward's padding; its weight gradient has no such form and gets its baseline. The
+// strided 1-D convolution's input gradient has none either.
+// FLIPPED-LABEL: func.func @main
+// FLIPPED:       %[[W_T:.*]] = torch.aten.permute %arg1, {{.*}} -> !torch.vtensor<[3,4,3,3],f32>
+// FLIPPED:       %[[FLIPPED:.*]] = torch.aten.flip %[[W_T]], {{.*}} -> !torch.vtensor<[3,4,3,3],f32>
+// FLIPPED:       torch.aten.convolution %arg3, %[[FLIPPED]], {{.*}} {pock.backend = "flipped", pock.backend_reason = "input_grad dense 3x3/s1 3->4 6x6 n2: forced by force=flipped"} : {{.*}} -> !torch.vtensor<[2,3,6,6],f32>
+// FLIPPED:       torch.aten.bmm {{.*}} {pock.backend = "im2col", pock.backend_reason = "weight_grad dense 3x3/s1 3->4 6x6 n2: forced by force=flipped"}
+// FLIPPED-NOT:   torch.aten.convolution_backward
+// FLIPPED-LABEL: func.func @conv1d
+// FLIPPED:       torch.aten.bmm {{.*}} {pock.backend = "im2col", pock.backend_reason = "input_grad dense 1x3/s1x2 3->4 1x10 n2: forced by force=flipped"}
+
+// BAD: error: pock-backend-switch: force must be one of direct, im2col, patches, per-image, flipped, got 'winograd'
 // BAD-SPEEDUP: error: pock-backend-switch: min_speedup must be a finite number >= 1, got nan
 // BAD-TARGET: error: pock-backend-switch: target must be a target name (letters, digits, '_', '-'), got '/some/path'
 
@@ -140,7 +154,7 @@
 // Excluding one of two forms leaves the other, whatever was measured.
 // ONLY-OTHER-LABEL: func.func @main
 // ONLY-OTHER:       torch.aten.convolution {{.*}} {pock.backend = "direct", pock.backend_reason = "convolution depthwise 3x3/s2 4->4 6x6 n2: the only form implemented but patches"}
-// BAD-EXCLUDE: error: pock-backend-switch: exclude must be one of direct, im2col, patches, per-image, got 'winograd'
+// BAD-EXCLUDE: error: pock-backend-switch: exclude must be one of direct, im2col, patches, per-image, flipped, got 'winograd'
 
 func.func @main(%arg0: !torch.vtensor<[2,3,6,6],f32>, %arg1: !torch.vtensor<[4,3,3,3],f32>, %arg2: !torch.vtensor<[4,1,3,3],f32>, %arg3: !torch.vtensor<[2,4,6,6],f32>) -> (!torch.vtensor<[2,4,3,3],f32>, !torch.vtensor<[2,3,6,6],f32>, !torch.vtensor<[4,3,3,3],f32>) {
   %true = torch.constant.bool true
