@@ -304,11 +304,9 @@ def main(argv=None) -> int:
     load = os.getloadavg()[0]
     if args.study == "convs":
         flags = target_flags(args.target)
-        if args.forms:
-            table["convs"] = {"load_average": load, "iree_flags": flags,
-                              "cases": _convs_with(parser, table.get("convs"), args.forms.split(","), flags)}
-        else:
-            table["convs"] = {"load_average": load, "iree_flags": flags, "cases": study_convs(flags)}
+        cases = (_convs_with(parser, table.get("convs"), args.forms.split(","), flags) if args.forms
+                 else study_convs(flags))
+        table["convs"] = {"load_average": load, "iree_flags": flags, "cases": cases}
     else:
         sets = {name: FLAG_SETS[name] for name in args.sets.split(",")}
         step_ms, programs = study_flags(args.models.split(","), sets)

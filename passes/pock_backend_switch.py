@@ -133,10 +133,9 @@ class BackendSwitchPass(ModulePass):
                                  "this CPU's, pock_mlir.tuning.table_path)")
     tuning: str = option("", "a tuning table file to choose by instead of the target's, e.g. one measured on "
                              "another machine (python -m bench.iree_study writes them)")
-    force: str = option("", "use this form wherever it is implemented instead of choosing: direct, im2col, patches, "
-                               "per-image or flipped")
+    force: str = option("", f"use this form wherever it is implemented instead of choosing: {', '.join(FORM_NAMES)}")
     exclude: str = option("", "a form never to choose (the fastest measured of the others instead), to measure what "
-                              "it gains: direct, im2col, patches, per-image or flipped")
+                              f"it gains: {', '.join(FORM_NAMES)}")
     min_speedup: float = option(1.25, "choose a form other than the baseline only if measured at least this much faster "
                                       "(timings on a shared machine vary by 10-20%)")
 
