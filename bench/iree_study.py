@@ -11,9 +11,10 @@ from one elementwise producer of g in each pair of forms: the IR the pass emits,
 function, as a standalone function compiled, checked against torch and timed alone; the direct
 forms also without IREE's global im2col flag. The measured table is what the pass reads.
 
-flags: whole compiled training steps under candidate flag sets; the winners for every program go
-into pock_mlir/targets.py's CPU flags, and pock-backend-switch reads the data-tiling,
-vector-tails and aggressive-fusion sets' steps to choose those three per program (pock_mlir.tuning).
+flags: whole compiled training steps under candidate flag sets, each step's time and its Trainer's
+device memory; the winners for every program go into pock_mlir/targets.py's CPU flags, and
+pock-backend-switch reads the data-tiling, vector-tails and aggressive-fusion sets' steps to choose
+those three per program (pock_mlir.tuning).
 
 Timings are the fastest of many calls: on a machine shared with other jobs the minimum is the
 least disturbed estimate of what a form or flag set costs.
@@ -222,9 +223,9 @@ FLAG_SETS = {
 
 
 def study_flags(models: list[str], flag_sets=FLAG_SETS, steps=20) -> tuple[dict, dict]:
-    """Train-step ms (fastest and median of `steps`) of whole compiled training programs under
-    each flag set, and each program's matmul FLOPs as the per-program choices weigh them. The
-    variants' steps interleave, so load from other jobs hits them alike."""
+    """Train-step ms (fastest and median of `steps`) and a Trainer's device memory of whole compiled
+    training programs under each flag set, and each program's matmul FLOPs as the per-program
+    choices weigh them. The variants' steps interleave, so load from other jobs hits them alike."""
     import pock_mlir as pock
     from bench.models import MODELS
 
@@ -244,7 +245,8 @@ def study_flags(models: list[str], flag_sets=FLAG_SETS, steps=20) -> tuple[dict,
                 start = time.perf_counter()
                 trainer = variant.trainer()
                 trainer.step(inputs, target)  # the first step compiles the step's module
-                results[name][label] = {"compile_s": time.perf_counter() - start}
+                results[name][label] = {"compile_s": time.perf_counter() - start,
+                                        "device_mb": variant.device_bytes / 2**20}
                 for _ in range(2):
                     trainer.step(inputs, target)
                 trainers[label] = trainer  # timed below only once it compiled and ran

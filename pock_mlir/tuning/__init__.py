@@ -172,8 +172,9 @@ MASKED_TAILS_SET = "im2col+masked-tails"
 DATA_TILED_MASKED_TAILS_SET = "im2col+global-data-tiling+masked-tails"
 AGGRESSIVE_FUSION_SET = "im2col+aggressive-fusion"
 DATA_TILED_AGGRESSIVE_FUSION_SET = "im2col+global-data-tiling+aggressive-fusion"
-# A flag is chosen only where the nearest measured step was at least this much faster with it:
-# whole steps vary by a few percent between rounds.
+# A flag is chosen only where the nearest measured step was at least this much faster with it
+# (whole steps vary by a few percent between rounds), or no slower and held at most this share of
+# the device memory (a Trainer's, which does not vary): on a device memory is as scarce as time.
 MAX_CHOSEN_RATIO = 0.95
 # IREE's plain CPU matmul code handles a dimension that is not a multiple of its tile through a
 # remainder path: 260 rows (a ViT's 4 x 65 tokens) ran 1.2-1.6x slower than 256, data-tiled not.
@@ -213,22 +214,28 @@ def _unlikeness(a: MatmulFlops, b: MatmulFlops) -> float:
 
 
 def _measured_on_most_alike(tuning: Tuning, flops: MatmulFlops, flag_set: str, baseline: str):
-    """(program, its fastest step under `flag_set` over under `baseline`, its MatmulFlops): the
-    most alike program the target's flag study measured under both (on a shared machine the
-    fastest step is the least disturbed; infinite where `flag_set` failed to compile it); None if
-    it measured none, or for a program without matmuls or convolutions, which is like none of
-    them (IREE 3.13 failed to compile a step of dropouts alone under aggressive fusion)."""
+    """(program, its fastest step under `flag_set` over under `baseline`, the same ratio of its
+    device memory or None where the study did not record it, its MatmulFlops): the most alike program
+    the target's flag study measured under both (on a shared machine the fastest step is the least
+    disturbed; infinite where `flag_set` failed to compile it); None if it measured none, or for a
+    program without matmuls or convolutions, which is like none of them (IREE 3.13 failed to
+    compile a step of dropouts alone under aggressive fusion)."""
     if not flops.matmuls and not flops.convolutions:
         return None
     study = tuning.table.get("flags", {})
-    measured = {model: (sets[flag_set]["step_ms_min"] / sets[baseline]["step_ms_min"] if "step_ms_min" in sets[flag_set]
-                        else math.inf,  # the flag set failed to compile the program
-                        MatmulFlops(**study["programs"][model]))
+
+    def ratios(flagged: dict, base: dict) -> tuple[float, float | None]:
+        if "step_ms_min" not in flagged:
+            return math.inf, None  # the flag set failed to compile the program
+        memory = flagged["device_mb"] / base["device_mb"] if "device_mb" in flagged and "device_mb" in base else None
+        return flagged["step_ms_min"] / base["step_ms_min"], memory
+
+    measured = {model: (*ratios(sets[flag_set], sets[baseline]), MatmulFlops(**study["programs"][model]))
                 for model, sets in study.get("step_ms", {}).items()
                 if model in study.get("programs", {}) and flag_set in sets and "step_ms_min" in sets.get(baseline, {})}
     if not measured:
         return None
-    nearest = min(measured, key=lambda model: _unlikeness(flops, measured[model][1]))
+    nearest = min(measured, key=lambda model: _unlikeness(flops, measured[model][2]))
     return nearest, *measured[nearest]
 
 
@@ -236,21 +243,27 @@ def _by_most_alike(tuning: Tuning, flops: MatmulFlops, what: str, flag_set: str,
                    forms: tuple[str, str, str], saying) -> Choice:
     """A per-program flag as the most alike measured program found it (_measured_on_most_alike):
     forms[0] where that step took at most MAX_CHOSEN_RATIO of its `baseline` time under `flag_set`,
-    else forms[1]; forms[2] without such a program. `saying(nearest, outcome, alike)` words why."""
+    or no more time and at most MAX_CHOSEN_RATIO of its device memory, else forms[1]; forms[2]
+    without such a program. `saying(nearest, outcome, alike)` words why."""
     found = _measured_on_most_alike(tuning, flops, flag_set, baseline)
     if found is None:
         why = ("no matmuls or convolutions, like no program measured" if not flops.matmuls and not flops.convolutions
                else f"no {what} measurements for {tuning.name} (python -m bench.iree_study flags --sets "
                     f"{baseline},{flag_set})")
         return Choice(forms[2], why)
-    nearest, ratio, alike = found
-    outcome = "failed to compile" if math.isinf(ratio) else f"took {ratio:.2f}x the time"
-    return Choice(forms[0] if ratio <= MAX_CHOSEN_RATIO else forms[1], saying(nearest, outcome, alike))
+    nearest, ratio, memory, alike = found
+    if math.isinf(ratio):
+        outcome = "failed to compile"
+    else:
+        outcome = f"took {ratio:.2f}x the time" + (f" and {memory:.2f}x the device memory" if memory is not None else "")
+    chosen = ratio <= MAX_CHOSEN_RATIO or (ratio <= 1 and memory is not None and memory <= MAX_CHOSEN_RATIO)
+    return Choice(forms[0] if chosen else forms[1], saying(nearest, outcome, alike))
 
 
 def choose_data_tiling(tuning: Tuning, flops: MatmulFlops) -> Choice:
     """Form "data-tiled" or "plain" for a whole program: data-tiled if the most alike program of
-    the target's flag study took at most MAX_CHOSEN_RATIO of its plain step's time data-tiled."""
+    the target's flag study took at most MAX_CHOSEN_RATIO of its plain step's time data-tiled (or
+    no more time in less memory, see _by_most_alike)."""
     return _by_most_alike(tuning, flops, "data-tiling", DATA_TILING_SET, BASELINE_SET, ("data-tiled", "plain", "plain"),
                           lambda nearest, outcome, alike: f"{flops.describe()}; the most alike step measured on "
                                                           f"{tuning.name}, {nearest} ({alike.describe()}), {outcome} "
@@ -272,7 +285,8 @@ def choose_vector_tails(tuning: Tuning, flops: MatmulFlops, data_tiled: bool) ->
     """How IREE vectorizes the remainder of a loop whose trip count is not a multiple of the
     vector width, for a whole CPU program: "masked" if the most alike program of the target's
     flag study, with the same data tiling, took at most MAX_CHOSEN_RATIO of its peeled step's
-    time masked, else "peeled"; "target default" without such measurements (targets.vector_tails)."""
+    time masked (or no more in less memory, see _by_most_alike), else "peeled"; "target default"
+    without such measurements (targets.vector_tails)."""
     return _by_most_alike_under(tuning, flops, data_tiled, "vector-tails",
                                 {"plain": (MASKED_TAILS_SET, BASELINE_SET),
                                  "data-tiled": (DATA_TILED_MASKED_TAILS_SET, DATA_TILING_SET)},
@@ -282,7 +296,8 @@ def choose_vector_tails(tuning: Tuning, flops: MatmulFlops, data_tiled: bool) ->
 def choose_fusion(tuning: Tuning, flops: MatmulFlops, data_tiled: bool) -> Choice:
     """"aggressive" if IREE should form dispatches with its aggressive fusion: the most alike
     program of the target's flag study, with the same data tiling, took at most MAX_CHOSEN_RATIO of
-    its step's time without it (and compiled); else "default"."""
+    its step's time without it, or no more time and at most MAX_CHOSEN_RATIO of its device memory,
+    and compiled; else "default"."""
     return _by_most_alike_under(tuning, flops, data_tiled, "aggressive-fusion",
                                 {"plain": (AGGRESSIVE_FUSION_SET, BASELINE_SET),
                                  "data-tiled": (DATA_TILED_AGGRESSIVE_FUSION_SET, DATA_TILING_SET)},
