@@ -222,10 +222,17 @@ FLAG_SETS = {
 }
 
 
+STEPS_PER_TURN = 5
+
+
 def study_flags(models: list[str], flag_sets=FLAG_SETS, steps=20) -> tuple[dict, dict]:
     """Train-step ms (fastest and median of `steps`) and a Trainer's device memory of whole compiled
     training programs under each flag set, and each program's matmul FLOPs as the per-program
-    choices weigh them. The variants' steps interleave, so load from other jobs hits them alike."""
+    choices weigh them. The variants take turns, so load from other jobs hits them alike, each
+    turn a burst of STEPS_PER_TURN timed steps after an untimed one: back to back, as training
+    runs them, with the program's data in the caches (timed one step a turn, each step found the
+    caches filled with the other variants' data, which hid much of what data tiling gains a
+    small program: README, Targets)."""
     import pock_mlir as pock
     from bench.models import MODELS
 
@@ -253,11 +260,13 @@ def study_flags(models: list[str], flag_sets=FLAG_SETS, steps=20) -> tuple[dict,
             except Exception as e:  # a flag set this IREE cannot compile is a result too
                 results[name][label] = {"error": str(e).strip().splitlines()[-1][:300]}
         times = {label: [] for label in trainers}
-        for _ in range(steps):
+        for _ in range(max(1, steps // STEPS_PER_TURN)):
             for label, trainer in trainers.items():
-                start = time.perf_counter()
                 trainer.step(inputs, target)
-                times[label].append(time.perf_counter() - start)
+                for _ in range(STEPS_PER_TURN):
+                    start = time.perf_counter()
+                    trainer.step(inputs, target)
+                    times[label].append(time.perf_counter() - start)
         for label, measured in times.items():
             results[name][label].update(step_ms_min=1000 * min(measured), step_ms_median=1000 * statistics.median(measured))
         for label, result in results[name].items():

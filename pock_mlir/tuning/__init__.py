@@ -172,6 +172,11 @@ MASKED_TAILS_SET = "im2col+masked-tails"
 DATA_TILED_MASKED_TAILS_SET = "im2col+global-data-tiling+masked-tails"
 AGGRESSIVE_FUSION_SET = "im2col+aggressive-fusion"
 DATA_TILED_AGGRESSIVE_FUSION_SET = "im2col+global-data-tiling+aggressive-fusion"
+# each data tiling's sets, its baseline first: the data tiling is chosen by each one's fastest, as
+# masked tails and data tiling both spare a matmul its remainder loop (the plain MLP and tiny decoder
+# steps of the AMD EPYC of family 25 ran faster masked than data-tiled)
+PLAIN_SETS = (BASELINE_SET, MASKED_TAILS_SET, AGGRESSIVE_FUSION_SET)
+DATA_TILED_SETS = (DATA_TILING_SET, DATA_TILED_MASKED_TAILS_SET, DATA_TILED_AGGRESSIVE_FUSION_SET)
 # A flag is chosen only where the nearest measured step was at least this much faster with it
 # (whole steps vary by a few percent between rounds), or no slower and held at most this share of
 # the device memory (a Trainer's, which does not vary): on a device memory is as scarce as time.
@@ -213,61 +218,73 @@ def _unlikeness(a: MatmulFlops, b: MatmulFlops) -> float:
     return 10 * (a.convolution_led != b.convolution_led) + sizes + 4 * abs(a.untiled_share - b.untiled_share)
 
 
-def _measured_on_most_alike(tuning: Tuning, flops: MatmulFlops, flag_set: str, baseline: str):
-    """(program, its fastest step under `flag_set` over under `baseline`, the same ratio of its
-    device memory or None where the study did not record it, its MatmulFlops): the most alike program
-    the target's flag study measured under both (on a shared machine the fastest step is the least
-    disturbed; infinite where `flag_set` failed to compile it); None if it measured none, or for a
-    program without matmuls or convolutions, which is like none of them (IREE 3.13 failed to
-    compile a step of dropouts alone under aggressive fusion)."""
+def _measured_on_most_alike(tuning: Tuning, flops: MatmulFlops, flag_sets: tuple[str, ...],
+                            baselines: tuple[str, ...]):
+    """(program, its fastest step under `flag_sets` over its fastest under `baselines`, the same
+    ratio of their device memory or None where the study did not record it, its MatmulFlops, the
+    two sets compared): the most alike program the target's flag study measured under the first
+    of each (on a shared machine the fastest step is the least disturbed; infinite where
+    `flag_sets` failed to compile it); None if it measured none, or for a program without matmuls
+    or convolutions, which is like none of them (IREE 3.13 failed to compile a step of dropouts
+    alone under aggressive fusion)."""
     if not flops.matmuls and not flops.convolutions:
         return None
     study = tuning.table.get("flags", {})
 
-    def ratios(flagged: dict, base: dict) -> tuple[float, float | None]:
-        if "step_ms_min" not in flagged:
-            return math.inf, None  # the flag set failed to compile the program
-        memory = flagged["device_mb"] / base["device_mb"] if "device_mb" in flagged and "device_mb" in base else None
-        return flagged["step_ms_min"] / base["step_ms_min"], memory
+    def fastest(sets: dict, names: tuple[str, ...]) -> tuple[str, dict]:
+        measured = [(name, sets[name]) for name in names if "step_ms_min" in sets.get(name, {})]
+        return min(measured, key=lambda pair: pair[1]["step_ms_min"], default=(names[0], {}))
 
-    measured = {model: (*ratios(sets[flag_set], sets[baseline]), MatmulFlops(**study["programs"][model]))
+    def ratios(sets: dict) -> tuple:
+        (flag_set, flagged), (baseline, base) = fastest(sets, flag_sets), fastest(sets, baselines)
+        if "step_ms_min" not in flagged:
+            return math.inf, None, flag_set, baseline  # the flag sets failed to compile the program
+        memory = flagged["device_mb"] / base["device_mb"] if "device_mb" in flagged and "device_mb" in base else None
+        return flagged["step_ms_min"] / base["step_ms_min"], memory, flag_set, baseline
+
+    measured = {model: (MatmulFlops(**study["programs"][model]), *ratios(sets))
                 for model, sets in study.get("step_ms", {}).items()
-                if model in study.get("programs", {}) and flag_set in sets and "step_ms_min" in sets.get(baseline, {})}
+                if model in study.get("programs", {}) and flag_sets[0] in sets
+                and "step_ms_min" in sets.get(baselines[0], {})}
     if not measured:
         return None
-    nearest = min(measured, key=lambda model: _unlikeness(flops, measured[model][2]))
-    return nearest, *measured[nearest]
+    nearest = min(measured, key=lambda model: _unlikeness(flops, measured[model][0]))
+    alike, ratio, memory, flag_set, baseline = measured[nearest]
+    return nearest, ratio, memory, alike, flag_set, baseline
 
 
-def _by_most_alike(tuning: Tuning, flops: MatmulFlops, what: str, flag_set: str, baseline: str,
-                   forms: tuple[str, str, str], saying) -> Choice:
+def _by_most_alike(tuning: Tuning, flops: MatmulFlops, what: str, flag_sets: tuple[str, ...],
+                   baselines: tuple[str, ...], forms: tuple[str, str, str], saying) -> Choice:
     """A per-program flag as the most alike measured program found it (_measured_on_most_alike):
-    forms[0] where that step took at most MAX_CHOSEN_RATIO of its `baseline` time under `flag_set`,
-    or no more time and at most MAX_CHOSEN_RATIO of its device memory, else forms[1]; forms[2]
-    without such a program. `saying(nearest, outcome, alike)` words why."""
-    found = _measured_on_most_alike(tuning, flops, flag_set, baseline)
+    forms[0] where that program's fastest step under `flag_sets` took at most MAX_CHOSEN_RATIO of
+    its fastest under `baselines`, or no more time and at most MAX_CHOSEN_RATIO of its device
+    memory, else forms[1]; forms[2] without such a program. `saying(nearest, outcome, alike, sets)`
+    words why (`sets`: the two sets compared)."""
+    found = _measured_on_most_alike(tuning, flops, flag_sets, baselines)
     if found is None:
         why = ("no matmuls or convolutions, like no program measured" if not flops.matmuls and not flops.convolutions
                else f"no {what} measurements for {tuning.name} (python -m bench.iree_study flags --sets "
-                    f"{baseline},{flag_set})")
+                    f"{baselines[0]},{flag_sets[0]})")
         return Choice(forms[2], why)
-    nearest, ratio, memory, alike = found
+    nearest, ratio, memory, alike, *sets = found
     if math.isinf(ratio):
         outcome = "failed to compile"
     else:
         outcome = f"took {ratio:.2f}x the time" + (f" and {memory:.2f}x the device memory" if memory is not None else "")
     chosen = ratio <= MAX_CHOSEN_RATIO or (ratio <= 1 and memory is not None and memory <= MAX_CHOSEN_RATIO)
-    return Choice(forms[0] if chosen else forms[1], saying(nearest, outcome, alike))
+    return Choice(forms[0] if chosen else forms[1], saying(nearest, outcome, alike, sets))
 
 
 def choose_data_tiling(tuning: Tuning, flops: MatmulFlops) -> Choice:
     """Form "data-tiled" or "plain" for a whole program: data-tiled if the most alike program of
-    the target's flag study took at most MAX_CHOSEN_RATIO of its plain step's time data-tiled (or
-    no more time in less memory, see _by_most_alike)."""
-    return _by_most_alike(tuning, flops, "data-tiling", DATA_TILING_SET, BASELINE_SET, ("data-tiled", "plain", "plain"),
-                          lambda nearest, outcome, alike: f"{flops.describe()}; the most alike step measured on "
-                                                          f"{tuning.name}, {nearest} ({alike.describe()}), {outcome} "
-                                                          "data-tiled")
+    the target's flag study took at most MAX_CHOSEN_RATIO of its fastest plain step's time at its
+    fastest data-tiled one (of the sets measured with each data tiling, DATA_TILED_SETS and
+    PLAIN_SETS; or no more time in less memory, see _by_most_alike)."""
+    return _by_most_alike(tuning, flops, "data-tiling", DATA_TILED_SETS, PLAIN_SETS, ("data-tiled", "plain", "plain"),
+                          lambda nearest, outcome, alike, sets: f"{flops.describe()}; the most alike step measured "
+                                                                f"on {tuning.name}, {nearest} ({alike.describe()}), "
+                                                                f"{outcome} data-tiled, the fastest of each "
+                                                                f"({sets[0]} against {sets[1]})")
 
 
 def _by_most_alike_under(tuning: Tuning, flops: MatmulFlops, data_tiled: bool, what: str,
@@ -276,9 +293,9 @@ def _by_most_alike_under(tuning: Tuning, flops: MatmulFlops, data_tiled: bool, w
     "plain" and "data-tiled" programs; `effect` words the flag ("with masked tails")."""
     tiling = "data-tiled" if data_tiled else "plain"
     flag_set, baseline = sets[tiling]
-    return _by_most_alike(tuning, flops, what, flag_set, baseline, forms,
-                          lambda nearest, outcome, _: f"the most alike step measured on {tuning.name} ({tiling}), "
-                                                      f"{nearest}, {outcome} {effect}")
+    return _by_most_alike(tuning, flops, what, (flag_set,), (baseline,), forms,
+                          lambda nearest, outcome, *_: f"the most alike step measured on {tuning.name} ({tiling}), "
+                                                       f"{nearest}, {outcome} {effect}")
 
 
 def choose_vector_tails(tuning: Tuning, flops: MatmulFlops, data_tiled: bool) -> Choice:
