@@ -225,14 +225,27 @@ FLAG_SETS = {
 STEPS_PER_TURN = 5
 
 
+def time_in_turns(steps_of: dict, steps: int) -> dict[str, list[float]]:
+    """Seconds of each of `steps` timed calls of each of `steps_of`'s functions (whole turns). They
+    take turns, so that load from other jobs hits them alike, each turn STEPS_PER_TURN calls back to
+    back after an untimed one, as training runs its steps: with the program's data in the caches
+    (timed one call a turn, each found the caches filled with the others' data, which hid much of
+    what data tiling gains a small program: README, Targets)."""
+    times = {label: [] for label in steps_of}
+    for _ in range(max(1, steps // STEPS_PER_TURN)):
+        for label, step in steps_of.items():
+            step()
+            for _ in range(STEPS_PER_TURN):
+                start = time.perf_counter()
+                step()
+                times[label].append(time.perf_counter() - start)
+    return times
+
+
 def study_flags(models: list[str], flag_sets=FLAG_SETS, steps=20) -> tuple[dict, dict]:
-    """Train-step ms (fastest and median of `steps`) and a Trainer's device memory of whole compiled
-    training programs under each flag set, and each program's matmul FLOPs as the per-program
-    choices weigh them. The variants take turns, so load from other jobs hits them alike, each
-    turn a burst of STEPS_PER_TURN timed steps after an untimed one: back to back, as training
-    runs them, with the program's data in the caches (timed one step a turn, each step found the
-    caches filled with the other variants' data, which hid much of what data tiling gains a
-    small program: README, Targets)."""
+    """Train-step ms (fastest and median of `steps`, timed in turns, see time_in_turns) and a
+    Trainer's device memory of whole compiled training programs under each flag set, and each
+    program's matmul FLOPs as the per-program choices weigh them."""
     import pock_mlir as pock
     from bench.models import MODELS
 
@@ -259,14 +272,8 @@ def study_flags(models: list[str], flag_sets=FLAG_SETS, steps=20) -> tuple[dict,
                 trainers[label] = trainer  # timed below only once it compiled and ran
             except Exception as e:  # a flag set this IREE cannot compile is a result too
                 results[name][label] = {"error": str(e).strip().splitlines()[-1][:300]}
-        times = {label: [] for label in trainers}
-        for _ in range(max(1, steps // STEPS_PER_TURN)):
-            for label, trainer in trainers.items():
-                trainer.step(inputs, target)
-                for _ in range(STEPS_PER_TURN):
-                    start = time.perf_counter()
-                    trainer.step(inputs, target)
-                    times[label].append(time.perf_counter() - start)
+        times = time_in_turns({label: functools.partial(trainer.step, inputs, target)
+                               for label, trainer in trainers.items()}, steps)
         for label, measured in times.items():
             results[name][label].update(step_ms_min=1000 * min(measured), step_ms_median=1000 * statistics.median(measured))
         for label, result in results[name].items():

@@ -166,6 +166,18 @@ def test_update_refuses_what_would_mix_runs_before_measuring(results, tmp_path, 
         assert message in capsys.readouterr().err.splitlines()[-1], argv
 
 
+def test_the_flag_study_times_each_variant_warm_in_turns():
+    """Each turn is one variant's untimed step and then STEPS_PER_TURN timed ones back to back (its
+    data in the caches, as in training), the variants alternating turn by turn."""
+    from bench import iree_study
+
+    calls = []
+    times = iree_study.time_in_turns({"a": lambda: calls.append("a"), "b": lambda: calls.append("b")}, steps=10)
+    turn = iree_study.STEPS_PER_TURN + 1
+    assert calls == (["a"] * turn + ["b"] * turn) * (10 // iree_study.STEPS_PER_TURN)
+    assert {label: len(seconds) for label, seconds in times.items()} == {"a": 10, "b": 10}
+
+
 def test_a_conv_study_of_some_forms_measures_their_cases_again_and_keeps_the_rest(tmp_path, monkeypatch, capsys):
     """`python -m bench.iree_study convs --forms F` re-measures whole the cases where F is
     implemented, keeps the table's other cases, and refuses, before measuring, what it cannot add to."""
