@@ -1,12 +1,12 @@
 """IREE's data tiling, vector tails and fusion, chosen per program by pock-backend-switch as the
 flag study measured them on the most alike program of the tuning table: a step whose matmuls are
-like a program whose fastest data-tiled step beat its fastest plain one is data-tiled, one like a program that ran faster with
-masked vector tails (under the same data tiling) is masked, one like a program that ran faster
-with aggressive fusion (under the same data tiling) is fused so, and each trains as torch.optim does; one like a program
-that did not (or failed to compile) keeps the plain, peeled or default code, and one IREE fails to
-compile with the aggressive fusion chosen compiles with the default. The tables here are written by the tests;
-the host's come one per CPU (pock_mlir.tuning.table_path). The rules' cases are in
-lit_tests/passes/pock-backend-switch.mlir."""
+like a program whose fastest data-tiled step beat its fastest plain one is data-tiled, one like a
+program that ran faster with masked vector tails (under the same data tiling) is masked, one like a
+program that ran faster with aggressive fusion (under the same data tiling) is fused so, and each
+trains as torch.optim does; one like a program that did not (or failed to compile) keeps the plain,
+peeled or default code, and one IREE fails to compile with the aggressive fusion chosen compiles
+with the default. The tables here are written by the tests; the host's come one per CPU
+(pock_mlir.tuning.table_path). The rules' cases are in lit_tests/passes/pock-backend-switch.mlir."""
 
 import dataclasses
 import json
@@ -90,7 +90,9 @@ def test_a_step_like_a_program_faster_data_tiled_is_data_tiled(wide):
     form, reason = program.data_tiling
     assert form == "data-tiled", reason
     assert reason.startswith("matmuls carry most of the FLOPs, largest matmul 268 MFLOP, 5% of matmul FLOPs"), reason
-    assert ", transformer (" in reason and reason.endswith("took 0.73x the time data-tiled, the fastest of each (im2col+global-data-tiling against im2col)"), reason
+    assert ", transformer (" in reason, reason
+    assert reason.endswith("took 0.73x the time data-tiled, the fastest of each (im2col+global-data-tiling "
+                           "against im2col)"), reason
     assert DATA_TILING in program.iree_flags()
     assert "matmuls: data-tiled (matmuls carry most of the FLOPs" in program.backend_report()
     # its vector tails follow the transformer's data-tiled measurements: masked was not faster there
