@@ -52,6 +52,7 @@ WORK_OPS = ("torch.aten.mm", "torch.aten.bmm", "torch.aten.matmul", "torch.aten.
             "torch.aten.convolution", "torch.aten.convolution_backward")
 CONVOLUTIONS = ("torch.aten.convolution", "torch.aten.convolution_backward")
 MATMULS = ("torch.aten.mm", "torch.aten.bmm", "torch.aten.matmul")
+SOFTMAXES = ("torch.aten._softmax", "torch.aten.softmax.int")
 TARGET_NAME = re.compile(r"[A-Za-z0-9_-]+")  # names pock_mlir/tuning/<target>.json: never a path
 TRANSPOSED = Choice("direct", "transposed convolutions have only the direct form")
 
@@ -84,7 +85,8 @@ def conv_shape(op, x, w, output, stride, padding, dilation, transposed, groups) 
 
 
 def matmul_flops(ops) -> MatmulFlops:
-    """The FLOPs of `ops`' convolutions and matmuls that the per-program choices weigh."""
+    """The FLOPs of `ops`' convolutions and matmuls, and their softmaxes, that the per-program
+    choices weigh."""
     ops = list(ops)
     matmuls = [(op_flops(op), op) for op in ops if op.name in MATMULS]
 
@@ -94,7 +96,8 @@ def matmul_flops(ops) -> MatmulFlops:
 
     return MatmulFlops(convolutions=sum(op_flops(op) for op in ops if op.name in CONVOLUTIONS),
                        matmuls=sum(f for f, _ in matmuls), largest_matmul=max((f for f, _ in matmuls), default=0),
-                       untiled_matmuls=sum(f for f, op in matmuls if untiled(op)))
+                       untiled_matmuls=sum(f for f, op in matmuls if untiled(op)),
+                       softmaxes=sum(op.name in SOFTMAXES for op in ops))
 
 
 def module_matmul_flops(module: ir.Operation) -> MatmulFlops:
@@ -198,10 +201,8 @@ class BackendSwitchPass(ModulePass):
 
     @functools.cached_property
     def measurements(self) -> Tuning:
-        if not self.tuning:
-            return Tuning.of_target(self.target)
         try:
-            return Tuning.from_file(self.tuning)
+            return Tuning.from_file(self.tuning) if self.tuning else Tuning.of_target(self.target)
         except ValueError as e:
             raise PassError(str(e)) from None
 

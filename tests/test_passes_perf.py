@@ -62,7 +62,7 @@ def test_backend_forms_match_autograd(form, cnn_batch):
     # one count of convolutions, stated once: the per-op lines below the header
     counts = re.findall(r"(\d+) convolution", report)
     assert counts == [str(len(re.findall(r"^  \S+ +", report, re.M)))], report
-    assert "matmuls: plain (convolutions carry most of the FLOPs;" in report
+    assert "matmuls: plain (convolutions carry most of the FLOPs, no attention;" in report
     loss, grads = program.trainer().gradients(x, y)
     want_loss, want = torch_gradients(model, x, y)
     assert loss == pytest.approx(want_loss, rel=1e-5)

@@ -265,9 +265,10 @@ func.func @pointwise_split(%arg0: !torch.vtensor<[2,4,3,5],f32>, %arg1: !torch.v
 
 // Data tiling is chosen for the whole module (it is one IREE flag), as the flag study measured it
 // on the most alike program of the table (here lit_tests/passes/inputs/tuning.json): a
-// convolution-led one like its CNN, large matmuls like its transformer, small aligned ones like its
-// MLP, matmuls off the plain code's tile (a ViT's 260 = 4 x 65 token rows) like its ViT, even beside
-// a small convolution; a gain under 5% (its unaligned MLP) is not taken, nor less memory in more
+// convolution-led one like its CNN, large matmuls with attention (a softmax) like its transformer,
+// small aligned ones like its MLP, but with attention like its decoder, matmuls off the plain
+// code's tile (a ViT's 260 = 4 x 65 token rows) with attention like its ViT, even beside a small
+// convolution; a gain under 5% (its unaligned MLP) is not taken, nor less memory in more
 // time (its CNN's data-tiled step, with 0.80x the memory). Each data tiling counts with its fastest
 // step measured (with the vector tails or fusion measured under it): its decoder's step ran 0.89x
 // the time data-tiled, but plain with masked tails faster than any data-tiled step, so it stays
@@ -280,7 +281,7 @@ func.func @pointwise_split(%arg0: !torch.vtensor<[2,4,3,5],f32>, %arg1: !torch.v
 // counts as a gain) and the ViT's faster data-tiled; the MLP's failed to compile plain (so its
 // unaligned MLP keeps the default too) and the transformer's data-tiled. A program without matmuls
 // or convolutions is like none measured and keeps every default.
-// TILING:            module attributes {pock.data_tiling = "plain", pock.data_tiling_reason = "convolutions carry most of the FLOPs; the most alike step measured on tuning file '{{.*}}tuning.json', cnn (convolutions carry most of the FLOPs), took 1.38x the time and 0.80x the device memory data-tiled, the fastest of each (im2col+global-data-tiling against im2col+masked-tails)"
+// TILING:            module attributes {pock.data_tiling = "plain", pock.data_tiling_reason = "convolutions carry most of the FLOPs, no attention; the most alike step measured on tuning file '{{.*}}tuning.json', cnn (convolutions carry most of the FLOPs, no attention), took 1.38x the time and 0.80x the device memory data-tiled, the fastest of each (im2col+global-data-tiling against im2col+masked-tails)"
 // TILING-SAME:       pock.fusion = "aggressive", pock.fusion_reason = "the most alike step measured on tuning file '{{.*}}tuning.json' (plain), cnn, took 0.98x the time and 0.89x the device memory with aggressive fusion"
 // TILING-SAME:       pock.vector_tails = "masked", pock.vector_tails_reason = "the most alike step measured on tuning file '{{.*}}tuning.json' (plain), cnn, took 0.90x the time and 1.00x the device memory with masked tails"
 // TILING-UNMEASURED: module attributes {pock.data_tiling = "plain", pock.data_tiling_reason = "no data-tiling measurements for target 'no-such-target'
@@ -288,32 +289,39 @@ func.func @pointwise_split(%arg0: !torch.vtensor<[2,4,3,5],f32>, %arg1: !torch.v
 // TILING-UNMEASURED-SAME: pock.vector_tails = "target default", pock.vector_tails_reason = "no vector-tails measurements for target 'no-such-target' (python -m bench.iree_study flags --sets im2col,im2col+masked-tails)"
 // BAD-TUNING:        cannot read tuning table '{{.*}}no-such-table.json'
 // TILING-LABEL:      func.func @main
-// TILING:            module attributes {pock.data_tiling = "data-tiled", pock.data_tiling_reason = "matmuls carry most of the FLOPs, largest matmul 537 MFLOP, 0% of matmul FLOPs with a dimension not a multiple of 8; {{.*}}, transformer ({{.*}}), took 0.91x the time data-tiled, the fastest of each (im2col+global-data-tiling against im2col+masked-tails)"
+// TILING:            module attributes {pock.data_tiling = "data-tiled", pock.data_tiling_reason = "matmuls carry most of the FLOPs, with attention, largest matmul 537 MFLOP, 0% of matmul FLOPs with a dimension not a multiple of 8; {{.*}}, transformer ({{.*}}), took 0.91x the time data-tiled, the fastest of each (im2col+global-data-tiling against im2col+masked-tails)"
 // TILING-SAME:       pock.fusion = "default", pock.fusion_reason = "{{.*}} (data-tiled), transformer, failed to compile with aggressive fusion"
 // TILING-SAME:       pock.vector_tails = "peeled", pock.vector_tails_reason = "{{.*}} (data-tiled), transformer, took 1.00x the time with masked tails"
 // TILING-LABEL:      func.func @attention_sized_matmul
-// TILING:            module attributes {pock.data_tiling = "plain", pock.data_tiling_reason = "matmuls carry most of the FLOPs, largest matmul 17 MFLOP, 0% {{.*}}, mlp ({{.*}}), took 1.11x the time data-tiled, the fastest of each (im2col+global-data-tiling against im2col)"
+// TILING:            module attributes {pock.data_tiling = "plain", pock.data_tiling_reason = "matmuls carry most of the FLOPs, no attention, largest matmul 17 MFLOP, 0% {{.*}}, mlp ({{.*}}), took 1.11x the time data-tiled, the fastest of each (im2col+global-data-tiling against im2col)"
 // TILING-SAME:       pock.fusion = "default", pock.fusion_reason = "{{.*}} (plain), mlp, failed to compile with aggressive fusion"
 // TILING-SAME:       pock.vector_tails = "peeled", pock.vector_tails_reason = "{{.*}} (plain), mlp, took 1.20x the time with masked tails"
 // TILING-LABEL:      func.func @small_matmul
-// TILING:            module attributes {pock.data_tiling = "data-tiled", pock.data_tiling_reason = "matmuls carry most of the FLOPs, largest matmul 19 MFLOP, 100% {{.*}}, vit ({{.*}}), took 0.80x the time data-tiled, the fastest of each (im2col+global-data-tiling+masked-tails against im2col)"
+// TILING:            module attributes {pock.data_tiling = "plain", pock.data_tiling_reason = "matmuls carry most of the FLOPs, with attention, largest matmul 17 MFLOP, 0% {{.*}}, decoder (matmuls carry most of the FLOPs, with attention, {{.*}}), took 1.13x the time data-tiled, the fastest of each (im2col+global-data-tiling+masked-tails against im2col+masked-tails)"
+// TILING-SAME:       pock.fusion = "default", pock.fusion_reason = "{{.*}} (plain), decoder, failed to compile with aggressive fusion"
+// TILING-SAME:       pock.vector_tails = "masked", pock.vector_tails_reason = "{{.*}} (plain), decoder, took 0.77x the time with masked tails"
+// TILING-LABEL:      func.func @small_attention
+// TILING:            module attributes {pock.data_tiling = "data-tiled", pock.data_tiling_reason = "matmuls carry most of the FLOPs, with attention, largest matmul 19 MFLOP, 100% {{.*}}, vit ({{.*}}), took 0.80x the time data-tiled, the fastest of each (im2col+global-data-tiling+masked-tails against im2col)"
 // TILING-SAME:       pock.fusion = "aggressive", pock.fusion_reason = "{{.*}} (data-tiled), vit, took 0.94x the time with aggressive fusion"
 // TILING-SAME:       pock.vector_tails = "masked", pock.vector_tails_reason = "{{.*}} (data-tiled), vit, took 0.92x the time with masked tails"
 // TILING-LABEL:      func.func @vit_sized
-// TILING:            module attributes {pock.data_tiling = "plain", pock.data_tiling_reason = "matmuls carry most of the FLOPs, largest matmul 0 MFLOP, 100% {{.*}}, unaligned-mlp ({{.*}}), took 0.97x
+// TILING:            module attributes {pock.data_tiling = "plain", pock.data_tiling_reason = "matmuls carry most of the FLOPs, no attention, largest matmul 0 MFLOP, 100% {{.*}}, unaligned-mlp ({{.*}}), took 0.97x
 // TILING-SAME:       pock.fusion = "default", pock.fusion_reason = "{{.*}}, mlp, failed to compile with aggressive fusion"
 // TILING-SAME:       pock.vector_tails = "peeled", pock.vector_tails_reason = "{{.*}} (plain), mlp, took 1.20x the time with masked tails"
 // TILING-LABEL:      func.func @tiny_unaligned_matmul
 // TILING:            module attributes {pock.data_tiling = "plain", pock.data_tiling_reason = "no matmuls or convolutions, like no program measured", pock.fusion = "default", pock.fusion_reason = "no matmuls or convolutions, like no program measured", pock.vector_tails = "target default", pock.vector_tails_reason = "no matmuls or convolutions, like no program measured"}
 // TILING-LABEL:      func.func @elementwise_only
-// TILING:            module attributes {pock.data_tiling = "plain", pock.data_tiling_reason = "matmuls carry most of the FLOPs, largest matmul 67 MFLOP, 0% {{.*}}, decoder ({{.*}}), took 1.13x the time data-tiled, the fastest of each (im2col+global-data-tiling+masked-tails against im2col+masked-tails)"
+// TILING:            module attributes {pock.data_tiling = "plain", pock.data_tiling_reason = "matmuls carry most of the FLOPs, with attention, largest matmul 67 MFLOP, 0% {{.*}}, decoder ({{.*}}), took 1.13x the time data-tiled, the fastest of each (im2col+global-data-tiling+masked-tails against im2col+masked-tails)"
 // TILING-SAME:       pock.fusion = "default", pock.fusion_reason = "{{.*}} (plain), decoder, failed to compile with aggressive fusion"
 // TILING-SAME:       pock.vector_tails = "masked", pock.vector_tails_reason = "{{.*}} (plain), decoder, took 0.77x the time with masked tails"
 // TILING-LABEL:      func.func @decoder_sized_matmul
 
 func.func @attention_sized_matmul(%arg0: !torch.vtensor<[1024,256],f32>, %arg1: !torch.vtensor<[256,1024],f32>) -> !torch.vtensor<[1024,1024],f32> {
   %0 = torch.aten.mm %arg0, %arg1 : !torch.vtensor<[1024,256],f32>, !torch.vtensor<[256,1024],f32> -> !torch.vtensor<[1024,1024],f32>
-  return %0 : !torch.vtensor<[1024,1024],f32>
+  %int1 = torch.constant.int 1
+  %false = torch.constant.bool false
+  %1 = torch.aten._softmax %0, %int1, %false : !torch.vtensor<[1024,1024],f32>, !torch.int, !torch.bool -> !torch.vtensor<[1024,1024],f32>
+  return %1 : !torch.vtensor<[1024,1024],f32>
 }
 
 // -----
@@ -321,6 +329,16 @@ func.func @attention_sized_matmul(%arg0: !torch.vtensor<[1024,256],f32>, %arg1: 
 func.func @small_matmul(%arg0: !torch.vtensor<[64,256],f32>, %arg1: !torch.vtensor<[256,512],f32>) -> !torch.vtensor<[64,512],f32> {
   %0 = torch.aten.mm %arg0, %arg1 : !torch.vtensor<[64,256],f32>, !torch.vtensor<[256,512],f32> -> !torch.vtensor<[64,512],f32>
   return %0 : !torch.vtensor<[64,512],f32>
+}
+
+// -----
+
+func.func @small_attention(%arg0: !torch.vtensor<[64,256],f32>, %arg1: !torch.vtensor<[256,512],f32>) -> !torch.vtensor<[64,512],f32> {
+  %0 = torch.aten.mm %arg0, %arg1 : !torch.vtensor<[64,256],f32>, !torch.vtensor<[256,512],f32> -> !torch.vtensor<[64,512],f32>
+  %int1 = torch.constant.int 1
+  %false = torch.constant.bool false
+  %1 = torch.aten._softmax %0, %int1, %false : !torch.vtensor<[64,512],f32>, !torch.int, !torch.bool -> !torch.vtensor<[64,512],f32>
+  return %1 : !torch.vtensor<[64,512],f32>
 }
 
 // -----
@@ -337,7 +355,8 @@ func.func @vit_sized(%arg0: !torch.vtensor<[4,3,32,32],f32>, %arg1: !torch.vtens
   %output_padding = torch.prim.ListConstruct %int0, %int0 : (!torch.int, !torch.int) -> !torch.list<int>
   %0 = torch.aten.convolution %arg0, %arg1, %none, %stride, %padding, %dilation, %false, %output_padding, %int1 : !torch.vtensor<[4,3,32,32],f32>, !torch.vtensor<[96,3,4,4],f32>, !torch.none, !torch.list<int>, !torch.list<int>, !torch.list<int>, !torch.bool, !torch.list<int>, !torch.int -> !torch.vtensor<[4,96,8,8],f32>
   %1 = torch.aten.mm %arg2, %arg3 : !torch.vtensor<[260,96],f32>, !torch.vtensor<[96,384],f32> -> !torch.vtensor<[260,384],f32>
-  return %0, %1 : !torch.vtensor<[4,96,8,8],f32>, !torch.vtensor<[260,384],f32>
+  %2 = torch.aten._softmax %1, %int1, %false : !torch.vtensor<[260,384],f32>, !torch.int, !torch.bool -> !torch.vtensor<[260,384],f32>
+  return %0, %2 : !torch.vtensor<[4,96,8,8],f32>, !torch.vtensor<[260,384],f32>
 }
 
 // -----
@@ -358,5 +377,8 @@ func.func @elementwise_only(%arg0: !torch.vtensor<[64,512],f32>) -> !torch.vtens
 
 func.func @decoder_sized_matmul(%arg0: !torch.vtensor<[128,256],f32>, %arg1: !torch.vtensor<[256,1024],f32>) -> !torch.vtensor<[128,1024],f32> {
   %0 = torch.aten.mm %arg0, %arg1 : !torch.vtensor<[128,256],f32>, !torch.vtensor<[256,1024],f32> -> !torch.vtensor<[128,1024],f32>
-  return %0 : !torch.vtensor<[128,1024],f32>
+  %int1 = torch.constant.int 1
+  %false = torch.constant.bool false
+  %1 = torch.aten._softmax %0, %int1, %false : !torch.vtensor<[128,1024],f32>, !torch.int, !torch.bool -> !torch.vtensor<[128,1024],f32>
+  return %1 : !torch.vtensor<[128,1024],f32>
 }

@@ -76,21 +76,27 @@ class Tuning:
         if target == "host":
             cpu = path.stem.removeprefix("host-")
             name += f" (CPU {cpu})" if cpu == host_cpu() else f" (CPU {cpu}, not this {host_cpu()})"
-        return cls(name, _read(path) if path.exists() else {})
+        return cls(name, _checked(path) if path.exists() else {})
 
     @classmethod
     def from_file(cls, path: str) -> Tuning:
         """A table given as a file, such as one measured on another machine; ValueError says what is wrong."""
-        try:
-            table = _read(Path(path))
-        except (OSError, ValueError) as e:
-            raise ValueError(f"cannot read tuning table '{path}': {e}") from None
-        try:
-            _read_choices_inputs(table)
-        except (AttributeError, KeyError, TypeError, ValueError) as e:
-            raise ValueError(f"tuning table '{path}' is not one python -m bench.iree_study writes "
-                             f"({type(e).__name__}: {e})") from None
-        return cls(f"tuning file '{path}'", table)
+        return cls(f"tuning file '{path}'", _checked(Path(path)))
+
+
+def _checked(path: Path) -> dict:
+    """The table at `path`, checked to hold what the choices read; ValueError says what is wrong
+    (such as a table an older study wrote, without a field the choices now read)."""
+    try:
+        table = _read(path)
+    except (OSError, ValueError) as e:
+        raise ValueError(f"cannot read tuning table '{path}': {e}") from None
+    try:
+        _read_choices_inputs(table)
+    except (AttributeError, KeyError, TypeError, ValueError) as e:
+        raise ValueError(f"tuning table '{path}' is not one python -m bench.iree_study writes "
+                         f"({type(e).__name__}: {e}): measure it again") from None
+    return table
 
 
 def _read_choices_inputs(table: dict) -> None:
@@ -188,34 +194,44 @@ MATMUL_TILE = 8
 
 @dataclass(frozen=True)
 class MatmulFlops:
-    """What the per-program choices read of a program: FLOPs of its convolutions and matmuls."""
+    """What the per-program choices read of a program: FLOPs of its convolutions and matmuls, and
+    its softmaxes."""
 
     convolutions: int
     matmuls: int
     largest_matmul: int
     untiled_matmuls: int  # in matmuls with a dimension (M, K or N) not a multiple of MATMUL_TILE
+    softmaxes: int  # attention's (a loss's log-softmax is not one)
 
     @property
     def convolution_led(self) -> bool:
         return self.convolutions >= self.matmuls
 
     @property
+    def attention(self) -> bool:
+        return self.softmaxes > 0
+
+    @property
     def untiled_share(self) -> float:
         return self.untiled_matmuls / self.matmuls if self.matmuls else 0.0
 
     def describe(self) -> str:
+        attention = "with attention" if self.attention else "no attention"
         if self.convolution_led:
-            return "convolutions carry most of the FLOPs"
-        return (f"matmuls carry most of the FLOPs, largest matmul {self.largest_matmul / 1e6:.0f} MFLOP, "
+            return f"convolutions carry most of the FLOPs, {attention}"
+        return (f"matmuls carry most of the FLOPs, {attention}, largest matmul {self.largest_matmul / 1e6:.0f} MFLOP, "
                 f"{100 * self.untiled_share:.0f}% of matmul FLOPs with a dimension not a multiple of {MATMUL_TILE}")
 
 
-def _unlikeness(a: MatmulFlops, b: MatmulFlops) -> float:
-    """How unlike two programs are: whether convolutions carry most of the FLOPs first, then the
-    size of the largest matmul and how much of the work misses the plain tile (the odd lengths
-    that also leave vectorized loops a remainder)."""
+def _unlikeness(a: MatmulFlops, b: MatmulFlops) -> tuple[int, float]:
+    """How unlike two programs are, compared first in whether convolutions carry most of the FLOPs
+    and whether they have attention (under aggressive fusion IREE 3.13 failed to compile every
+    attention step the flag studies measured but the ViT's, and no plain step without attention),
+    then in the size of the largest matmul and how much of the work misses the plain tile (the odd
+    lengths that also leave vectorized loops a remainder)."""
+    structure = (a.convolution_led != b.convolution_led) + (a.attention != b.attention)
     sizes = abs(math.log(max(a.largest_matmul, 1) / max(b.largest_matmul, 1)))
-    return 10 * (a.convolution_led != b.convolution_led) + sizes + 4 * abs(a.untiled_share - b.untiled_share)
+    return structure, sizes + 4 * abs(a.untiled_share - b.untiled_share)
 
 
 def _measured_on_most_alike(tuning: Tuning, flops: MatmulFlops, flag_sets: tuple[str, ...],
