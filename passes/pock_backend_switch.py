@@ -154,7 +154,7 @@ class BackendSwitchPass(ModulePass):
         tiling = choose_data_tiling(self.measurements, flops)
         data_tiled = tiling.form == "data-tiled"
         tails = choose_vector_tails(self.measurements, flops, data_tiled)
-        fusion = choose_fusion(self.measurements, flops, data_tiled)
+        fusion = choose_fusion(self.measurements, flops, data_tiled, masked_tails=tails.form == "masked")
         for mark, choice in (("pock.data_tiling", tiling), ("pock.vector_tails", tails), ("pock.fusion", fusion)):
             module.attributes[mark] = ir.StringAttr.get(choice.form)
             module.attributes[f"{mark}_reason"] = ir.StringAttr.get(choice.reason)

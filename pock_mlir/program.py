@@ -153,7 +153,8 @@ class TrainingProgram:
         IREE 3.13 fails to compile some programs under its aggressive fusion that it compiles
         without (a dispatch over its stack limit, for one). Where pock-backend-switch chose it and
         IREE fails, the program compiles this and later modules with the default fusion instead,
-        with a warning; `fusion` says so and why, and the compile cache remembers the failure."""
+        with a warning; `fusion` says so and why, and the compile cache remembers the failure.
+        Where IREE fails with the default fusion too (an op it cannot lower), that is the error."""
         functions = tuple(functions)
         if functions not in self.modules:
             self.modules[functions] = self._falling_back(functions, self._cached)
@@ -205,18 +206,22 @@ class TrainingProgram:
 
         self.timings[_phase("failed with aggressive fusion", functions)] = time.perf_counter() - start
         reason = _first_error(error)
-        if self.cache and (root := cache.directory()) is not None:
-            cache.store_failure(root, cache.key(self._source(functions), self.iree_flags()), reason)
+        failed_key = cache.key(self._source(functions), self.iree_flags())
         self.replaced["fusion"] = ("default", f"{self.fusion[1]}, but IREE failed to compile "
                                               f"{', '.join(functions)} with it: {reason}")
         self.streams.clear()  # IREE's stream phase under the aggressive fusion
-        warnings.warn(f"IREE failed to compile {', '.join(functions)} with the aggressive fusion "
-                      f"pock-backend-switch chose ({reason}); compiling with IREE's default fusion "
-                      "instead (program.fusion)", stacklevel=3)
         try:
-            return attempt(functions)
+            result = attempt(functions)
         except _IreeFailed as failed:
+            # not the fusion's failure (an op IREE cannot lower fails either way): IREE's error alone
+            del self.replaced["fusion"]
             raise RuntimeError(iree_failure(str(failed), self.target.name, self._source(functions))) from None
+        if self.cache and (root := cache.directory()) is not None:
+            cache.store_failure(root, failed_key, reason)
+        warnings.warn(f"IREE failed to compile {', '.join(functions)} with the aggressive fusion "
+                      f"pock-backend-switch chose ({reason}); compiled with IREE's default fusion "
+                      "instead (program.fusion)", stacklevel=3)
+        return result
 
     def _source(self, functions: tuple[str, ...]) -> str:
         lowered = self.stages["lowered"]

@@ -3,8 +3,9 @@
 `<target>.json` beside this file holds the measurements (`python -m bench.iree_study convs` and
 `flags`), the host's one file per CPU measured (`table_path`); `choose_conv_form` picks the
 fastest measured form (pock_mlir/conv_forms.py) for the nearest measured shape,
-`choose_data_tiling` whether IREE data-tiles a program's matmuls and `choose_vector_tails` how it
-vectorizes loop remainders, each as measured on the most alike program.
+`choose_data_tiling` whether IREE data-tiles a program's matmuls, `choose_vector_tails` how it
+vectorizes loop remainders and `choose_fusion` how it forms dispatches, each as measured on the
+most alike program.
 """
 
 from __future__ import annotations
@@ -178,11 +179,14 @@ MASKED_TAILS_SET = "im2col+masked-tails"
 DATA_TILED_MASKED_TAILS_SET = "im2col+global-data-tiling+masked-tails"
 AGGRESSIVE_FUSION_SET = "im2col+aggressive-fusion"
 DATA_TILED_AGGRESSIVE_FUSION_SET = "im2col+global-data-tiling+aggressive-fusion"
+MASKED_AGGRESSIVE_FUSION_SET = "im2col+masked-tails+aggressive-fusion"
+DATA_TILED_MASKED_AGGRESSIVE_FUSION_SET = "im2col+global-data-tiling+masked-tails+aggressive-fusion"
 # each data tiling's sets, its baseline first: the data tiling is chosen by each one's fastest, as
 # masked tails and data tiling both spare a matmul its remainder loop (a program can run fastest
 # plain and masked, though data-tiled it beats plain peeled code: README, Targets)
-PLAIN_SETS = (BASELINE_SET, MASKED_TAILS_SET, AGGRESSIVE_FUSION_SET)
-DATA_TILED_SETS = (DATA_TILING_SET, DATA_TILED_MASKED_TAILS_SET, DATA_TILED_AGGRESSIVE_FUSION_SET)
+PLAIN_SETS = (BASELINE_SET, MASKED_TAILS_SET, AGGRESSIVE_FUSION_SET, MASKED_AGGRESSIVE_FUSION_SET)
+DATA_TILED_SETS = (DATA_TILING_SET, DATA_TILED_MASKED_TAILS_SET, DATA_TILED_AGGRESSIVE_FUSION_SET,
+                   DATA_TILED_MASKED_AGGRESSIVE_FUSION_SET)
 # A flag is chosen only where the nearest measured step was at least this much faster with it
 # (whole steps vary by a few percent between rounds), or no slower and held at most this share of
 # the device memory (a Trainer's, which does not vary): on a device memory is as scarce as time.
@@ -304,14 +308,14 @@ def choose_data_tiling(tuning: Tuning, flops: MatmulFlops) -> Choice:
                                                                 f"({sets[0]} against {sets[1]})")
 
 
-def _by_most_alike_under(tuning: Tuning, flops: MatmulFlops, data_tiled: bool, what: str,
-                         sets: dict[str, tuple[str, str]], forms: tuple[str, str, str], effect: str) -> Choice:
-    """_by_most_alike under the program's data tiling: `sets` gives the (flag set, baseline) for
-    "plain" and "data-tiled" programs; `effect` words the flag ("with masked tails")."""
-    tiling = "data-tiled" if data_tiled else "plain"
-    flag_set, baseline = sets[tiling]
+def _by_most_alike_under(tuning: Tuning, flops: MatmulFlops, under: str, what: str, sets: tuple[str, str],
+                         forms: tuple[str, str, str], effect: str) -> Choice:
+    """_by_most_alike under the program's other choices, `under` ("plain", "data-tiled, masked
+    tails"): `sets` is the (flag set, baseline) measured so; `effect` words the flag ("with masked
+    tails")."""
+    flag_set, baseline = sets
     return _by_most_alike(tuning, flops, what, (flag_set,), (baseline,), forms,
-                          lambda nearest, outcome, *_: f"the most alike step measured on {tuning.name} ({tiling}), "
+                          lambda nearest, outcome, *_: f"the most alike step measured on {tuning.name} ({under}), "
                                                        f"{nearest}, {outcome} {effect}")
 
 
@@ -321,18 +325,25 @@ def choose_vector_tails(tuning: Tuning, flops: MatmulFlops, data_tiled: bool) ->
     flag study, with the same data tiling, took at most MAX_CHOSEN_RATIO of its peeled step's
     time masked (or no more in less memory, see _by_most_alike), else "peeled"; "target default"
     without such measurements (targets.vector_tails)."""
-    return _by_most_alike_under(tuning, flops, data_tiled, "vector-tails",
-                                {"plain": (MASKED_TAILS_SET, BASELINE_SET),
-                                 "data-tiled": (DATA_TILED_MASKED_TAILS_SET, DATA_TILING_SET)},
+    sets = (DATA_TILED_MASKED_TAILS_SET, DATA_TILING_SET) if data_tiled else (MASKED_TAILS_SET, BASELINE_SET)
+    return _by_most_alike_under(tuning, flops, "data-tiled" if data_tiled else "plain", "vector-tails", sets,
                                 ("masked", "peeled", "target default"), "with masked tails")
 
 
-def choose_fusion(tuning: Tuning, flops: MatmulFlops, data_tiled: bool) -> Choice:
+# (aggressive fusion's set, its baseline) by (data-tiled, masked tails): fusion is chosen under the
+# program's data tiling and vector tails, which change what it gains (README, Targets)
+FUSION_SETS = {(False, False): (AGGRESSIVE_FUSION_SET, BASELINE_SET),
+               (False, True): (MASKED_AGGRESSIVE_FUSION_SET, MASKED_TAILS_SET),
+               (True, False): (DATA_TILED_AGGRESSIVE_FUSION_SET, DATA_TILING_SET),
+               (True, True): (DATA_TILED_MASKED_AGGRESSIVE_FUSION_SET, DATA_TILED_MASKED_TAILS_SET)}
+
+
+def choose_fusion(tuning: Tuning, flops: MatmulFlops, data_tiled: bool, masked_tails: bool) -> Choice:
     """"aggressive" if IREE should form dispatches with its aggressive fusion: the most alike
-    program of the target's flag study, with the same data tiling, took at most MAX_CHOSEN_RATIO of
-    its step's time without it, or no more time and at most MAX_CHOSEN_RATIO of its device memory,
-    and compiled; else "default"."""
-    return _by_most_alike_under(tuning, flops, data_tiled, "aggressive-fusion",
-                                {"plain": (AGGRESSIVE_FUSION_SET, BASELINE_SET),
-                                 "data-tiled": (DATA_TILED_AGGRESSIVE_FUSION_SET, DATA_TILING_SET)},
+    program of the target's flag study, with the same data tiling and vector tails, took at most
+    MAX_CHOSEN_RATIO of its step's time without it, or no more time and at most MAX_CHOSEN_RATIO of
+    its device memory, and compiled; else "default" (also where the study did not measure it
+    under those, so that no program takes a combination never measured)."""
+    under = ("data-tiled" if data_tiled else "plain") + (", masked tails" if masked_tails else "")
+    return _by_most_alike_under(tuning, flops, under, "aggressive-fusion", FUSION_SETS[data_tiled, masked_tails],
                                 ("aggressive", "default", "default"), "with aggressive fusion")
