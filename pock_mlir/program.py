@@ -206,7 +206,7 @@ class TrainingProgram:
 
         self.timings[_phase("failed with aggressive fusion", functions)] = time.perf_counter() - start
         reason = _first_error(error)
-        failed_key = cache.key(self._source(functions), self.iree_flags())
+        failed_flags = self.iree_flags()  # under the aggressive fusion, which the cache remembers failing
         self.replaced["fusion"] = ("default", f"{self.fusion[1]}, but IREE failed to compile "
                                               f"{', '.join(functions)} with it: {reason}")
         self.streams.clear()  # IREE's stream phase under the aggressive fusion
@@ -217,7 +217,7 @@ class TrainingProgram:
             del self.replaced["fusion"]
             raise RuntimeError(iree_failure(str(failed), self.target.name, self._source(functions))) from None
         if self.cache and (root := cache.directory()) is not None:
-            cache.store_failure(root, failed_key, reason)
+            cache.store_failure(root, cache.key(self._source(functions), failed_flags), reason)
         warnings.warn(f"IREE failed to compile {', '.join(functions)} with the aggressive fusion "
                       f"pock-backend-switch chose ({reason}); compiled with IREE's default fusion "
                       "instead (program.fusion)", stacklevel=3)

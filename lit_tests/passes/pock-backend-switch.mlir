@@ -280,8 +280,8 @@ func.func @pointwise_split(%arg0: !torch.vtensor<[2,4,3,5],f32>, %arg1: !torch.v
 // vector tails chosen: the ViT's was faster data-tiled and masked; the CNN's was slower plain and
 // masked (peeled it was no slower with 0.89x the memory, and at least 5% less memory in no more
 // time counts as a gain, but the CNN's tails are masked); the MLP's failed to compile plain (so its
-// unaligned MLP keeps the default too), the transformer's data-tiled and the decoder's plain. A program without matmuls
-// or convolutions is like none measured and keeps every default.
+// unaligned MLP keeps the default too), the transformer's data-tiled and the decoder's plain. A
+// program without matmuls or convolutions is like none measured and keeps every default.
 // TILING:            module attributes {pock.data_tiling = "plain", pock.data_tiling_reason = "convolutions carry most of the FLOPs, no attention; the most alike step measured on tuning file '{{.*}}tuning.json', cnn (convolutions carry most of the FLOPs, no attention), took 1.38x the time and 0.80x the device memory data-tiled, the fastest of each (im2col+global-data-tiling against im2col+masked-tails)"
 // TILING-SAME:       pock.fusion = "default", pock.fusion_reason = "the most alike step measured on tuning file '{{.*}}tuning.json' (plain, masked tails), cnn, took 1.02x the time and 1.00x the device memory with aggressive fusion"
 // TILING-SAME:       pock.vector_tails = "masked", pock.vector_tails_reason = "the most alike step measured on tuning file '{{.*}}tuning.json' (plain), cnn, took 0.90x the time and 1.00x the device memory with masked tails"
