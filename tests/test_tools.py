@@ -311,3 +311,24 @@ def test_pock_opt_reads_and_moves_ir_without_pytorch():
             "print(codes, 'torch' in sys.modules)")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert done.stdout.strip() == "[0, 0] False", done.stderr
+
+
+def test_pock_ops_do_not_each_search_for_the_dialect_module():
+    """The MLIR bindings import a dialect's Python module for each op of it they wrap, and search
+    again on the next op while none is found: pock's module is on their search path, so a pass
+    over many pock ops looks it up once, not once per op."""
+    lit_input = REPO / "lit_tests" / "passes" / "pock-reorder-updates.mlir"
+    code = ("import contextlib, io, sys\n"
+            "searched = []\n"
+            "class Tracer:\n"
+            "    def find_spec(self, name, path=None, target=None):\n"
+            "        searched.append(name)\n"
+            "sys.meta_path.insert(0, Tracer())\n"
+            "from pock_mlir.tools import pock_opt\n"
+            "with contextlib.redirect_stdout(io.StringIO()):\n"
+            f"    code = pock_opt.main(['-p', 'pock-reorder-updates,pock-dce', {str(lit_input)!r}])\n"
+            "print(code, sum(name.endswith('.pock') and name not in sys.modules for name in searched))")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    code, searches = done.stdout.split()
+    assert code == "0", done.stderr
+    assert int(searches) <= 1  # torch_mlir.dialects.pock, once: pock_mlir.dialects.pock is found next
