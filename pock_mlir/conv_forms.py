@@ -20,7 +20,11 @@ the measurements in pock_mlir/tuning/<target>.json. The forms:
   forward accumulates the taps (one fused elementwise dispatch); the weight gradient multiplies
   and sums over images and positions (torch's batch-grouped form was the slowest MobileNetV2
   dispatch); the input gradient folds g times each tap's weight back (no k*k times larger
-  columns tensor).
+  columns tensor). IREE 3.13 fuses the weight gradient into one conv-like generic, reading the
+  input at h + kh, which its CPU backend runs as scalar loops (the slowest dispatches of a
+  MobileNetV2's full step in bench/results.md's profile). One vectorized reduction per tap, of
+  that tap's window, cost a dispatch each and was no faster over a whole step; channels
+  innermost, IREE's transpose propagation folds the layout back.
 - "per-image", 1x1 stride-1 unpadded only: each image's [C, H*W] map is a matrix the weight
   multiplies as it is laid out (forward W x_n, input gradient W^T g_n, weight gradient the sum
   over images of g_n x_n^T). im2col's rows of positions by channels transposed the activations in
