@@ -4,7 +4,9 @@ A compiled step has no random-number state, and its masks must be reproducible, 
 traces the model inside `SeededDropout(seed)`, where `seed` is an int32 scalar input of the step.
 Dropout (`F.dropout` and `nn.Dropout`, `F.dropout1d/2d/3d`, `torch.dropout`, the dropout_p of
 `scaled_dot_product_attention`, and through these nn.MultiheadAttention's and
-nn.TransformerEncoderLayer's) then keeps element `index` of its mask when
+nn.TransformerEncoderLayer's) and stochastic depth (`Tensor.bernoulli_(p)` on a fresh tensor, as
+torchvision's StochasticDepth and timm's DropPath draw their masks) then keep element `index` of a
+mask when
 
     bits = h(h(index + key) ^ key),   key = h(h(seed) + call)
     keep = (bits >>> 8) >= round(p * 2**24)
@@ -53,7 +55,8 @@ class SeededDropout:
     dropout calls that drew a mask (training mode and 0 < p).
 
     It swaps the seeded versions in for `torch.nn.functional.dropout`, `dropout1d/2d/3d`,
-    `scaled_dot_product_attention` and `torch.dropout` and restores them on exit. Replacing the
+    `scaled_dot_product_attention`, `torch.dropout` and `torch.Tensor.bernoulli_` and restores them
+    on exit. Replacing the
     module attributes (rather than a TorchFunctionMode, which does not see the calls made inside
     another intercepted function) also reaches the dropout inside nn.MultiheadAttention, which
     calls these through torch.nn.functional's globals. A reference bound before entry (`from
@@ -74,15 +77,29 @@ class SeededDropout:
             (torch, "dropout"): lambda input, p, train: self.dropout(input, p, train, 0),
             (F, "scaled_dot_product_attention"): lambda *args, **kwargs: self.attention(attention, *args, **kwargs),
         }
+        bernoulli_ = torch.Tensor.bernoulli_
+        seeded[torch.Tensor, "bernoulli_"] = lambda x, p=0.5, *, generator=None: (
+            bernoulli_(x, p, generator=generator) if isinstance(p, torch.Tensor) else self.bernoulli_(x, p))
         for (module, name), replacement in seeded.items():
-            self._originals[module, name] = getattr(module, name)
+            self._originals[module, name] = module.__dict__.get(name)  # None: inherited (Tensor's from its C base)
             setattr(module, name, replacement)
         return self
 
     def __exit__(self, *exc_info) -> None:
         for (module, name), original in self._originals.items():
-            setattr(module, name, original)
+            if original is None:
+                delattr(module, name)
+            else:
+                setattr(module, name, original)
         self._originals.clear()
+
+    def bernoulli_(self, x: torch.Tensor, p: float) -> torch.Tensor:
+        """x filled with ones with probability p, else zeros, from this scheme's next mask: stochastic
+        depth's per-sample masks (a tensor of probabilities is left to torch, whose op the frontend
+        then reports)."""
+        keep = keep_mask(self.seed, self.calls, tuple(x.shape), 1.0 - p)
+        self.calls += 1
+        return x.copy_(keep.to(x.dtype))
 
     def dropout(self, x: torch.Tensor, p: float, training: bool, spatial_dims: int) -> torch.Tensor:
         """Element dropout, or with `spatial_dims` > 0 channel dropout: one mask entry for all the

@@ -14,13 +14,13 @@ model's (selected) output last. `evaluate` calls it on a zero target and returns
 one export serves both: it runs the model in the mode it had when compiled (train-mode BatchNorm
 normalizes with the batch's statistics) and discards the loss and the buffer updates.
 
-Dropout in training mode stays on and is reproducible: when the model draws dropout masks, its
-functions take one more input after the model's own, `seed` (an int32 scalar), and the model
-is traced inside `pock_mlir.dropout.SeededDropout(seed)`, which computes each mask with a
+Dropout and stochastic depth in training mode stay on and are reproducible: when the model draws
+such masks, its functions take one more input after the model's own, `seed` (an int32 scalar),
+and the model is traced inside `pock_mlir.dropout.SeededDropout(seed)`, which computes each mask with a
 counter-based integer hash of (seed, dropout call number, element index) in pure int32 torch
 ops; see pock_mlir/dropout.py for the exact scheme. The Trainer passes the seed and increments
-it after every step. Any other random op (torch.rand, bernoulli, ...) is an error naming the
-op and its source line, never silently dropped.
+it after every step. Any other random op (torch.rand, bernoulli of a probability tensor, ...) is
+an error naming the op and its source line, never silently dropped.
 
 Token-level cross-entropy (output (B, T, V), target (B, T)) goes through a callable loss, e.g.
 `lambda out, y: F.cross_entropy(out.flatten(0, 1), y.flatten())`: the "cross_entropy" string
@@ -314,8 +314,9 @@ def _reject_random_ops(program) -> None:
             raise FrontendError(
                 f"{node.target} (at {_model_frame(node.meta.get('stack_trace'))}) draws random numbers, which a "
                 f"compiled step cannot reproduce. Dropout (nn.Dropout, F.dropout, F.dropout1d/2d/3d, "
-                f"scaled_dot_product_attention's dropout_p, nn.MultiheadAttention) is supported through a seeded "
-                f"hash if called through torch.nn.functional (not bound by `from ... import`); draw other random "
+                f"scaled_dot_product_attention's dropout_p, nn.MultiheadAttention) and stochastic depth "
+                f"(Tensor.bernoulli_(p) with a float p) are supported through a seeded hash if called through "
+                f"torch.nn.functional (not bound by `from ... import`); draw other random "
                 f"tensors outside the model and pass them as inputs, or put the model in eval mode.")
 
 

@@ -122,6 +122,63 @@ def test_each_step_draws_fresh_masks(dropouts):
     assert not np.array_equal(before["w"] == 0, after["w"] == 0)
 
 
+class StochasticDepths(nn.Module):
+    """Stochastic depth as the libraries draw it (Tensor.bernoulli_ on a fresh tensor): torchvision's
+    per-sample and per-batch StochasticDepth and timm's DropPath, on ROWS samples side by side."""
+
+    def __init__(self):
+        import timm
+        import torchvision
+
+        super().__init__()
+        self.w = nn.Parameter(torch.ones(4))
+        self.drops = nn.ModuleList([torchvision.ops.StochasticDepth(P, "row"), torchvision.ops.StochasticDepth(P, "batch"),
+                                    timm.layers.DropPath(P)])
+
+    def forward(self, x):
+        return torch.cat([drop(self.w * x) for drop in self.drops])
+
+
+ROWS = 4096
+
+
+@pytest.fixture(scope="module")
+def stochastic_depths():
+    model, x = StochasticDepths(), torch.ones(ROWS, 4)
+    program = pock.compile_training(model, x, torch.zeros(3 * ROWS, 4), loss="mse", functions=("evaluate",))
+    return model, x, program.trainer()
+
+
+def test_stochastic_depth_drops_whole_samples_with_torchs_probability_and_scale(stochastic_depths):
+    _, x, trainer = stochastic_depths
+    for seed in (0, 1):
+        trainer.seed = seed
+        row, batch, drop_path = np.split(trainer.evaluate(x), 3)
+        for out in (row, drop_path):
+            assert np.all(out.min(-1) == out.max(-1))  # one decision per sample
+            kept = out[:, 0] != 0
+            np.testing.assert_allclose(out[kept], 1 / (1 - P), rtol=1e-6)  # torch's scale
+            within(kept.mean(), 1 - P, ROWS, f"sample keep fraction, seed {seed}")
+        assert np.all(batch == 0) or np.allclose(batch, 1 / (1 - P), rtol=1e-6)  # all or nothing
+    trainer.seed = 0
+    first = np.split(trainer.evaluate(x), 3)
+    trainer.seed = 1
+    second = np.split(trainer.evaluate(x), 3)
+    within(((first[0] != 0) == (second[0] != 0))[:, 0].mean(), P * P + (1 - P) ** 2, ROWS, "seeds 0 and 1")
+    within(((first[0] != 0) == (first[2] != 0))[:, 0].mean(), P * P + (1 - P) ** 2, ROWS, "two calls in one step")
+
+
+def test_stochastic_depth_masks_equal_the_eager_scheme(stochastic_depths):
+    model, x, trainer = stochastic_depths
+    trainer.seed = 77
+    with SeededDropout(torch.tensor(77, dtype=torch.int32)) as dropout:
+        want = model(x).detach().numpy()
+    assert dropout.calls == 3
+    got = trainer.evaluate(x)
+    np.testing.assert_array_equal(got != 0, want != 0)
+    np.testing.assert_allclose(got, want, rtol=1e-6)
+
+
 def test_eval_mode_has_no_dropout_and_no_seed():
     model = Dropouts().eval()
     x = torch.randn(SHAPE)
@@ -130,17 +187,20 @@ def test_eval_mode_has_no_dropout_and_no_seed():
     np.testing.assert_allclose(program.trainer().evaluate(x), model(x).detach().numpy(), rtol=1e-6)
 
 
-def test_other_random_ops_are_an_error_naming_the_line():
+@pytest.mark.parametrize("op,noise", [("randn", lambda x: torch.randn_like(x)),
+                                      ("bernoulli", lambda x: torch.empty_like(x).bernoulli_(torch.full_like(x, 0.5)))],
+                         ids=["randn_like", "bernoulli_of_a_probability_tensor"])
+def test_other_random_ops_are_an_error_naming_the_line(op, noise):
     class Noisy(nn.Module):
         def __init__(self):
             super().__init__()
             self.fc = nn.Linear(4, 2)
 
         def forward(self, x):
-            return self.fc(x + torch.randn_like(x))  # the line the error names
+            return self.fc(x + noise(x))  # the line the error names
 
     line = Noisy.forward.__code__.co_firstlineno + 1
-    with pytest.raises(pock.FrontendError, match=rf"randn.*test_dropout.py:{line}\).*draws random numbers"):
+    with pytest.raises(pock.FrontendError, match=rf"{op}.*test_dropout.py:{line}\).*draws random numbers"):
         pock.compile_training(Noisy(), torch.randn(3, 4), torch.tensor([0, 1, 0]))
 
 
@@ -161,7 +221,19 @@ def torch_encoder_layer():
     return model, torch.randn(2, 8, 16, generator=g), torch.randn(2, 8, 16, generator=g), "mse"
 
 
-@pytest.mark.parametrize("make", [bert_with_dropout, torch_encoder_layer], ids=lambda f: f.__name__)
+def swin_with_drop_path():
+    """timm's Swin Transformer with its default stochastic depth (drop_path_rate 0.1)."""
+    import timm
+
+    torch.manual_seed(0)
+    model = timm.models.SwinTransformer(img_size=32, patch_size=4, window_size=4, embed_dim=16, depths=(1, 1),
+                                        num_heads=(2, 2), num_classes=3, drop_path_rate=0.3)
+    g = torch.Generator().manual_seed(1)
+    return model, torch.randn(2, 3, 32, 32, generator=g), torch.tensor([0, 2]), "cross_entropy"
+
+
+@pytest.mark.parametrize("make", [bert_with_dropout, torch_encoder_layer, swin_with_drop_path],
+                         ids=lambda f: f.__name__)
 def test_gradients_with_dropout_match_autograd(make):
     model, x, target, loss_fn = make()
     trainer = pock.compile_training(model, x, target, loss=loss_fn, functions=("gradients",)).trainer()

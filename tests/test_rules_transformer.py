@@ -53,6 +53,15 @@ def heads(p, h=2):
     return p.view(B, T, h, -1).transpose(1, 2)
 
 
+def assigned(h, x, p):
+    """In-place assignments to slices and elements, as model code writes them (functionalized into
+    copy, slice_scatter and where)."""
+    h[:, -1] = x[:, 0] * p
+    h[:, 1:3] = h[:, 2:4] * 3
+    h[0, :, -2:] += 1
+    return h
+
+
 ANGLES = torch.outer(torch.arange(T, dtype=torch.float32), torch.tensor([1.0, 0.1]))
 COS, SIN = torch.cat((ANGLES, ANGLES), -1).cos(), torch.cat((ANGLES, ANGLES), -1).sin()
 
@@ -101,6 +110,10 @@ GROUPS = {
     "shapes_and_embeddings": [
         Case("slice_step", lambda p, x, ids: p[0][:, 1:5:2] * 2 + p[0][..., -3:].sum(), ((B, T, D),)),
         Case("select", lambda p, x, ids: p[0][:, 0] + p[0][1, 2, :], ((B, T, D),)),
+        # an RNN's last output: index -1 once scattered no gradient behind the transpose
+        Case("select_last_behind_transpose", lambda p, x, ids: p[0].transpose(1, 2)[..., -1] * x[:, 0], ((B, T, D),)),
+        Case("flip", lambda p, x, ids: p[0].flip(1, 2) * x, ((B, T, D),)),
+        Case("assignments", lambda p, x, ids: assigned(p[0] * 1, x, p[1]), ((B, T, D), (D,))),
         Case("cat", lambda p, x, ids: torch.cat([p[0], p[1] * 3, p[0]], dim=1), ((B, T, D), (B, 2, D))),
         Case("rotary", lambda p, x, ids: rotary(p[0].view(B, T, 2, 4).transpose(1, 2), COS, SIN), ((B, T, D),)),
         Case("chunk_swiglu", lambda p, x, ids: F.linear(x, p[0]).chunk(2, -1)[0] * F.linear(x, p[0]).chunk(2, -1)[1],

@@ -5,7 +5,9 @@ with the user's own loss on the library's own output and int64 targets, as writt
   ShuffleNetV2 (channel split and shuffle), ResNet; BatchNorm in train mode;
 - timm: a ViT and a ConvNeXt (depthwise 7x7, LayerNorm2d, layer scale);
 - Hugging Face transformers: LLaMA (GQA, RoPE, tied embeddings), GPT-2 (Conv1D, tied), BERT and
-  DistilBERT sequence classifiers (eval mode: dropout off).
+  DistilBERT sequence classifiers (eval mode: dropout off);
+- torch.nn recurrent layers: keyword spotters on a two-layer GRU's last output and on a
+  bidirectional LSTM's final states (the reverse direction reads its input flipped).
 
 Gradients and three SGD-momentum steps against PyTorch. Train-mode BatchNorm on a batch of 4 is
 chaotic in float32, so the vision oracle is a float64 PyTorch run and pock-mlir may be at most
@@ -16,6 +18,7 @@ import copy
 
 import pytest
 import torch
+import torch.nn as nn
 import torch.nn.functional as F
 
 import pock_mlir as pock
@@ -92,11 +95,37 @@ def distilbert():
         vocab_size=VOCAB, dim=64, n_layers=2, n_heads=4, hidden_dim=128, max_position_embeddings=32, num_labels=3))
 
 
+FRAMES, FEATURES = 8, 40  # MFCC frames of a keyword, as the bench's keyword spotter takes them
+
+
+class GRUSpotter(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.rnn = nn.GRU(FEATURES, 32, num_layers=2, batch_first=True)
+        self.head = nn.Linear(32, CLASSES)
+
+    def forward(self, frames):
+        outputs, _ = self.rnn(frames)
+        return self.head(outputs[:, -1])
+
+
+class BiLSTMSpotter(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.rnn = nn.LSTM(FEATURES, 32, batch_first=True, bidirectional=True)
+        self.head = nn.Linear(64, CLASSES)
+
+    def forward(self, frames):
+        _, (final, _) = self.rnn(frames)
+        return self.head(torch.cat([final[-2], final[-1]], -1))
+
+
 VISION = {"tv-mobilenet-v2": mobilenet_v2, "tv-mobilenet-v3": mobilenet_v3, "tv-shufflenet-v2": shufflenet_v2,
           "tv-resnet": resnet, "timm-vit": vit, "timm-convnext": convnext}
 TEXT = {"hf-llama": (llama, next_token_loss), "hf-gpt2": (gpt2, next_token_loss),
         "hf-bert-classifier": (bert, classification_loss), "hf-distilbert-classifier": (distilbert, classification_loss)}
-MODELS = {**{name: (make, classification_loss) for name, make in VISION.items()}, **TEXT}
+RECURRENT = {"torch-gru-spotter": GRUSpotter, "torch-bilstm-spotter": BiLSTMSpotter}
+MODELS = {**{name: (make, classification_loss) for name, make in {**VISION, **RECURRENT}.items()}, **TEXT}
 
 # Each preset family on one model, with what it must train besides every bias (and, for
 # transformer-last-K, every normalization): the library's own block structure, stated here.
@@ -130,6 +159,8 @@ def batch(name):
     g = torch.Generator().manual_seed(VISION_SEEDS.get(name, 1))
     if name in VISION:
         return torch.randn(4, 3, 64, 64, generator=g), torch.randint(0, CLASSES, (4,), generator=g)
+    if name in RECURRENT:
+        return torch.randn(4, FRAMES, FEATURES, generator=g), torch.randint(0, CLASSES, (4,), generator=g)
     ids = torch.randint(0, VOCAB, (2, SEQ), generator=g)
     target = torch.randint(0, 3, (2,), generator=g) if "classifier" in name else \
         torch.randint(0, VOCAB, (2, SEQ), generator=g)

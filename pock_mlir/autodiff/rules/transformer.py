@@ -180,8 +180,34 @@ def slice_tensor(b, g, out, x, dim, start, end, step):
 
 @defrule("aten.select.int", free=True)
 def select(b, g, out, x, dim, index):
-    """select_scatter of g into zeros."""
-    return b.aten.select_scatter(b.zeros_like(x), g, dim, index), None, None
+    """select_scatter of g into zeros, at the index counted from the front.
+
+    torch-mlir decomposes select_scatter into slice_scatter over [index, index + 1), an empty slice
+    for index -1; behind a permute IREE 3.13 then scattered nothing, and an RNN's weights, whose
+    loss reads its last output, got zero gradients."""
+    return b.aten.select_scatter(b.zeros_like(x), g, dim, index % b.shape(x)[dim]), None, None
+
+
+@defrule("aten.slice_scatter", free=True)
+def slice_scatter(b, g, out, x, src, dim, start, end, step):
+    """g with the slice zeroed for x, the slice of g for src (`x[:, a:b] = src`, functionalized)."""
+    return (b.aten.slice_scatter(g, b.zeros_like(src), dim, start, end, step),
+            b.aten.slice.Tensor(g, dim, start, end, step), None, None, None, None)
+
+
+@defrule("aten.copy", free=True)
+def copy(b, g, out, x, src, non_blocking):
+    """All of g to src, summed to its shape: the result is src broadcast to x's shape, none of x
+    (an in-place assignment `x[i] = src`, functionalized)."""
+    if not b.type_of(src).is_float:
+        return None, None, None
+    return None, b.sum_to(b.cast(g, b.type_of(src).dtype), b.shape(src)), None
+
+
+@defrule("aten.flip", free=True)
+def flip(b, g, out, x, dims):
+    """g flipped back (a bidirectional RNN's reverse direction reads its input flipped)."""
+    return b.aten.flip(g, dims), None
 
 
 @defrule("aten.cat")
