@@ -222,11 +222,12 @@ def torch_encoder_layer():
 
 
 def swin_with_drop_path():
-    """timm's Swin Transformer with its default stochastic depth (drop_path_rate 0.1)."""
+    """timm's Swin Transformer with stochastic depth (drop_path_rate, 0.1 by default) and shifted
+    windows (torch.roll) in each stage's second block."""
     import timm
 
     torch.manual_seed(0)
-    model = timm.models.SwinTransformer(img_size=32, patch_size=4, window_size=4, embed_dim=16, depths=(1, 1),
+    model = timm.models.SwinTransformer(img_size=32, patch_size=4, window_size=4, embed_dim=16, depths=(2, 2),
                                         num_heads=(2, 2), num_classes=3, drop_path_rate=0.3)
     g = torch.Generator().manual_seed(1)
     return model, torch.randn(2, 3, 32, 32, generator=g), torch.tensor([0, 2]), "cross_entropy"

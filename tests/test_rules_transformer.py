@@ -84,6 +84,15 @@ GROUPS = {
         Case("log_softmax", lambda p, x, ids: F.log_softmax(p[0], -1), ((B, T, D),)),
         Case("tanh_pooler", lambda p, x, ids: torch.tanh(F.linear(x[:, 0], p[0], p[1])), ((D, D), (D,))),
         Case("rsqrt_sqrt", lambda p, x, ids: torch.rsqrt(p[0].abs() + 1) + torch.sqrt(p[0] * p[0] + 1), ((B, T, D),)),
+        Case("expm1_reciprocal_sin_cos", lambda p, x, ids: torch.expm1(p[0]) + torch.reciprocal(p[0].abs() + 1)
+             + torch.sin(p[0]) * torch.cos(p[0] * 2), ((B, T, D),)),
+        Case("normalize_cosine_similarity", lambda p, x, ids: F.normalize(p[0], dim=-1) * 2
+             + F.cosine_similarity(p[1], x, dim=-1)[..., None], ((B, T, D), (B, T, D))),
+        Case("norms_1_2_inf", lambda p, x, ids: p[0].norm(dim=1, keepdim=True) + p[0].norm(p=1, dim=-1, keepdim=True)
+             + torch.linalg.vector_norm(p[0], float("inf"), dim=(0, 2), keepdim=True), ((B, T, D),)),
+        Case("cumsum", lambda p, x, ids: torch.cumsum(p[0], 1), ((B, T, D),)),
+        Case("max_min_over_time", lambda p, x, ids: p[0].max(1).values[:, None] + p[0].min(-1, keepdim=True).values,
+             ((B, T, D),)),
     ],
     "attention": [
         Case("bmm", lambda p, x, ids: torch.bmm(p[0], p[1]), ((B, T, D), (B, D, 5))),
@@ -113,6 +122,9 @@ GROUPS = {
         # an RNN's last output: index -1 once scattered no gradient behind the transpose
         Case("select_last_behind_transpose", lambda p, x, ids: p[0].transpose(1, 2)[..., -1] * x[:, 0], ((B, T, D),)),
         Case("flip", lambda p, x, ids: p[0].flip(1, 2) * x, ((B, T, D),)),
+        Case("roll_shifted_windows", lambda p, x, ids: torch.roll(p[0], shifts=(2, -1), dims=(1, 2)) * x, ((B, T, D),)),
+        Case("topk_routing", lambda p, x, ids: torch.topk(p[0], 3, -1).values.softmax(-1), ((B, T, D),)),
+        Case("sort", lambda p, x, ids: torch.sort(p[0], 1, descending=True).values * x, ((B, T, D),)),
         Case("assignments", lambda p, x, ids: assigned(p[0] * 1, x, p[1]), ((B, T, D), (D,))),
         Case("cat", lambda p, x, ids: torch.cat([p[0], p[1] * 3, p[0]], dim=1), ((B, T, D), (B, 2, D))),
         Case("rotary", lambda p, x, ids: rotary(p[0].view(B, T, 2, 4).transpose(1, 2), COS, SIN), ((B, T, D),)),

@@ -48,3 +48,9 @@ def unreduce(b: TorchBuilder, g, dims, keepdim, shape):
         for d in sorted(dims):
             g = b.aten.unsqueeze(g, d)
     return b.expand_to(g, shape)
+
+
+def scatter_into_zeros(b: TorchBuilder, like, dim: int, index, g):
+    """g added into zeros shaped as `like` at `index` along `dim`, a dimension counted from the front:
+    IREE 3.13 crashed (SIGSEGV) compiling a scatter_add over dimension -1."""
+    return b.aten.scatter_add(b.zeros_like(like), dim % len(b.shape(like)), index, g)

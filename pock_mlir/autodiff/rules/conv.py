@@ -17,7 +17,7 @@ from pock_mlir.conv_forms import Window, convolution_gradient, fold
 from pock_mlir.op_facts import (convolution_backward_flops, convolution_backward_shape_only, convolution_backward_slices,
                                 convolution_flops, convolution_slices, declare)
 
-from .base import defrule
+from .base import defrule, scatter_into_zeros
 
 
 @defrule("aten.convolution", slices=convolution_slices, flops=convolution_flops)
@@ -96,6 +96,42 @@ def avg_pool2d(b, g, out, x, kernel, stride, padding, ceil_mode, count_include_p
     n, c, ho, wo = b.shape(g)
     cols = b.expand_to(b.aten.unsqueeze(share, 2), [n, c, len(window.offsets), ho, wo])
     return fold(b, cols, window), None, None, None, None, None, None
+
+
+@defrule("aten.adaptive_max_pool2d")
+def adaptive_max_pool2d(b, g, out, x, output_size):
+    """g added onto each window's argmax, from the forward's indices (flat within each channel)."""
+    n, c, h, w = b.shape(x)
+    flat = [n, c, -1]
+    gx = scatter_into_zeros(b, b.reshape(x, flat), 2, b.reshape(out[1], flat), b.reshape(g[0], flat))
+    return b.reshape(gx, [n, c, h, w]), None
+
+
+# -- upsampling ---------------------------------------------------------------------------
+
+def nearest_sources(size: int, out_size: int, factor: float | None) -> np.ndarray:
+    """The input index each output index copies in torch's nearest upsampling, computed as torch
+    does in float32: min(floor(index * scale), size - 1), scale 1 / factor if given, else size / out."""
+    scale = np.float32(1.0 / factor) if factor else np.float32(size) / np.float32(out_size)
+    return np.minimum(np.floor(np.arange(out_size, dtype=np.float32) * scale).astype(np.int64), size - 1)
+
+
+@defrule("aten.upsample_nearest2d.vec")
+def upsample_nearest2d(b, g, out, x, output_size, scale_factors):
+    """Each output pixel's g summed onto the input pixel it copies: over each block of an integer
+    factor, else as matmuls with the 0/1 matrices of which input row and column each output copies."""
+    n, c, h, w = b.shape(x)
+    ho, wo = b.shape(out)[2:]
+    factors = scale_factors or (None, None)
+    rows, cols = nearest_sources(h, ho, factors[0]), nearest_sources(w, wo, factors[1])
+    if ho % h == 0 and wo % w == 0 and np.array_equal(rows, np.arange(ho) // (ho // h)) and \
+            np.array_equal(cols, np.arange(wo) // (wo // w)):
+        return b.sum(b.reshape(g, [n, c, h, ho // h, w, wo // w]), [3, 5]), None, None
+    one_hot = lambda sources, size: (sources[:, None] == np.arange(size)).astype(np.float32)  # noqa: E731
+    gw = b.aten.mm(b.reshape(g, [n * c * ho, wo]), b.literal(one_hot(cols, w)))  # (n c ho, w)
+    gt = b.reshape(b.transpose(b.reshape(gw, [n * c, ho, w])), [n * c * w, ho])
+    gx = b.aten.mm(gt, b.literal(one_hot(rows, h)))  # (n c w, h)
+    return b.transpose(b.reshape(gx, [n, c, w, h])), None, None
 
 
 # -- padding ------------------------------------------------------------------------------

@@ -5,7 +5,7 @@ import numpy as np
 from pock_mlir.op_facts import (declare, elementwise, expand_slices, matmul_flops, mm_flops, mm_slices, permute_slices,
                                 reshape_slices, sum_dims_slices, t_slices, transpose_slices)
 
-from .base import defrule, unreduce
+from .base import defrule, scatter_into_zeros, unreduce
 
 
 # -- elementwise arithmetic -------------------------------------------------------------
@@ -81,6 +81,28 @@ def relu(b, g, out, x):
 declare("aten.threshold_backward", slices=elementwise)  # relu's backward, channel-sliced in turn
 
 
+@defrule("aten.expm1", slices=elementwise)
+def expm1(b, g, out, x):
+    """g (y + 1)."""
+    return (b.mul(g, b.aten.add.Scalar(out, 1.0, 1)),)
+
+
+@defrule("aten.reciprocal", slices=elementwise)
+def reciprocal(b, g, out, x):
+    """-g y^2."""
+    return (b.neg(b.mul(g, b.mul(out, out))),)
+
+
+@defrule("aten.sin", slices=elementwise)
+def sin(b, g, out, x):
+    return (b.mul(g, b.aten.cos(x)),)
+
+
+@defrule("aten.cos", slices=elementwise)
+def cos(b, g, out, x):
+    return (b.neg(b.mul(g, b.aten.sin(x))),)
+
+
 # -- reductions ---------------------------------------------------------------------------
 
 @defrule("aten.sum.dim_IntList", slices=sum_dims_slices)
@@ -118,6 +140,49 @@ def amax(b, g, out, x, dims, keepdim):
     hit = b.cast(b.aten.eq.Tensor(x, unreduce(b, out, dims, keepdim, shape)), b.type_of(x).dtype)
     count = unreduce(b, b.sum(hit, dims, keepdim), dims, keepdim, shape)
     return b.div(b.mul(hit, unreduce(b, g, dims, keepdim, shape)), count), None, None
+
+
+def to_index(b, g, x, dim, index, keepdim):
+    """g routed along `dim` to the position `index` names in each row, zeros elsewhere: the
+    backward of a reduction that returns an index (max.dim, min.dim), which is where torch routes it."""
+    shape, dim = b.shape(x), dim % len(b.shape(x))
+    if not keepdim:
+        g, index = b.aten.unsqueeze(g, dim), b.aten.unsqueeze(index, dim)
+    positions = b.literal(np.arange(shape[dim], dtype=np.int32).reshape([-1 if d == dim else 1
+                                                                          for d in range(len(shape))]))
+    hit = b.aten.eq.Tensor(b.cast(index, b.type_of(positions).dtype), positions)
+    return b.aten.where.self(hit, g, b.full((), 0.0, b.type_of(g).dtype))
+
+
+@defrule("aten.max.dim", "aten.min.dim")
+def max_dim(b, g, out, x, dim, keepdim):
+    """g to the maximum (minimum) each row's index names: torch's pick among ties, not a share."""
+    return to_index(b, g[0], x, dim, out[1], keepdim), None, None
+
+
+@defrule("aten.cumsum")
+def cumsum(b, g, out, x, dim, dtype):
+    """The reversed cumulative sum of g: each element reaches every later position."""
+    return b.aten.flip(b.aten.cumsum(b.aten.flip(g, [dim]), dim, None), [dim]), None, None
+
+
+@defrule("aten.linalg_vector_norm")
+def linalg_vector_norm(b, g, out, x, order, dims, keepdim, dtype):
+    """2-norm: g x / y, zero where y is 0 (as torch); 1-norm: g sign(x); inf-norm: g sign(x) where |x|
+    is the maximum, shared among ties."""
+    shape = b.shape(x)
+    g, out = unreduce(b, g, dims, keepdim, shape), unreduce(b, out, dims, keepdim, shape)
+    if order == 2:
+        zero = b.full((), 0.0, b.type_of(g).dtype)
+        scale = b.aten.where.self(b.aten.eq.Scalar(out, 0.0), zero, b.div(g, out))
+        return b.mul(x, scale), None, None, None, None
+    if order == 1:
+        return b.mul(g, b.aten.sign(x)), None, None, None, None
+    if order == float("inf"):
+        hit = b.cast(b.aten.eq.Tensor(b.aten.abs(x), out), b.type_of(x).dtype)
+        count = unreduce(b, b.sum(hit, dims, keepdim), dims, keepdim, shape)
+        return b.div(b.mul(b.mul(g, b.aten.sign(x)), hit), count), None, None, None, None
+    raise NotImplementedError(f"the {order}-norm's gradient is not implemented (the 1-, 2- and inf-norms are)")
 
 
 # -- linear algebra -----------------------------------------------------------------------
@@ -219,7 +284,7 @@ def gather(b, g, out, x, dim, index, sparse_grad):
                                                                               for d in range(len(shape))]))
         hit = b.aten.eq.Tensor(b.cast(index, b.type_of(positions).dtype), positions)
         return b.aten.where.self(hit, g, b.full((), 0.0, b.type_of(g).dtype)), None, None, None
-    return b.aten.scatter_add(b.zeros_like(x), dim, index, g), None, None, None
+    return scatter_into_zeros(b, x, dim, index, g), None, None, None
 
 
 # Fills the backward emits (no derivative rule needed): no FLOPs in the cost model.

@@ -9,7 +9,7 @@ import math
 
 from pock_mlir.op_facts import bmm_flops, bmm_slices, elementwise
 
-from .base import defrule, reduced_size, unreduce
+from .base import defrule, reduced_size, scatter_into_zeros, unreduce
 
 
 def zero_where(b, cond, x):
@@ -208,6 +208,25 @@ def copy(b, g, out, x, src, non_blocking):
 def flip(b, g, out, x, dims):
     """g flipped back (a bidirectional RNN's reverse direction reads its input flipped)."""
     return b.aten.flip(g, dims), None
+
+
+@defrule("aten.roll", free=True)
+def roll(b, g, out, x, shifts, dims):
+    """g rolled back (a Swin block's shifted windows)."""
+    return b.aten.roll(g, [-s for s in shifts], dims), None, None
+
+
+@defrule("aten.topk")
+def topk(b, g, out, x, k, dim, largest, sorted_):
+    """scatter_add of g into zeros at the indices the forward returned (a mixture of experts'
+    routing weights)."""
+    return scatter_into_zeros(b, x, dim, out[1], g[0]), None, None, None, None
+
+
+@defrule("aten.sort")
+def sort(b, g, out, x, dim, descending):
+    """g put back where each sorted element came from."""
+    return scatter_into_zeros(b, x, dim, out[1], g[0]), None, None
 
 
 @defrule("aten.cat")
