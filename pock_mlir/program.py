@@ -308,7 +308,8 @@ class TrainingProgram:
         sparse BP: ops, FLOPs, saved activations, gradients (see pock_mlir.report)."""
         from pock_mlir.report import report
 
-        return report(self.stages["training"], "train_step", self.scheme.source, self.scheme.unmatched)
+        return report(self.stages["training"], "train_step", self.scheme.source, self.scheme.unmatched,
+                      self.scheme.not_requiring_grad)
 
     def backend_report(self, function: str = "train_step") -> str:
         """What pock-backend-switch chose for each convolution of `function` and why (the

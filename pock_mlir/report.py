@@ -53,6 +53,7 @@ class Report:
     sparse: BackwardCost  # the scheme the module was built with
     scheme: str = ""
     unmatched: tuple[str, ...] = ()  # wildcard patterns of the scheme that matched nothing
+    not_requiring_grad: tuple[str, ...] = ()  # parameters the model froze (requires_grad=False)
 
     def __str__(self) -> str:
         lines = [f"sparse backpropagation report: @{self.function}" + (f" (scheme: {self.scheme})" if self.scheme else "")]
@@ -63,6 +64,9 @@ class Report:
             lines.append(f"  {p.name:<{width}}  {shape:<14}  {p.describe()}")
         trained = sum(p.policy != "frozen" for p in self.parameters)
         lines.append(f"  {trained} of {len(self.parameters)} parameters trained")
+        if self.not_requiring_grad:
+            lines.append(f"  {len(self.not_requiring_grad)} frozen by the model (requires_grad=False): "
+                         f"{', '.join(self.not_requiring_grad[:3])}{', ...' if len(self.not_requiring_grad) > 3 else ''}")
         lines += [f"  warning: pattern '{pattern}' matches no parameter or module of this model"
                   for pattern in self.unmatched]
         lines.append("")
@@ -151,7 +155,7 @@ def training_functions(text: str) -> dict[str, list[ParameterPolicy]]:
     return found
 
 
-def report(text: str, function: str, scheme: str = "", unmatched=()) -> Report:
+def report(text: str, function: str, scheme: str = "", unmatched=(), not_requiring_grad=()) -> Report:
     """The report for one training function of a training-stage module."""
     functions = training_functions(text)
     if function not in functions:
@@ -159,7 +163,7 @@ def report(text: str, function: str, scheme: str = "", unmatched=()) -> Report:
                           f"(program.ir('training'), before pock-autodiff); training functions: "
                           f"{', '.join(functions) or 'none'}")
     return Report(function, functions[function], _cost(text, function, full=True), _cost(text, function, full=False),
-                  scheme, tuple(unmatched))
+                  scheme, tuple(unmatched), tuple(not_requiring_grad))
 
 
 def module_reports(text: str) -> list[Report]:

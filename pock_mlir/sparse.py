@@ -110,6 +110,7 @@ class SparseScheme:
     source: str = "full"
     unmatched: list[str] = field(default_factory=list)  # wildcard patterns this model has nothing for
     quantize: str | None = None  # how frozen layer weights are stored (SparseUpdate.quantize)
+    not_requiring_grad: list[str] = field(default_factory=list)  # frozen by the model: requires_grad=False
 
 
 def _parse_preset(name, where: str = "sparse") -> tuple[str, int | None]:
@@ -395,8 +396,13 @@ def resolve_sparse(sparse, model: nn.Module | None, params: dict[str, tuple]) ->
     """A Policy for each parameter (given by name with its shape) under `sparse`; `model` is
     read only by the structural presets (last-K, mobilenet-last-K, transformer-last-K)."""
     names = list(params)
+    # As torch.optim, which updates only what gets a gradient: a backbone frozen the PyTorch way
+    # (requires_grad=False, as PEFT freezes a base model) stays frozen under any scheme.
+    not_requiring_grad = [] if model is None else [n for n, p in model.named_parameters()
+                                                   if not p.requires_grad and n in params]
     if sparse is None:
-        return SparseScheme({n: Policy("full") for n in names}, "full")
+        policies = {n: Policy("frozen" if n in not_requiring_grad else "full") for n in names}
+        return SparseScheme(policies, "full", not_requiring_grad=not_requiring_grad)
     scheme, source = _load(sparse)
     rules = list(scheme.rules)
     if scheme.base_preset is not None:
@@ -417,7 +423,8 @@ def resolve_sparse(sparse, model: nn.Module | None, params: dict[str, tuple]) ->
             raise SparseConfigError(f"pattern '{pattern}' matches no parameter or module; closest names: "
                                     f"{_closest(pattern, candidates)}")
         _apply(value, matched, params, pattern, policies)
-    return SparseScheme(policies, source, unmatched, scheme.quantize)
+    policies.update({n: Policy("frozen") for n in not_requiring_grad})
+    return SparseScheme(policies, source, unmatched, scheme.quantize, not_requiring_grad)
 
 
 def _is_wildcard(pattern: str) -> bool:

@@ -253,6 +253,23 @@ def _resolve(model, sparse):
     return adapters, resolve_sparse(sparse, model, params)
 
 
+def test_a_peft_model_as_it_is_trains_its_adapters_only_as_peft_with_torch_optim():
+    """A model the user wrapped with peft.get_peft_model compiles without a scheme: PEFT froze the
+    base (requires_grad=False), so only the adapters train, and ten AdamW steps follow torch.optim
+    on PEFT's trainable parameters."""
+    model = peft.get_peft_model(cnn(), peft.LoraConfig(r=2, lora_alpha=4, target_modules=["expand", "head"],
+                                                       init_lora_weights=False))
+    x, y = image_batch()
+    trainable = {n for n, p in model.named_parameters() if p.requires_grad}
+    trainer = pock.compile_training(model, x, y, optimizer=OPTIMIZER, functions=("step",)).trainer()
+    losses = [trainer.step(x, y) for _ in range(10)]
+    want_losses, want = torch_trajectory(model, x, y, OPTIMIZER, 10, trainable=trainable)
+    np.testing.assert_allclose(losses, want_losses, rtol=1e-4)
+    state = trainer.state_dict()
+    assert {n for n in state if not np.array_equal(state[n], model.state_dict()[n].numpy())} == trainable
+    assert_gradients_close({n: state[n] for n in trainable}, {n: want[n] for n in trainable}, what="adapters")
+
+
 def test_lora_combines_with_later_patterns_and_names_modules_by_weight_or_container():
     adapters, scheme = _resolve(cnn(), {"stem.weight": "lora", "*": "bias", "head": "lora:r=1,alpha=3"})
     assert [(a.module, a.kind, a.r, a.alpha) for a in adapters] == [("stem", "conv", 8, 8.0), ("head", "linear", 1, 3.0)]

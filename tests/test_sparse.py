@@ -13,7 +13,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 import pock_mlir as pock
-from oracle import assert_gradients_close, torch_gradients
+from oracle import assert_gradients_close, torch_gradients, torch_trajectory
 from pock_mlir.op_facts import derivative_rules
 from pock_mlir.sparse import SparseConfigError, SparseUpdate, resolve_sparse
 
@@ -352,3 +352,38 @@ def test_a_wildcard_that_matches_nothing_is_a_warning_in_the_report():
     report = str(program.report())
     assert "warning: pattern '*bias' matches no parameter or module of this model" in report
     assert program.signature.trainable == ["2.weight"]
+
+
+# -- parameters frozen the PyTorch way (requires_grad=False) ----------------------------------
+
+def mlp_with_frozen_first_layer():
+    model = make_mlp()
+    for p in model[0].parameters():
+        p.requires_grad = False
+    return model
+
+
+@pytest.mark.parametrize("sparse", [None, {"*": "full"}], ids=["no_scheme", "a_scheme_training_everything"])
+def test_parameters_without_requires_grad_stay_frozen_as_torch_optim_leaves_them(sparse):
+    model, (x, y) = mlp_with_frozen_first_layer(), batch((8, 12), 5)
+    program = pock.compile_training(model, x, y, optimizer=pock.SGD(lr=0.1, momentum=0.9), sparse=sparse)
+    trainer = program.trainer()
+    losses = [trainer.step(x, y) for _ in range(3)]
+    trainable = {n for n, p in model.named_parameters() if p.requires_grad}
+    want_losses, want = torch_trajectory(model, x, y, pock.SGD(lr=0.1, momentum=0.9), 3, trainable=trainable)
+    np.testing.assert_allclose(losses, want_losses, rtol=1e-5)
+    state = trainer.state_dict()
+    for n in ("0.weight", "0.bias"):
+        np.testing.assert_array_equal(state[n], model.state_dict()[n].numpy())
+    for n in trainable:
+        np.testing.assert_allclose(state[n], want[n], rtol=1e-4, atol=1e-6)
+    assert program.signature.trainable == sorted(trainable, key=list(model.state_dict()).index)
+    assert "2 frozen by the model (requires_grad=False): 0.weight, 0.bias" in str(program.report())
+
+
+def test_a_model_that_requires_no_gradient_is_an_error_before_tracing():
+    model, (x, y) = make_mlp(), batch((8, 12), 5)
+    model.requires_grad_(False)
+    with pytest.raises(ValueError, match=r"every parameter is frozen \(the model sets requires_grad=False on all "
+                                         r"of them\): there is nothing to train"):
+        pock.compile_training(model, x, y, functions=())
