@@ -84,9 +84,9 @@ def compile_training(model, example_inputs, example_target, *, loss="cross_entro
         adapters = lora_adapters(sparse, model)
         scheme = resolve_sparse(sparse, model, parameter_shapes(model, adapters))
         if scheme.policies and all(p.kind == "frozen" for p in scheme.policies.values()):
-            raise ValueError("every parameter is frozen (" + (
-                "the model sets requires_grad=False on all of them" if len(scheme.not_requiring_grad) == len(scheme.policies)
-                else f"by the sparse scheme {scheme.source!r}") + "): there is nothing to train")
+            by_model = len(scheme.not_requiring_grad) == len(scheme.policies)
+            why = "the model sets requires_grad=False on all of them" if by_model else f"by the sparse scheme {scheme.source!r}"
+            raise ValueError(f"every parameter is frozen ({why}): there is nothing to train")
         quantized = frozen_weights(model, scheme.policies) if scheme.quantize else []
         timings["sparse scheme"] = time.perf_counter() - start
         imported = import_model(model, example_inputs, example_target, loss, context, output, adapters, quantized)

@@ -336,6 +336,30 @@ def _check_dtypes_and_sizes(params, buffers, inputs, target) -> None:
                                 f"size to train on")
 
 
+@contextlib.contextmanager
+def _tensor_attributes_kept(model: torch.nn.Module):
+    """Put back the plain tensor attributes of the model's modules after tracing: a forward hook
+    that sets one (torch.nn.utils.weight_norm recomputes `weight` before each call) left the
+    trace's fake tensor in the user's model."""
+    kept = [(module, name, value) for module in model.modules() for name, value in vars(module).items()
+            if isinstance(value, torch.Tensor)]
+    try:
+        yield
+    finally:
+        for module, name, value in kept:
+            setattr(module, name, value)
+
+
+def _check_modules(model: torch.nn.Module) -> None:
+    """Layers torch.export cannot trace in the mode they are in: say which and what to change."""
+    for name, module in model.named_modules():
+        if isinstance(module, torch.nn.modules.batchnorm._BatchNorm) and module.training and \
+                module.track_running_stats and module.momentum is None:
+            raise FrontendError(f"{type(module).__name__} '{name}' has momentum=None (a cumulative average over the "
+                                f"steps, whose factor 1 / num_batches_tracked torch.export cannot trace); give it a "
+                                f"momentum (torch's default is 0.1) or put it in eval mode")
+
+
 def import_model(model: torch.nn.Module, example_inputs, example_target, loss, context: ir.Context,
                  output_selector=None, adapters: list[lora.Adapter] = (),
                  quantized: list[quantize.QuantizedWeight] = ()) -> ImportedModel:
@@ -355,36 +379,39 @@ def import_model(model: torch.nn.Module, example_inputs, example_target, loss, c
     if not params:
         raise FrontendError("the model has no parameters to train")
     _check_dtypes_and_sizes(params, buffers, inputs, target)
+    _check_modules(model)
     names = list(params) + list(buffers)
     state = tuple(params.values()) + tuple(buffers.values())
 
     # The check runs on copies of the buffers so that it leaves the user's model as it was; the
     # copies whose values changed are the buffers the step updates (by value, because
     # native_batch_norm writes running statistics without bumping their version counters).
-    copies = {n: b.clone() for n, b in buffers.items()}
-    dropout_probe = SeededDropout(torch.zeros((), dtype=torch.int32))
-    with torch.no_grad():
-        with dropout_probe:
-            output = _call_model(model, {**params, **copies}, user_inputs, False, rewrites)
-        try:
-            loss_value = loss_fn(output, user_target)
-        except Exception as e:
-            raise FrontendError(f"the loss failed on the model's output {_describe(output)} and the target "
-                                f"{tuple(target.shape)}: {e}") from e
-    output_path, evaluated = _selected(output, selector=output_selector)
-    if not isinstance(loss_value, torch.Tensor) or loss_value.dim() != 0:
-        raise FrontendError("the loss must return a scalar tensor (use a mean or sum reduction)")
-    updated = [n for n, copy in copies.items() if not torch.equal(copy, buffers[n])]
-    seeded = dropout_probe.calls > 0
-    input_names = [f"input{i}" for i in range(len(inputs))]
-    if seeded:
-        inputs += (torch.zeros((), dtype=torch.int32),)
-        input_names.append(SEED_INPUT)
+    with _tensor_attributes_kept(model):
+        copies = {n: b.clone() for n, b in buffers.items()}
+        dropout_probe = SeededDropout(torch.zeros((), dtype=torch.int32))
+        with torch.no_grad():
+            with dropout_probe:
+                output = _call_model(model, {**params, **copies}, user_inputs, False, rewrites)
+            try:
+                loss_value = loss_fn(output, user_target)
+            except Exception as e:
+                raise FrontendError(f"the loss failed on the model's output {_describe(output)} and the target "
+                                    f"{tuple(target.shape)}: {e}") from e
+        output_path, evaluated = _selected(output, selector=output_selector)
+        if not isinstance(loss_value, torch.Tensor) or loss_value.dim() != 0:
+            raise FrontendError("the loss must return a scalar tensor (use a mean or sum reduction)")
+        updated = [n for n, copy in copies.items() if not torch.equal(copy, buffers[n])]
+        seeded = dropout_probe.calls > 0
+        input_names = [f"input{i}" for i in range(len(inputs))]
+        if seeded:
+            inputs += (torch.zeros((), dtype=torch.int32),)
+            input_names.append(SEED_INPUT)
 
-    dtypes = [t.dtype for t in user_inputs] + ([torch.int32] if seeded else [])
-    timings: dict[str, float] = {}
-    forward_loss = _export(_ForwardLoss(model, names, updated, dtypes + [user_target.dtype], seeded, rewrites, loss_fn,
-                                        output_selector), state + inputs + (target,), "forward and loss", timings)
+        dtypes = [t.dtype for t in user_inputs] + ([torch.int32] if seeded else [])
+        timings: dict[str, float] = {}
+        traced = _ForwardLoss(model, names, updated, dtypes + [user_target.dtype], seeded, rewrites, loss_fn,
+                              output_selector)
+        forward_loss = _export(traced, state + inputs + (target,), "forward and loss", timings)
     start = time.perf_counter()
     importer = FxImporter(context=context)
     importer.import_frozen_program(forward_loss, func_name="forward_loss")

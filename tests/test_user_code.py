@@ -140,3 +140,28 @@ def test_code_relying_on_the_attention_kernels_layout_traces_and_matches_autogra
     x, y = torch.randn(2, 5, 16, generator=g), torch.randint(0, 4, (2, 5), generator=g)
     program = pock.compile_training(model, x, y, loss=token_loss, functions=("gradients",))
     assert_matches_autograd(program, model, token_loss, x, y)
+
+
+def test_a_cumulative_batch_norm_is_a_clear_error_naming_the_layer_and_the_fix():
+    """momentum=None averages over the steps with 1 / num_batches_tracked, a Python float of a
+    tensor that torch.export cannot trace: the error names the layer before any tracing."""
+    model = nn.Sequential(nn.Conv2d(3, 4, 3), nn.BatchNorm2d(4, momentum=None), nn.Flatten(), nn.Linear(4 * 6 * 6, 3))
+    x, y = torch.randn(4, 3, 8, 8), torch.tensor([0, 1, 2, 0])
+    with pytest.raises(pock.FrontendError, match=r"^BatchNorm2d '1' has momentum=None .* give it a momentum \(torch's "
+                                                 r"default is 0.1\) or put it in eval mode$"):
+        pock.compile_training(model, x, y, functions=())
+    pock.compile_training(model.eval(), x, y, functions=())  # eval mode: the running statistics stay as they are
+
+
+@pytest.mark.filterwarnings("ignore:.*torch.nn.utils.weight_norm is deprecated")
+def test_a_hook_set_weight_trains_and_the_model_is_left_as_it_was():
+    """torch.nn.utils.weight_norm recomputes `weight` from weight_g and weight_v in a hook before
+    each call: the gradients reach g and v, and compiling leaves the module's own weight tensor
+    in place (it had kept the trace's fake tensor, which the user's next forward or deepcopy hit)."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.utils.weight_norm(nn.Linear(8, 16)), nn.ReLU(), nn.Linear(16, 3))
+    x, y = torch.randn(4, 8), torch.tensor([0, 1, 2, 0])
+    weight = model[0].weight
+    program = pock.compile_training(model, x, y, functions=("gradients",))
+    assert model[0].weight is weight
+    assert_matches_autograd(program, model, "cross_entropy", x, y)
