@@ -162,6 +162,9 @@ GROUPS = {
         Case("cross_entropy_tokens", lambda p, x, ids: F.cross_entropy(
             p[0].flatten(0, 1), ids.flatten().long(), ignore_index=0), ((B, T, V),)),
         Case("cross_entropy_class_dim", lambda p, x, ids: F.cross_entropy(p[0], ids.long()), ((B, V, T),)),
+        Case("cross_entropy_class_weights", lambda p, x, ids: F.cross_entropy(
+            p[0], ids.flatten().long(), weight=torch.linspace(0.5, 2.0, V), ignore_index=0), ((B * T, V),)),
+        Case("triplet_margin", lambda p, x, ids: F.triplet_margin_loss(p[0], p[1], x[:, 0]), ((B, D), (B, D))),
         Case("mse", lambda p, x, ids: F.mse_loss(p[0], x), ((B, T, D),)),
         Case("mse_sum", lambda p, x, ids: F.mse_loss(p[0], x, reduction="sum"), ((B, T, D),)),
         Case("bce_with_logits", lambda p, x, ids: F.binary_cross_entropy_with_logits(p[0] * 3, torch.sigmoid(x)),

@@ -166,23 +166,33 @@ def cumsum(b, g, out, x, dim, dtype):
     return b.aten.flip(b.aten.cumsum(b.aten.flip(g, [dim]), dim, None), [dim]), None, None
 
 
-@defrule("aten.linalg_vector_norm")
-def linalg_vector_norm(b, g, out, x, order, dims, keepdim, dtype):
-    """2-norm: g x / y, zero where y is 0 (as torch); 1-norm: g sign(x); inf-norm: g sign(x) where |x|
-    is the maximum, shared among ties."""
+def vector_norm(b, g, out, x, order, dims, keepdim):
+    """The cotangent of x for a p-norm over `dims`."""
     shape = b.shape(x)
     g, out = unreduce(b, g, dims, keepdim, shape), unreduce(b, out, dims, keepdim, shape)
     if order == 2:
         zero = b.full((), 0.0, b.type_of(g).dtype)
-        scale = b.aten.where.self(b.aten.eq.Scalar(out, 0.0), zero, b.div(g, out))
-        return b.mul(x, scale), None, None, None, None
+        return b.mul(x, b.aten.where.self(b.aten.eq.Scalar(out, 0.0), zero, b.div(g, out)))
     if order == 1:
-        return b.mul(g, b.aten.sign(x)), None, None, None, None
+        return b.mul(g, b.aten.sign(x))
     if order == float("inf"):
         hit = b.cast(b.aten.eq.Tensor(b.aten.abs(x), out), b.type_of(x).dtype)
         count = unreduce(b, b.sum(hit, dims, keepdim), dims, keepdim, shape)
-        return b.div(b.mul(b.mul(g, b.aten.sign(x)), hit), count), None, None, None, None
+        return b.div(b.mul(b.mul(g, b.aten.sign(x)), hit), count)
     raise NotImplementedError(f"the {order}-norm's gradient is not implemented (the 1-, 2- and inf-norms are)")
+
+
+@defrule("aten.linalg_vector_norm")
+def linalg_vector_norm(b, g, out, x, order, dims, keepdim, dtype):
+    """2-norm: g x / y, zero where y is 0 (as torch); 1-norm: g sign(x); inf-norm: g sign(x) where |x|
+    is the maximum, shared among ties."""
+    return vector_norm(b, g, out, x, order, dims, keepdim), None, None, None, None
+
+
+@defrule("aten.norm.ScalarOpt_dim")
+def norm(b, g, out, x, order, dims, keepdim):
+    """As linalg_vector_norm (torch.norm with a dim; triplet_margin_loss and pairwise_distance)."""
+    return vector_norm(b, g, out, x, 2 if order is None else order, dims, keepdim), None, None, None
 
 
 # -- linear algebra -----------------------------------------------------------------------
