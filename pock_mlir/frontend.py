@@ -322,15 +322,20 @@ def _reject_random_ops(program) -> None:
 
 def _check_dtypes_and_sizes(params, buffers, inputs, target) -> None:
     """pock-mlir trains float32 models on non-empty batches: say so before tracing."""
-    wide = [n for n, t in {**params, **buffers}.items() if t.dtype == torch.float64]
-    if wide:
-        raise FrontendError(f"the model holds float64 tensors ({', '.join(wide[:3])}{', ...' if len(wide) > 3 else ''}); "
-                            f"pock-mlir trains float32 models: call model.float() before compiling")
+    for dtype in (torch.float64, torch.float16, torch.bfloat16):
+        held = [n for n, t in {**params, **buffers}.items() if t.dtype == dtype]
+        if held:
+            raise FrontendError(f"the model holds {str(dtype).removeprefix('torch.')} tensors ({', '.join(held[:3])}"
+                                f"{', ...' if len(held) > 3 else ''}); pock-mlir trains float32 models: call "
+                                f"model.float() before compiling")
     for i, t in enumerate((*inputs, target)):
         what = "the target" if i == len(inputs) else f"input {i}"
         if t.dtype == torch.float64:
             raise FrontendError(f"{what} is float64; pock-mlir trains in float32: pass it as .float() "
                                 f"(the Trainer casts float64 batches to float32 itself)")
+        if t.dtype in (torch.float16, torch.bfloat16):
+            raise FrontendError(f"{what} is {str(t.dtype).removeprefix('torch.')}; pock-mlir trains in float32: "
+                                f"pass it as .float()")
         if t.numel() == 0:
             raise FrontendError(f"{what} has shape {tuple(t.shape)}, with no elements: give an example batch of the "
                                 f"size to train on")

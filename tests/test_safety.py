@@ -305,6 +305,9 @@ def test_optimizer_values_are_validated(make, message):
 @pytest.mark.parametrize("model, inputs, message", [
     (lambda: nn.Linear(6, 4).double(), torch.randn(8, 6), "the model holds float64 tensors (weight, bias)"),
     (lambda: nn.Linear(6, 4), torch.randn(8, 6, dtype=torch.float64), "input 0 is float64"),
+    (lambda: nn.Linear(6, 4).half(), torch.randn(8, 6), "the model holds float16 tensors (weight, bias)"),
+    (lambda: nn.Linear(6, 4).bfloat16(), torch.randn(8, 6), "the model holds bfloat16 tensors (weight, bias)"),
+    (lambda: nn.Linear(6, 4), torch.randn(8, 6, dtype=torch.float16), "input 0 is float16"),
     (lambda: nn.Linear(6, 4), torch.randn(0, 6), "input 0 has shape (0, 6), with no elements"),
 ])
 def test_models_and_batches_pock_cannot_train_are_named(model, inputs, message):
