@@ -95,11 +95,13 @@ def reciprocal(b, g, out, x):
 
 @defrule("aten.sin", slices=elementwise)
 def sin(b, g, out, x):
+    """g cos(x)."""
     return (b.mul(g, b.aten.cos(x)),)
 
 
 @defrule("aten.cos", slices=elementwise)
 def cos(b, g, out, x):
+    """-g sin(x)."""
     return (b.neg(b.mul(g, b.aten.sin(x))),)
 
 
