@@ -90,6 +90,12 @@ GROUPS = {
         Case("conv1d_stride2_dilation2", lambda: nn.Conv1d(4, 6, 3, stride=2, padding=2, dilation=2), (B, 4, 11)),
         Case("conv1d_depthwise", lambda: nn.Conv1d(4, 4, 5, padding=2, groups=4), (B, 4, 10)),
         Case("conv1d_groups2_no_bias", lambda: nn.Conv1d(4, 6, 3, stride=2, groups=2, bias=False), (B, 4, 10)),
+        Case("conv_transpose_stride2", lambda: nn.ConvTranspose2d(4, 6, 3, stride=2, padding=1, output_padding=1),
+             (B, 4, 5, 5)),
+        Case("conv_transpose_2x2_upsampling", lambda: nn.ConvTranspose2d(4, 3, 2, stride=2, bias=False), (B, 4, 4, 4)),
+        Case("conv_transpose_groups_dilation", lambda: nn.ConvTranspose2d(4, 6, 3, padding=2, dilation=2, groups=2),
+             (B, 4, 5, 6)),
+        Case("conv_transpose1d", lambda: nn.ConvTranspose1d(4, 5, 4, stride=2, padding=1), (B, 4, 9)),
     ],
     "pooling": [
         Case("max_pool3x3_stride2", lambda: nn.MaxPool2d(3, 2, 1), (B, 4, 8, 8)),

@@ -23,9 +23,11 @@ from .base import defrule, scatter_into_zeros
 @defrule("aten.convolution", slices=convolution_slices, flops=convolution_flops)
 def convolution(b, g, out, x, w, bias, stride, padding, dilation, transposed, output_padding, groups):
     """One abstract aten.convolution_backward per gradient; pock-backend-switch gives each the
-    form measured fastest (pock_mlir/conv_forms.py). Conv1d runs as a Conv2d of height 1."""
-    if transposed:
-        raise NotImplementedError("transposed convolutions (nn.ConvTranspose*) have no derivative rule yet")
+    form measured fastest (pock_mlir/conv_forms.py). Conv1d runs as a Conv2d of height 1.
+
+    A transposed convolution is the input gradient of the plain convolution with the same weight,
+    from its output's shape back to its input's: its input gradient is that plain convolution of g,
+    and its weight gradient that convolution's weight gradient, for input g and output gradient x."""
     spatial = len(b.shape(x)) - 2
     if spatial not in (1, 2):
         raise NotImplementedError(f"{spatial}-D convolutions have no derivative rule yet (1-D and 2-D do)")
@@ -33,8 +35,13 @@ def convolution(b, g, out, x, w, bias, stride, padding, dilation, transposed, ou
     if spatial == 1:
         x, w, g = (b.aten.unsqueeze(v, 2) for v in (x, w, g))
         stride, padding, dilation = [1, *stride], [0, *padding], [1, *dilation]
-    gx, gw = (b.reshape(convolution_gradient(b, op, g, x, w, stride, padding, dilation, groups), shape)
-              for op, shape in (("input_grad", x_shape), ("weight_grad", w_shape)))
+    if transposed:
+        gx = b.aten.convolution(g, w, None, stride, padding, dilation, False, [0, 0], groups)
+        gw = convolution_gradient(b, "weight_grad", x, g, w, stride, padding, dilation, groups)
+        gx, gw = b.reshape(gx, x_shape), b.reshape(gw, w_shape)
+    else:
+        gx, gw = (b.reshape(convolution_gradient(b, op, g, x, w, stride, padding, dilation, groups), shape)
+                  for op, shape in (("input_grad", x_shape), ("weight_grad", w_shape)))
     gb = b.sum(g, [0, 2, 3]) if bias is not None else None
     return gx, gw, gb, None, None, None, None, None, None
 
