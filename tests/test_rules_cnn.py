@@ -86,6 +86,7 @@ GROUPS = {
              (B, 4, 9, 9)),
         Case("depthwise7x7_dilation2", lambda: nn.Conv2d(4, 4, 7, padding=6, dilation=2, groups=4), (B, 4, 8, 8)),
         Case("depthwise_multiplier2", lambda: nn.Conv2d(4, 8, 3, padding=1, groups=4), (B, 4, 6, 6)),
+        Case("depthwise1x1_stride2", lambda: nn.Conv2d(6, 6, 1, stride=2, groups=6), (B, 6, 7, 7)),  # FastViT's
         Case("conv1d", lambda: nn.Conv1d(4, 6, 3, padding=1), (B, 4, 10)),
         Case("conv1d_stride2_dilation2", lambda: nn.Conv1d(4, 6, 3, stride=2, padding=2, dilation=2), (B, 4, 11)),
         Case("conv1d_depthwise", lambda: nn.Conv1d(4, 4, 5, padding=2, groups=4), (B, 4, 10)),

@@ -153,7 +153,7 @@ def choose_conv_form(tuning: Tuning, shape: ConvShape, op: str, min_speedup: flo
     if len(forms) == 1:
         return Choice(baseline, "the only form implemented for this shape" if len(implemented) == 1
                       else f"the only form implemented but {exclude}")
-    if op == "forward" and shape.window.kernel == (1, 1) and max(shape.window.stride) > 1:
+    if op == "forward" and "im2col" in forms and shape.window.kernel == (1, 1) and max(shape.window.stride) > 1:
         return Choice("im2col", MISCOMPILED_STRIDED_POINTWISE)
     cases = [(ConvShape.from_json(c["shape"]), c) for c in tuning.table.get("convs", {}).get("cases", [])]
     cases = [(s, c) for s, c in cases if s.forms(op) == implemented and f"{op}/{baseline}" in c["ms"]]
