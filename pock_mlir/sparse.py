@@ -396,13 +396,8 @@ def resolve_sparse(sparse, model: nn.Module | None, params: dict[str, tuple]) ->
     """A Policy for each parameter (given by name with its shape) under `sparse`; `model` is
     read only by the structural presets (last-K, mobilenet-last-K, transformer-last-K)."""
     names = list(params)
-    # As torch.optim, which updates only what gets a gradient: a backbone frozen the PyTorch way
-    # (requires_grad=False, as PEFT freezes a base model) stays frozen under any scheme.
-    not_requiring_grad = [] if model is None else [n for n, p in model.named_parameters()
-                                                   if not p.requires_grad and n in params]
     if sparse is None:
-        policies = {n: Policy("frozen" if n in not_requiring_grad else "full") for n in names}
-        return SparseScheme(policies, "full", not_requiring_grad=not_requiring_grad)
+        return _frozen_by_model(SparseScheme({n: Policy("full") for n in names}, "full"), model)
     scheme, source = _load(sparse)
     rules = list(scheme.rules)
     if scheme.base_preset is not None:
@@ -423,8 +418,17 @@ def resolve_sparse(sparse, model: nn.Module | None, params: dict[str, tuple]) ->
             raise SparseConfigError(f"pattern '{pattern}' matches no parameter or module; closest names: "
                                     f"{_closest(pattern, candidates)}")
         _apply(value, matched, params, pattern, policies)
-    policies.update({n: Policy("frozen") for n in not_requiring_grad})
-    return SparseScheme(policies, source, unmatched, scheme.quantize, not_requiring_grad)
+    return _frozen_by_model(SparseScheme(policies, source, unmatched, scheme.quantize), model)
+
+
+def _frozen_by_model(scheme: SparseScheme, model: nn.Module | None) -> SparseScheme:
+    """`scheme` with the parameters the model freezes the PyTorch way (requires_grad=False, as PEFT
+    freezes a base model) frozen, whatever it said: torch.optim updates only what gets a gradient."""
+    if model is not None:
+        scheme.not_requiring_grad = [n for n, p in model.named_parameters()
+                                     if not p.requires_grad and n in scheme.policies]
+        scheme.policies.update({n: Policy("frozen") for n in scheme.not_requiring_grad})
+    return scheme
 
 
 def _is_wildcard(pattern: str) -> bool:

@@ -6,7 +6,7 @@ a kink the slope follows torch.
 
 from pock_mlir.op_facts import elementwise
 
-from .base import defrule
+from .base import defrule, zero_where
 
 
 def indicator(b, condition, like):
@@ -44,15 +44,14 @@ def clamp(b, g, out, x, min_val, max_val):
 def clamp_tensor(b, g, out, x, min_val, max_val):
     """g to x where min <= x <= max, else to the bound that clamped it (cosine_similarity clamps its
     norms from below by a tensor)."""
-    zero = b.full((), 0.0, b.type_of(g).dtype)
     gx, grads = g, []
     for bound, outside in ((min_val, b.aten.lt.Tensor), (max_val, b.aten.gt.Tensor)):
         if bound is None:
             grads.append(None)
             continue
         clamped = outside(x, bound)
-        gx = b.aten.where.self(clamped, zero, gx)
-        grads.append(b.sum_to(b.aten.where.self(clamped, g, zero), b.shape(bound)))
+        gx = zero_where(b, clamped, gx)
+        grads.append(b.sum_to(zero_where(b, b.aten.logical_not(clamped), g), b.shape(bound)))
     return b.sum_to(gx, b.shape(x)), *grads
 
 

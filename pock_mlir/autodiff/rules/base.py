@@ -50,6 +50,11 @@ def unreduce(b: TorchBuilder, g, dims, keepdim, shape):
     return b.expand_to(g, shape)
 
 
+def zero_where(b: TorchBuilder, cond, x):
+    """x with the elements where `cond` holds set to zero."""
+    return b.aten.where.self(cond, b.full((), 0.0, b.type_of(x).dtype), x)
+
+
 def scatter_into_zeros(b: TorchBuilder, like, dim: int, index, g):
     """g added into zeros shaped as `like` at `index` along `dim`, a dimension counted from the front:
     IREE 3.13 crashed (SIGSEGV) compiling a scatter_add over dimension -1."""

@@ -123,6 +123,11 @@ def nearest_sources(size: int, out_size: int, factor: float | None) -> np.ndarra
     return np.minimum(np.floor(np.arange(out_size, dtype=np.float32) * scale).astype(np.int64), size - 1)
 
 
+def _one_hot(sources: np.ndarray, size: int) -> np.ndarray:
+    """[len(sources), size], 1.0 where column j is sources[i]."""
+    return (sources[:, None] == np.arange(size)).astype(np.float32)
+
+
 @defrule("aten.upsample_nearest2d.vec")
 def upsample_nearest2d(b, g, out, x, output_size, scale_factors):
     """Each output pixel's g summed onto the input pixel it copies: over each block of an integer
@@ -134,10 +139,9 @@ def upsample_nearest2d(b, g, out, x, output_size, scale_factors):
     if ho % h == 0 and wo % w == 0 and np.array_equal(rows, np.arange(ho) // (ho // h)) and \
             np.array_equal(cols, np.arange(wo) // (wo // w)):
         return b.sum(b.reshape(g, [n, c, h, ho // h, w, wo // w]), [3, 5]), None, None
-    one_hot = lambda sources, size: (sources[:, None] == np.arange(size)).astype(np.float32)  # noqa: E731
-    gw = b.aten.mm(b.reshape(g, [n * c * ho, wo]), b.literal(one_hot(cols, w)))  # (n c ho, w)
+    gw = b.aten.mm(b.reshape(g, [n * c * ho, wo]), b.literal(_one_hot(cols, w)))  # (n c ho, w)
     gt = b.reshape(b.transpose(b.reshape(gw, [n * c, ho, w])), [n * c * w, ho])
-    gx = b.aten.mm(gt, b.literal(one_hot(rows, h)))  # (n c w, h)
+    gx = b.aten.mm(gt, b.literal(_one_hot(rows, h)))  # (n c w, h)
     return b.transpose(b.reshape(gx, [n, c, w, h])), None, None
 
 

@@ -5,7 +5,7 @@ import numpy as np
 from pock_mlir.op_facts import (declare, elementwise, expand_slices, matmul_flops, mm_flops, mm_slices, permute_slices,
                                 reshape_slices, sum_dims_slices, t_slices, transpose_slices)
 
-from .base import defrule, scatter_into_zeros, unreduce
+from .base import defrule, scatter_into_zeros, unreduce, zero_where
 
 
 # -- elementwise arithmetic -------------------------------------------------------------
@@ -145,11 +145,16 @@ def amax(b, g, out, x, dims, keepdim):
 
 
 def to_index(b, g, x, dim, index, keepdim):
-    """g routed along `dim` to the position `index` names in each row, zeros elsewhere: the
-    backward of a reduction that returns an index (max.dim, min.dim), which is where torch routes it."""
+    """g routed along `dim` to the position `index` names in each row, zeros elsewhere (`keepdim`:
+    g and index keep `dim`, as size 1): the backward of a pick of one element per row (max.dim and
+    min.dim, which torch routes to the index they return; a gather of one index per row).
+
+    The select is elementwise and IREE fuses it into its consumer, where a scatter materialises a
+    zero-filled tensor the size of x (a language model's logits)."""
     shape, dim = b.shape(x), dim % len(b.shape(x))
     if not keepdim:
         g, index = b.aten.unsqueeze(g, dim), b.aten.unsqueeze(index, dim)
+    # int32: GPUs without 64-bit integers (the portable Vulkan profile) cannot compare int64
     positions = b.literal(np.arange(shape[dim], dtype=np.int32).reshape([-1 if d == dim else 1
                                                                           for d in range(len(shape))]))
     hit = b.aten.eq.Tensor(b.cast(index, b.type_of(positions).dtype), positions)
@@ -170,17 +175,14 @@ def cumsum(b, g, out, x, dim, dtype):
 
 def vector_norm(b, g, out, x, order, dims, keepdim):
     """The cotangent of x for a p-norm over `dims`."""
+    if order == float("inf"):  # max |x|: amax's ties shared, signed
+        return b.mul(amax(b, g, out, b.aten.abs(x), dims, keepdim)[0], b.aten.sign(x))
     shape = b.shape(x)
     g, out = unreduce(b, g, dims, keepdim, shape), unreduce(b, out, dims, keepdim, shape)
     if order == 2:
-        zero = b.full((), 0.0, b.type_of(g).dtype)
-        return b.mul(x, b.aten.where.self(b.aten.eq.Scalar(out, 0.0), zero, b.div(g, out)))
+        return b.mul(x, zero_where(b, b.aten.eq.Scalar(out, 0.0), b.div(g, out)))
     if order == 1:
         return b.mul(g, b.aten.sign(x))
-    if order == float("inf"):
-        hit = b.cast(b.aten.eq.Tensor(b.aten.abs(x), out), b.type_of(x).dtype)
-        count = unreduce(b, b.sum(hit, dims, keepdim), dims, keepdim, shape)
-        return b.div(b.mul(b.mul(g, b.aten.sign(x)), hit), count)
     raise NotImplementedError(f"the {order}-norm's gradient is not implemented (the 1-, 2- and inf-norms are)")
 
 
@@ -285,17 +287,10 @@ def where(b, g, out, cond, x, y):
 
 @defrule("aten.gather")
 def gather(b, g, out, x, dim, index, sparse_grad):
-    """scatter_add of g into zeros; with one index per row (cross-entropy), where(position == index, g, 0).
-
-    The select is elementwise and IREE fuses it into its consumer, where a scatter materialises a
-    zero-filled tensor the size of x (a language model's logits)."""
+    """scatter_add of g into zeros; with one index per row (cross-entropy), where(position == index, g, 0)."""
     shape, dim = b.shape(x), dim % len(b.shape(x))
     if b.shape(index) == shape[:dim] + (1,) + shape[dim + 1:]:
-        # int32: GPUs without 64-bit integers (the portable Vulkan profile) cannot compare int64
-        positions = b.literal(np.arange(shape[dim], dtype=np.int32).reshape([-1 if d == dim else 1
-                                                                              for d in range(len(shape))]))
-        hit = b.aten.eq.Tensor(b.cast(index, b.type_of(positions).dtype), positions)
-        return b.aten.where.self(hit, g, b.full((), 0.0, b.type_of(g).dtype)), None, None, None
+        return to_index(b, g, x, dim, index, keepdim=True), None, None, None
     return scatter_into_zeros(b, x, dim, index, g), None, None, None
 
 

@@ -9,12 +9,7 @@ import math
 
 from pock_mlir.op_facts import bmm_flops, bmm_slices, elementwise
 
-from .base import defrule, reduced_size, scatter_into_zeros, unreduce
-
-
-def zero_where(b, cond, x):
-    """x with the elements where `cond` holds set to zero."""
-    return b.aten.where.self(cond, b.full((), 0.0, b.type_of(x).dtype), x)
+from .base import defrule, reduced_size, scatter_into_zeros, unreduce, zero_where
 
 
 # -- embeddings ---------------------------------------------------------------------------
