@@ -261,16 +261,60 @@ def _split_into_slices(x, split_sizes, dim=0):
     return [torch.ops.aten.slice.Tensor(x, dim, start, end) for start, end in zip(starts, starts[1:])]
 
 
+def _unfold_within_its_windows(x, dim, size, step):
+    """Tensor.unfold of the part of `dim` its windows cover: torch-mlir cannot lower an unfold that
+    leaves elements after its last window (NotImplemented keeps the op)."""
+    covered = (x.shape[dim] - size) // step * step + size
+    if covered == x.shape[dim]:
+        return NotImplemented
+    return torch.ops.aten.unfold.default(torch.ops.aten.slice.Tensor(x, dim, 0, covered), dim, size, step)
+
+
+def _embedding_bag_as_matmuls(weight, indices, offsets, scale_grad_by_freq=False, mode=0, sparse=False,
+                              per_sample_weights=None, include_last_offset=False, padding_idx=-1):
+    """embedding_bag as an embedding and a mask of which bag each index is in: sums and means are a
+    matmul of the mask with the embedded rows, max an amax over the masked rows. torch-mlir lowers
+    only the sum mode of the fused op, and through these ops every mode trains by their rules. The
+    other three results are torch's bookkeeping for its backward kernels, which F.embedding_bag
+    drops; they are given as its mean and max modes return them (per index its bag; per bag its
+    size without padding; in max mode, per bag and feature the row of the max, else the size)."""
+    count = indices.shape[0]
+    starts = offsets[:-1] if include_last_offset else offsets
+    ends = offsets[1:] if include_last_offset else torch.cat([offsets[1:], offsets.new_full((1,), count)])
+    position = torch.arange(count, dtype=offsets.dtype)
+    within = (position >= starts[:, None]) & (position < ends[:, None])  # (bags, indices)
+    in_bag = within & (indices != padding_idx) if padding_idx >= 0 else within
+    bag_size = in_bag.sum(1)
+    offset2bag = (within * torch.arange(starts.shape[0], dtype=offsets.dtype)[:, None]).sum(0)
+    rows = torch.ops.aten.embedding.default(weight, indices, -1, scale_grad_by_freq)
+    if mode == 2:
+        masked = torch.where(in_bag[:, :, None], rows, float("-inf"))
+        empty = (bag_size == 0)[:, None]
+        output = torch.where(empty, 0.0, masked.amax(1))
+        max_indices = torch.where(empty, 0, indices[masked.argmax(1)])
+        return output, offset2bag, bag_size, max_indices
+    weights = in_bag.to(weight.dtype)
+    if per_sample_weights is not None:
+        weights = weights * per_sample_weights
+    output = weights @ rows
+    if mode == 1:
+        output = output / bag_size.clamp_min(1)[:, None].to(weight.dtype)
+    return output, offset2bag, bag_size, bag_size
+
+
 def decompositions() -> dict:
     """torch-mlir's core ATen decompositions, except that `detach` stays (the table turns it into
     `alias`, through which gradients would flow), `_log_softmax` stays (its rule is one fused
     expression; through the decomposition's max, cross-entropy's backward made three more
-    logits-sized tensors; IREE lowers it itself) and splits become slices (no tensor lists for
-    pock-autodiff to follow)."""
+    logits-sized tensors; IREE lowers it itself), splits become slices (no tensor lists for
+    pock-autodiff to follow), and embedding_bag and unfold take forms torch-mlir lowers."""
     table = dict(get_decomposition_table())
     del table[torch.ops.aten.detach.default]
     del table[torch.ops.aten._log_softmax.default]
     table[torch.ops.aten.split_with_sizes.default] = _split_into_slices
+    table[torch.ops.aten.unfold.default] = _unfold_within_its_windows
+    table[torch.ops.aten._embedding_bag.default] = _embedding_bag_as_matmuls
+    table[torch.ops.aten._embedding_bag_forward_only.default] = _embedding_bag_as_matmuls
     flash = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu.default
     table[flash] = functools.partial(_attention_in_the_fused_layout, table[flash])
     return table

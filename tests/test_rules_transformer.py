@@ -123,6 +123,13 @@ GROUPS = {
         Case("select_last_behind_transpose", lambda p, x, ids: p[0].transpose(1, 2)[..., -1] * x[:, 0], ((B, T, D),)),
         Case("flip", lambda p, x, ids: p[0].flip(1, 2) * x, ((B, T, D),)),
         Case("roll_shifted_windows", lambda p, x, ids: torch.roll(p[0], shifts=(2, -1), dims=(1, 2)) * x, ((B, T, D),)),
+        Case("diagonal", lambda p, x, ids: torch.diagonal(p[0], 1, 1, 2) * x[:, :, 0], ((B, T, D),)),
+        Case("diagonal_below_dims_swapped", lambda p, x, ids: p[0].diagonal(-1, 2, 1) * x[:, :, 0], ((B, T, D),)),
+        Case("unfold_overlapping", lambda p, x, ids: p[0].unfold(1, 3, 2), ((B, T, D),)),
+        Case("unfold_patches", lambda p, x, ids: p[0].unfold(2, 4, 4), ((B, T, D),)),
+        # torch-mlir cannot lower an unfold leaving elements after its last window (frontend: a slice first)
+        Case("unfold_past_last_window", lambda p, x, ids: p[0].unfold(1, 4, 4), ((B, T, D),)),
+        Case("unfold_gapped", lambda p, x, ids: p[0].unfold(-1, 2, 3), ((B, T, D),)),
         Case("topk_routing", lambda p, x, ids: torch.topk(p[0], 3, -1).values.softmax(-1), ((B, T, D),)),
         Case("sort", lambda p, x, ids: torch.sort(p[0], 1, descending=True).values * x, ((B, T, D),)),
         Case("assignments", lambda p, x, ids: assigned(p[0] * 1, x, p[1]), ((B, T, D), (D,))),
@@ -141,6 +148,13 @@ GROUPS = {
         Case("embedding_negative_padding_idx", lambda p, x, ids: F.embedding(ids, p[0], padding_idx=-7), ((V, D),)),
         Case("embedding_scale_grad_by_freq", lambda p, x, ids: F.embedding(ids, p[0], scale_grad_by_freq=True),
              ((V, D),)),
+        Case("embedding_bag_mean_padding_idx", lambda p, x, ids: F.embedding_bag(ids, p[0], mode="mean", padding_idx=3),
+             ((V, D),)),
+        Case("embedding_bag_offsets_weighted", lambda p, x, ids: F.embedding_bag(
+            ids.flatten(), p[0], torch.tensor([0, 5, 5, 12]), per_sample_weights=x[:, :, 0].flatten(),
+            include_last_offset=True, mode="sum"), ((V, D),)),
+        Case("embedding_bag_max_empty_bag", lambda p, x, ids: F.embedding_bag(
+            ids.flatten(), p[0], torch.tensor([0, 5, 5, 9]), mode="max", padding_idx=2), ((V, D),)),
         Case("index_tensor", lambda p, x, ids: p[0][torch.tensor([0, 1, 1]), ids[1, :3].long()], ((B, V, D),)),
         # long(): torch-mlir cannot lower x[:, i] for an int32 i ("arith.cmpi op requires all operands to have
         # the same type"), a forward-pass limit
