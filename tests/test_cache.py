@@ -48,12 +48,17 @@ def test_a_second_compilation_comes_from_the_cache(tmp_path, monkeypatch):
     assert f"{step}: from the compile cache" in compile_mlp(functions=("step",)).timings
 
 
+# IREE 3.13's output under data tiling with aggressive fusion (the MLP's choice on some CPUs) varies
+# between compilations of one input (two different modules in six), so the bytes compare under the default
+DEFAULT_FUSION = ("--iree-dispatch-creation-enable-aggressive-fusion=false",)
+
+
 def test_a_damaged_entry_is_compiled_again(tmp_path, monkeypatch):
     monkeypatch.setenv("POCK_MLIR_CACHE_DIR", str(tmp_path))
-    good = compile_mlp().vmfb
+    good = compile_mlp(iree_flags=DEFAULT_FUSION).vmfb
     module = next(tmp_path.glob("*.vmfb"))
     module.write_bytes(good[: len(good) // 2])
-    again = compile_mlp()
+    again = compile_mlp(iree_flags=DEFAULT_FUSION)
     assert "iree: code generation" in again.timings and again.vmfb == good
     assert module.read_bytes() == good  # repaired
     assert np.isfinite(again.trainer().step(X, Y))

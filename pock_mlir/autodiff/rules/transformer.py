@@ -7,8 +7,6 @@ scatter; matmuls stay (batched) matmuls.
 
 import math
 
-import torch
-
 from pock_mlir.op_facts import bmm_flops, bmm_slices, elementwise
 
 from .base import defrule, reduced_size, scatter_into_zeros, unreduce, zero_where
@@ -218,6 +216,8 @@ def diagonal(b, g, out, x, offset, dim1, dim2):
     """g on the diagonal of zeros: g padded to dim1's length, broadcast along dim2 and kept where
     column - row == offset (a loss over a correlation matrix's diagonal; torch-mlir cannot compile
     diagonal_scatter, which needs a constant of the positions)."""
+    import torch  # here: pock-opt imports the rules without PyTorch
+
     shape = b.shape(x)
     dim1, dim2 = dim1 % len(shape), dim2 % len(shape)
     rows, columns = shape[dim1], shape[dim2]
