@@ -7,6 +7,8 @@ scatter; matmuls stay (batched) matmuls.
 
 import math
 
+import numpy as np
+
 from pock_mlir.op_facts import bmm_flops, bmm_slices, elementwise
 
 from .base import defrule, reduced_size, scatter_into_zeros, unreduce, zero_where
@@ -214,10 +216,8 @@ def roll(b, g, out, x, shifts, dims):
 @defrule("aten.diagonal", free=True)
 def diagonal(b, g, out, x, offset, dim1, dim2):
     """g on the diagonal of zeros: g padded to dim1's length, broadcast along dim2 and kept where
-    column - row == offset (a loss over a correlation matrix's diagonal; torch-mlir cannot compile
-    diagonal_scatter, which needs a constant of the positions)."""
-    import torch  # here: pock-opt imports the rules without PyTorch
-
+    column - row == offset (a loss over a correlation matrix's diagonal). torch-mlir's
+    diagonal_scatter did not compile: IREE failed to legalize a constant it made."""
     shape = b.shape(x)
     dim1, dim2 = dim1 % len(shape), dim2 % len(shape)
     rows, columns = shape[dim1], shape[dim2]
@@ -225,9 +225,9 @@ def diagonal(b, g, out, x, offset, dim1, dim2):
     along_rows = b.aten.constant_pad_nd(g, [before, rows - b.shape(out)[-1] - before], 0.0)
     rest = [d for d in range(len(shape)) if d not in (dim1, dim2)]
     planes = b.expand_to(b.aten.unsqueeze(along_rows, -1), [*(shape[d] for d in rest), rows, columns])
-    row = b.reshape(b.aten.arange(rows, torch.int64, None, None, None), [rows, 1])
-    column = b.aten.arange(columns, torch.int64, None, None, None)
-    planes = zero_where(b, b.aten.ne.Scalar(b.sub(column, row), offset), planes)
+    # int32, as to_index's positions: GPUs without 64-bit integers cannot compare int64
+    column_minus_row = b.literal(np.arange(columns, dtype=np.int32) - np.arange(rows, dtype=np.int32)[:, None])
+    planes = zero_where(b, b.aten.ne.Scalar(column_minus_row, offset), planes)
     at = {d: i for i, d in enumerate(rest)} | {dim1: len(rest), dim2: len(rest) + 1}
     return b.aten.permute(planes, [at[d] for d in range(len(shape))]), None, None, None
 
@@ -235,20 +235,15 @@ def diagonal(b, g, out, x, offset, dim1, dim2):
 @defrule("aten.unfold", free=True)
 def unfold(b, g, out, x, dim, size, step):
     """Windows of g put back along `dim` (Tensor.unfold: sliding windows, patches). Windows that
-    tile the dim (step == size) are g's window index and offset merged into one dim, zero-padded
-    past the last window; overlapping or gapped ones are one strided slice_scatter per offset in
-    the window, summed."""
+    tile the dim are g's window index and offset merged into one dim; overlapping or gapped ones
+    are one strided slice_scatter per offset in the window, summed. (The frontend unfolds only the
+    part of a dim its windows cover.)"""
     shape = b.shape(x)
     dim %= len(shape)
     windows, last = b.shape(out)[dim], len(b.shape(out)) - 1
-    if step == size:
+    if step == size and windows * size == shape[dim]:
         offset_after_window = [*range(dim + 1), last, *range(dim + 1, last)]
-        merged = b.reshape(b.aten.permute(g, offset_after_window), [*shape[:dim], windows * size, *shape[dim + 1:]])
-        rest = shape[dim] - windows * size
-        if not rest:
-            return merged, None, None, None
-        zeros = b.full([*shape[:dim], rest, *shape[dim + 1:]], 0.0, b.type_of(x).dtype)
-        return b.aten.cat([merged, zeros], dim), None, None, None
+        return b.reshape(b.aten.permute(g, offset_after_window), shape), None, None, None
     grad = None
     for k in range(size):
         part = b.aten.slice_scatter(b.zeros_like(x), b.aten.select.int(g, last, k), dim, k,
