@@ -112,6 +112,29 @@ def run_child(spec: dict, timeout: float) -> dict:
     return _result(done.stdout, done.stderr, done.returncode)
 
 
+def wait_until_idle(pid: int, limit_s: float = 2.0) -> None:
+    """Return once no thread of process `pid` is running (or after limit_s): ONNX Runtime's and
+    OpenMP's thread pools spin on after their work (ONNX Runtime's for about 30 ms after a round,
+    measured), which would take a core from the next system's timed steps. Linux's /proc tells;
+    elsewhere it returns at once."""
+    threads, deadline = Path(f"/proc/{pid}/task"), time.monotonic() + limit_s
+    while time.monotonic() < deadline:
+        try:
+            running = any(_running(thread) for thread in threads.iterdir())
+        except OSError:  # no /proc here, or the process has ended
+            return
+        if not running:
+            return
+        time.sleep(0.001)
+
+
+def _running(thread: Path) -> bool:
+    try:
+        return (thread / "stat").read_text().rsplit(")", 1)[1].split()[0] == "R"
+    except OSError:  # the thread has ended
+        return False
+
+
 class TrainingChild:
     """A system training in its own process, timed one round at a time (bench/child.py's commands)."""
 
@@ -122,7 +145,8 @@ class TrainingChild:
                                         stderr=self.stderr, text=True)
         self.lines = queue.Queue()
         threading.Thread(target=self._read, daemon=True).start()
-        self._expect("READY")
+        if self._expect("READY"):
+            wait_until_idle(self.process.pid)
 
     def _read(self):
         for line in self.process.stdout:
@@ -153,7 +177,8 @@ class TrainingChild:
         if self.failure is None:
             self.process.stdin.write("round\n")
             self.process.stdin.flush()
-            self._expect("ROUND ")
+            if self._expect("ROUND "):
+                wait_until_idle(self.process.pid)
 
     def finish(self) -> dict:
         if self.failure is None:
@@ -238,7 +263,7 @@ def parse_args(argv):
     parser.add_argument("--schemes", help=f"comma-separated subset of {','.join(SCHEMES)}")
     parser.add_argument("--systems", help=f"comma-separated subset of {','.join(SYSTEMS)}")
     parser.add_argument("--steps", type=int, help="timed steps per measurement (default 20; 5 with --quick)")
-    parser.add_argument("--rounds", type=int, help="rounds of timed steps; the steadiest counts (default 3; 1 with --quick)")
+    parser.add_argument("--rounds", type=int, help="rounds of timed steps; the steadiest counts (default 5; 1 with --quick)")
     parser.add_argument("--warmup", type=int, help="untimed steps first (default 3; 2 with --quick)")
     parser.add_argument("--timeout", type=float, default=900, help="seconds one child may take")
     parser.add_argument("--iree-flags", default=None,
@@ -269,7 +294,7 @@ def parse_args(argv):
     args.systems = subset(args.systems, SYSTEMS, QUICK_SYSTEMS if args.quick else SYSTEMS)
     args.steps = args.steps or (5 if args.quick else 20)
     args.warmup = args.warmup if args.warmup is not None else (2 if args.quick else 3)
-    args.rounds = args.rounds or (1 if args.quick else 3)
+    args.rounds = args.rounds or (1 if args.quick else 5)
     args.iree_flags = args.iree_flags.split() if args.iree_flags else []
     args.profile = not args.quick if args.profile is None else args.profile
     args.previous = previous_results(parser, args) if args.update else None
@@ -294,13 +319,13 @@ def previous_results(parser, args) -> dict:
         previous = json.loads(path.read_text())
         settings = previous["settings"]
         kept = {"cpu": previous["machine"]["cpu"], **{k: settings[k] for k in ("steps", "rounds", "warmup")},
-                "pock_iree_flags": settings["pock_iree_flags"]}
+                "pock_iree_flags": settings["pock_iree_flags"], "rounds_start_idle": settings.get("rounds_start_idle", False)}
         if "cpu_id" in previous["machine"]:  # runs before it was recorded have the model name alone
             kept["cpu_id"] = previous["machine"]["cpu_id"]
     except (OSError, ValueError, KeyError, TypeError) as e:
         parser.error(f"--update needs the results.json of an earlier run in {args.out} ({e}); run the bench without it")
     now = {"cpu": _cpu_name(), "cpu_id": host_cpu(), "steps": args.steps, "rounds": args.rounds, "warmup": args.warmup,
-           "pock_iree_flags": pock_flags() + args.iree_flags}
+           "pock_iree_flags": pock_flags() + args.iree_flags, "rounds_start_idle": True}
     differ = [f"{k} {kept[k]!r} there, {now[k]!r} here" for k in kept if kept[k] != now[k]]
     if differ:
         parser.error(f"--update keeps rows measured otherwise ({'; '.join(differ)}); run the whole bench instead")
@@ -391,7 +416,7 @@ def main(argv=None) -> int:
                         "python": platform.python_version(), "load_before": load_before, "load_after": os.getloadavg(),
                         **machine},
             "settings": {"steps": args.steps, "rounds": args.rounds, "warmup": args.warmup,
-                         "pock_iree_flags": pock_flags() + args.iree_flags,
+                         "pock_iree_flags": pock_flags() + args.iree_flags, "rounds_start_idle": True,
                          "models": {m: MODELS[m].title for m in args.models}},
             "rows": add_ratios(rows, MODELS, machine.get("peak_gflops")),
             "wall_s": time.time() - started,

@@ -212,6 +212,11 @@ def _recount_note(results: dict) -> str:
     return f"; counted again at {results['flops_counted']}" if "flops_counted" in results else ""
 
 
+def _idle_note(settings: dict) -> str:
+    return (", once no thread of the system before it runs: ONNX Runtime's and OpenMP's thread pools spin on after "
+            "their work") if settings.get("rounds_start_idle") else ""
+
+
 def write_markdown(results: dict, path: Path) -> None:
     m, s = results["machine"], results["settings"]
     load = f"{m['load_before'][0]:.2f} before, {m['load_after'][0]:.2f} after (1-minute load average)"
@@ -223,7 +228,8 @@ def write_markdown(results: dict, path: Path) -> None:
         f"Step time: median of {s['steps']} steps after {s['warmup']} warm-up steps, one fixed batch; of "
         f"{s.get('rounds', 1)} such rounds the one with the lowest median counts. The systems of one model and "
         "scheme are loaded side by side, each in its own process, and train in turns, round by round (each round "
-        "after one untimed step), so that other jobs on this shared machine disturb them alike; the fastest step shows "
+        f"after one untimed step{_idle_note(s)}), so that other jobs on this shared machine disturb them alike; the "
+        "fastest step shows "
         "what they disturbed least. Compile time "
         "is separate (pock-mlir's: compile_training until the Trainer's step module is built, the module a first "
         "step needs). Peak memory: the child process's peak resident set during the timed steps minus its resident "

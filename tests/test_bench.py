@@ -119,6 +119,32 @@ def test_a_child_that_fails_becomes_a_row_with_its_error(tmp_path):
     assert status.startswith("failed: FileNotFoundError") and "missing.pickle" in status
 
 
+@pytest.mark.skipif(not Path("/proc/self/task").is_dir(), reason="reads thread states from Linux's /proc")
+def test_the_next_round_waits_for_the_threads_of_the_system_before_to_stop_spinning(tmp_path):
+    """A peer's thread pool spins on after its round (ONNX Runtime's, OpenMP's): the next system's
+    round must not start until it has stopped. This child's thread spins, then marks that it
+    stopped and sleeps; waiting returns only after the mark."""
+    from bench.__main__ import wait_until_idle
+
+    stopped = tmp_path / "stopped"
+    spinner = (f"import pathlib, threading, time\n"
+               f"def spin():\n"
+               f"    end = time.monotonic() + 0.3\n"
+               f"    while time.monotonic() < end: pass\n"
+               f"    pathlib.Path({str(stopped)!r}).touch()\n"
+               f"threading.Thread(target=spin).start()\n"
+               f"print('ready', flush=True)\n"
+               f"time.sleep(30)\n")
+    child = subprocess.Popen([sys.executable, "-c", spinner], stdout=subprocess.PIPE, text=True)
+    try:
+        assert child.stdout.readline() == "ready\n"
+        wait_until_idle(child.pid, limit_s=20)
+        assert stopped.exists()
+    finally:
+        child.kill()
+        child.wait()
+
+
 def test_update_replaces_the_rows_of_the_models_it_measured_and_keeps_the_rest(results, tmp_path):
     from bench.__main__ import updated
     from bench.report import write_markdown
