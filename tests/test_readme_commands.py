@@ -1,14 +1,13 @@
-"""The README's command blocks run as written: the pock-opt walkthrough, the Deploying block and the
-Federated fine-tuning block.
+"""The guides' command blocks run as written: pock-opt, Deploying, Federated fine-tuning, and the LLM's
+steps by hand.
 
-Each test reads its block from README.md and runs every command line in a shell, in a scratch
-directory that mirrors the repository root (examples/, lit_tests/ and .cache/ linked in), with the
-venv's bin directory first on PATH, as for a user who activated the venv.
+Each test reads its block with tests/docs_blocks.py and runs every command line in a shell, in a
+scratch directory that mirrors the repository root (examples/, lit_tests/ and .cache/ linked in),
+with the venv's bin directory first on PATH, as for a user who activated the venv.
 """
 
 import json
 import os
-import re
 import shutil
 import subprocess
 import sys
@@ -17,22 +16,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-import torch.nn as nn
+from safetensors.numpy import load_file
 
-import pock_mlir as pock
+from docs_blocks import REPO, doc_commands
 from pock_mlir.runtime import Trainer
 
-REPO = Path(__file__).resolve().parents[1]
 VENV_BIN = Path(sys.executable).parent
-
-
-def readme_block(heading: str) -> list[str]:
-    """The command lines of the first ```sh block under `heading`, comments and blank lines dropped."""
-    text = (REPO / "README.md").read_text()
-    section = text[text.index(f"\n{heading}\n"):]
-    block = re.search(r"```sh\n(.*?)```", section, re.S).group(1)
-    lines = [re.sub(r"\s+#.*$", "", line).strip() for line in block.replace("\\\n", " ").splitlines()]
-    return [line for line in lines if line and not line.startswith("#")]
 
 
 def user_directory(tmp_path: Path) -> Path:
@@ -48,24 +37,22 @@ def run(command: str, cwd: Path) -> subprocess.CompletedProcess:
 
 
 def test_pock_opt_block(tmp_path):
-    commands = readme_block("## pock-opt")
+    """The block writes its own step.mlir (the digits MLP's training stage), then runs pock-opt on it."""
+    writes_the_module, *commands = doc_commands("docs/pock-opt.md", "## pock-opt")
     assert len(commands) >= 6 and all(c.split()[0] in ("pock-opt", "iree-opt") for c in commands)
     cwd = user_directory(tmp_path)
-    torch.manual_seed(0)
-    model = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 4))
-    program = pock.compile_training(model, torch.randn(4, 8), torch.tensor([0, 1, 2, 3]), optimizer=pock.SGD(lr=0.1),
-                                    functions=())  # its IR only
-    (cwd / "step.mlir").write_text(program.ir("training"))
+    done = run(writes_the_module, cwd)
+    assert done.returncode == 0 and "func.func @train_step" in (cwd / "step.mlir").read_text(), done.stderr[-2000:]
     checked = set()
     for command in commands:
         done = run(command, cwd)
         assert done.returncode == 0, f"{command}\n{done.stderr[-2000:]}"
         assert "Traceback" not in done.stderr, command
         (key,) = [k for k in POCK_OPT_OUTPUTS if k in command] or [None]
-        assert key is not None, f"no expected output for the README's `{command}`: add one to POCK_OPT_OUTPUTS"
+        assert key is not None, f"no expected output for docs/pock-opt.md's `{command}`: add one to POCK_OPT_OUTPUTS"
         POCK_OPT_OUTPUTS[key](done, cwd)
         checked.add(key)
-    assert checked == set(POCK_OPT_OUTPUTS), f"the README no longer shows {set(POCK_OPT_OUTPUTS) - checked}"
+    assert checked == set(POCK_OPT_OUTPUTS), f"docs/pock-opt.md no longer shows {set(POCK_OPT_OUTPUTS) - checked}"
 
 
 def _lowered(done, cwd):
@@ -79,7 +66,7 @@ def _every_chunk_failed_as_annotated(done, cwd):
 
 
 def _report(done, cwd):
-    assert "sparse backpropagation report: @train_step" in done.stdout and "4 of 4 parameters trained" in done.stdout
+    assert "sparse backpropagation report: @train_step" in done.stdout and "6 of 6 parameters trained" in done.stdout
 
 
 def _passes(done, cwd):
@@ -114,7 +101,7 @@ POCK_OPT_OUTPUTS = {
 def deployed(tmp_path_factory):
     """A scratch repository root in which the Deploying block's commands but the qemu one have run
     (each of its models compiled once); returns (directory, the qemu commands)."""
-    commands = readme_block("## Deploying to a device")
+    commands = doc_commands("docs/targets-and-deploying.md", "## Deploying to a device")
     cwd = user_directory(tmp_path_factory.mktemp("deploying"))
     needs_qemu = [c for c in commands if "qemu-aarch64" in c]
     for command in commands:
@@ -169,7 +156,7 @@ def test_run_step_names_a_missing_runtime(deployed, tmp_path):
 
 def test_federated_block(tmp_path):
     """The quick comparison, then a federation of its bundle and client files with pock-federate."""
-    commands = readme_block("## Federated fine-tuning")
+    commands = doc_commands("docs/federated.md", "## Running a federation")
     assert [c.split()[:2] for c in commands] == [["python", "examples/quality/federated.py"], ["pock-federate", "fed/bundles/sparse"]]
     cwd = user_directory(tmp_path)
     for command in commands:
@@ -180,3 +167,24 @@ def test_federated_block(tmp_path):
     results = json.loads((cwd / "fed" / "again" / "federated.json").read_text())
     assert results["finished"] and [row["replies"] for row in results["rounds"][1:]] == [2, 2]
     assert (cwd / "fed" / "again" / "global.safetensors").is_file()
+
+
+def test_llm_steps_by_hand(tmp_path):
+    """The quick run, then its compile and fine-tuning by hand: the tuned weights differ from the
+    pretrained ones (a PyTorch state_dict) in what transformer-last-2 trains, and only there."""
+    commands = doc_commands("docs/llm-fine-tuning.md", "## The steps by hand")
+    assert [c.split()[0] for c in commands] == ["python", "LLAMA_TEXT_WEIGHTS=llama_text_quick/pretrained.pt",
+                                                "pock-train"]
+    cwd = user_directory(tmp_path)
+    for command in commands:
+        done = run(command, cwd)
+        assert done.returncode == 0 and "Traceback" not in done.stderr, f"{command}\n{done.stderr[-2000:]}"
+    assert "epoch 1/1" in done.stderr + done.stdout and (cwd / "llama_text_quick" / "by-hand.ckpt").is_file()
+    bundle = cwd / "llama_text_quick" / "by-hand"
+    trained = set(Trainer.from_bundle(bundle).signature.trainable)
+    tuned = load_file(bundle / "tuned.safetensors")
+    pretrained = {name: value.numpy() for name, value in torch.load(cwd / "llama_text_quick" / "pretrained.pt").items()}
+    assert set(tuned) == set(pretrained) and trained < set(pretrained)
+    changed = {name for name in pretrained if not np.array_equal(tuned[name], pretrained[name])}
+    assert changed == trained, (f"changed but frozen: {sorted(changed - trained)}; "
+                                f"trained but unchanged: {sorted(trained - changed)}")

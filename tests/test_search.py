@@ -16,6 +16,7 @@ import torch.nn as nn
 import yaml
 
 import pock_mlir as pock
+from docs_blocks import doc_commands
 from oracle import torch_trajectory
 from pock_mlir.abi import Policy
 from pock_mlir.context import make_context
@@ -408,11 +409,11 @@ def test_pock_search_runs_as_a_module(planted_files):
 
 
 def test_readme_block(tmp_path):
-    """The README's pock-search commands as written, in a scratch repository root; the compiled
-    bundle of the scheme holds no more device memory than the budget."""
-    from test_readme_commands import VENV_BIN, readme_block, user_directory
+    """docs/sparse-updates.md's pock-search commands as written, in a scratch repository root; the
+    compiled bundle of the scheme holds no more device memory than the budget."""
+    from test_readme_commands import VENV_BIN, user_directory
 
-    commands = readme_block("### Searching a sparse scheme")
+    commands = doc_commands("docs/sparse-updates.md", "## Searching a sparse scheme")
     assert [c.split()[0] for c in commands] == ["python", "pock-search", "pock-compile"]
     cwd = user_directory(tmp_path)
     env = dict(os.environ, PATH=os.pathsep.join([str(VENV_BIN), os.environ["PATH"]]), PYTHONPATH=str(REPO))

@@ -1,57 +1,117 @@
-"""Copy the result tables the scripts write into README.md, so that its numbers are never typed by hand.
+"""Write the generated blocks of README.md and docs/*.md, so that no number or pass list in them is typed by hand.
 
-    python tools/readme_results.py           # rewrite README.md's result blocks from the files
-    python tools/readme_results.py --check   # exit 1 (naming the stale blocks) when they differ
+    python tools/readme_results.py           # rewrite every page's generated blocks
+    python tools/readme_results.py --check   # exit 1 (naming the stale blocks) when one differs
 
-A block is the text between `<!-- results: PATH -->` and `<!-- results:end -->`; it holds the
-Markdown file PATH (relative to the repository) with its headings demoted two levels, so that
-they sit under the README section that quotes them. bench/ writes bench/results.md,
-examples/quality/ writes examples/quality/results/{vision,vision_seeds,language,text,federated}.md.
+A block is the text between `<!-- results: SOURCE -->` and `<!-- results:end -->`. SOURCE is either a
+Markdown file the scripts write (relative to the repository; its headings demoted two levels, so that
+they sit under the section that quotes them): bench/ writes bench/results.md, examples/quality/ writes
+examples/quality/results/{vision,vision_seeds,language,text,federated}.md; or a generated view:
+`pipeline` (the compiler's stages, from pock_mlir/stages.py) or `bench-summary` (a few columns of
+bench/results.json). Run it after `make bench`, a quality run or a change of the stage pipelines.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import re
 import sys
+import textwrap
 from pathlib import Path
 
 from pock_mlir.files import atomic_write
+from pock_mlir.stages import STAGE_PIPELINES
 
 ROOT = Path(__file__).resolve().parent.parent
 BLOCK = re.compile(r"(<!-- results: (?P<path>\S+) -->\n)(?P<body>.*?)(<!-- results:end -->)", re.S)
+PEERS = {"eager": "PyTorch eager", "torch.compile": "torch.compile", "ort-training": "ONNX Runtime", "jax": "JAX"}
 
 
-def quoted(path: str) -> str:
-    source = ROOT / path
-    if not source.is_file():
-        raise SystemExit(f"README.md quotes {path}, which does not exist: run the script that writes it")
-    text = re.sub(r"^(#+) ", lambda m: "#" * min(len(m.group(1)) + 2, 6) + " ", source.read_text(), flags=re.M)
+def pages() -> list[Path]:
+    return [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+
+
+def pipeline_figure() -> str:
+    """The data path, with the pass pipeline of each stage that has one (`program.ir(stage)` after each)."""
+    width = max(map(len, STAGE_PIPELINES)) + 1
+    lines = ["```text",
+             "nn.Module + loss ─torch.export + torch-mlir FX importer─▶ torch dialect      [stage: imported]",
+             "  ─▶ pock dialect: pock.param, pock.grad, optimizer ops                     [stage: training]"]
+    for stage, pipeline in STAGE_PIPELINES.items():
+        passes = [p.split("{")[0] for p in pipeline.split(",")]
+        chain = textwrap.wrap(" ▸ ".join(passes), 96 - width - 6, break_on_hyphens=False)
+        lines.append(f"  ─▶ {stage + ':':<{width}} {chain[0]}")
+        lines += [" " * (width + 6) + more for more in chain[1:]]
+    lines += ["  ─▶ IREE ─▶ .vmfb + parameters ─▶ torch-free Trainer (pock_mlir.runtime), or iree-run-module", "```"]
+    return "\n".join(lines) + "\n"
+
+
+def bench_summary() -> str:
+    """pock-mlir's full and sparse step against the fastest peer's full step, and the deployed
+    trainer's peak memory against ONNX Runtime's on the same optimizer, per model."""
+    results = json.loads((ROOT / "bench" / "results.json").read_text())
+    rows = {(r["model"], r["scheme"], r["system"]): r for r in results["rows"] if r["status"] == "ok"}
+    lines = [f"{results['date'][:10]}, {results['machine']['cpu']} ({results['machine']['cpu_id']}), "
+             f"{results['machine']['cores']} cores. Step time: the median; peak memory: the training process's, "
+             "the deployed bundle's without PyTorch and, where ONNX Runtime has no momentum SGD, with its plain SGD.",
+             "",
+             "| model | pock-mlir full step ms | fastest peer's full step ms | pock-mlir sparse step ms "
+             "| deployed pock-mlir peak MB | ONNX Runtime peak MB |",
+             "| --- | ---: | ---: | ---: | ---: | ---: |"]
+    for model, title in results["settings"]["models"].items():
+        def cell(scheme, systems, key, digits, model=model):
+            """`key` of the first of `systems` that has a row for this model and scheme."""
+            row = next((rows[model, scheme, s] for s in systems if (model, scheme, s) in rows), None)
+            return f"{row[key]:.{digits}f}" if row else ""
+
+        peers = [(rows[model, "full", p]["step_ms"], name) for p, name in PEERS.items() if (model, "full", p) in rows]
+        fastest = "{:.2f} ({})".format(*min(peers)) if peers else ""
+        cells = [title, cell("full", ["pock-mlir"], "step_ms", 2), fastest, cell("sparse", ["pock-mlir"], "step_ms", 2),
+                 cell("full", ["pock-mlir-deployed-ort-optimizer", "pock-mlir-deployed"], "peak_mb", 1),
+                 cell("full", ["ort-training"], "peak_mb", 1)]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
+GENERATED = {"pipeline": pipeline_figure, "bench-summary": bench_summary}
+
+
+def quoted(source: str) -> str:
+    if source in GENERATED:
+        return GENERATED[source]()
+    path = ROOT / source
+    if not path.is_file():
+        raise SystemExit(f"a page quotes {source}, which does not exist: run the script that writes it")
+    text = re.sub(r"^(#+) ", lambda m: "#" * min(len(m.group(1)) + 2, 6) + " ", path.read_text(), flags=re.M)
     return text.rstrip("\n") + "\n"
 
 
-def refreshed(readme: str) -> str:
-    return BLOCK.sub(lambda m: m.group(1) + quoted(m.group("path")) + m.group(4), readme)
+def refreshed(page: str) -> str:
+    return BLOCK.sub(lambda m: m.group(1) + quoted(m.group("path")) + m.group(4), page)
 
 
-def stale_blocks(readme: str) -> list[str]:
-    return [m.group("path") for m in BLOCK.finditer(readme) if m.group("body") != quoted(m.group("path"))]
+def stale_blocks(page: str) -> list[str]:
+    return [m.group("path") for m in BLOCK.finditer(page) if m.group("body") != quoted(m.group("path"))]
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--check", action="store_true", help="only report stale blocks")
-    parser.add_argument("--readme", default=str(ROOT / "README.md"))
+    parser.add_argument("--page", action="append", help="a page to refresh (default: README.md and docs/*.md)")
     args = parser.parse_args(argv)
-    readme = Path(args.readme)
-    text = readme.read_text()
-    if args.check:
-        stale = stale_blocks(text)
-        for path in stale:
-            print(f"{readme}: the block quoting {path} is stale: run python tools/readme_results.py", file=sys.stderr)
-        return 1 if stale else 0
-    atomic_write(readme, refreshed(text))
-    return 0
+    stale_pages = 0
+    for page in map(Path, args.page or pages()):
+        text = page.read_text()
+        if args.check:
+            stale = stale_blocks(text)
+            for source in stale:
+                print(f"{page}: the block quoting {source} is stale: run python tools/readme_results.py",
+                      file=sys.stderr)
+            stale_pages += bool(stale)
+        elif refreshed(text) != text:
+            atomic_write(page, refreshed(text))
+    return 1 if stale_pages else 0
 
 
 if __name__ == "__main__":

@@ -1,7 +1,7 @@
-"""The supported-ops table, generated from the derivative-rule table so that the README cannot drift.
+"""The supported-ops table, generated from the derivative-rule table so that docs/supported-ops.md cannot drift.
 
     python -m pock_mlir.tools.ops_table                   # print the Markdown table
-    python -m pock_mlir.tools.ops_table --update README.md  # rewrite it between the README's markers
+    python -m pock_mlir.tools.ops_table --update docs/supported-ops.md  # rewrite it between the page's markers
 
 One row per op with a rule: the op, its family (the rule's module in pock_mlir/autodiff/rules/)
 and the first paragraph of the rule's docstring, which names the backward form where it is not
