@@ -1,5 +1,5 @@
-"""The guides' command blocks run as written: pock-opt, Deploying, Federated fine-tuning, and the LLM's
-steps by hand.
+"""The guides' command blocks run as written: pock-opt, Deploying, Federated fine-tuning, the LLM's
+steps by hand and CONTRIBUTING's test commands.
 
 Each test reads its block with tests/docs_blocks.py and runs every command line in a shell, in a
 scratch directory that mirrors the repository root (examples/, lit_tests/ and .cache/ linked in),
@@ -188,3 +188,10 @@ def test_llm_steps_by_hand(tmp_path):
     changed = {name for name in pretrained if not np.array_equal(tuned[name], pretrained[name])}
     assert changed == trained, (f"changed but frozen: {sorted(changed - trained)}; "
                                 f"trained but unchanged: {sorted(trained - changed)}")
+
+
+def test_contributing_test_commands():
+    """CONTRIBUTING's commands run from the repository root, as it says."""
+    for command in doc_commands("docs/CONTRIBUTING.md", "## Tests"):
+        done = run(command, REPO)
+        assert done.returncode == 0, f"{command}\n{done.stdout[-2000:]}{done.stderr[-2000:]}"
