@@ -16,13 +16,17 @@ The updated buffers are those the forward pass changes (the running statistics a
 of train-mode BatchNorm), in `StepSignature.updated_buffers` order; gradients, loss and evaluate
 compute the same forward pass but leave the buffers as they were. A model that draws dropout
 masks has one more input after its own, `seed` (SEED_INPUT, an int32 scalar: pock_mlir/dropout.py),
-in every function. Frozen parameters are arguments only; a channel-sparse parameter's gradient
-and optimizer state cover its leading rows (`StepSignature.trainable_shape`).
+in every function. A model called with keyword arguments (`model(**batch)`, `model(x, mask=m)`)
+takes its positional inputs first, named input0, input1, ..., then its keyword inputs, named by
+their keywords (`StepSignature.by_keyword`; `split_call` says how a batch gives them). Frozen
+parameters are arguments only; a channel-sparse parameter's gradient and optimizer state cover
+its leading rows (`StepSignature.trainable_shape`).
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -31,7 +35,46 @@ from pock_mlir.lora import Adapter, merged
 from pock_mlir.quantize import QuantizedWeight, dequantized
 
 SEED_INPUT = "seed"
+RESERVED_INPUT_NAMES = (SEED_INPUT, "target")  # the dropout seed's and the target's names in every function
 FUNCTIONS = ("train_step", "train_step_into", "gradients", "loss", "evaluate")
+
+
+def positional_input_name(index: int) -> str:
+    return f"input{index}"
+
+
+def split_call(inputs) -> tuple[tuple, dict]:
+    """A batch's model inputs as the (args, kwargs) of model(*args, **kwargs): a tensor (the one
+    argument), a tuple or list of them, a dict of them by keyword (a tokenizer's or collator's
+    batch), or a tuple of tensors ending in such a dict, also written as the pair (args, kwargs).
+    A keyword whose value is None is no input, as if absent (an optional attention_mask)."""
+    if isinstance(inputs, Mapping):
+        args, kwargs = (), inputs
+    elif isinstance(inputs, (tuple, list)) and inputs and isinstance(inputs[-1], Mapping):
+        args, kwargs = tuple(inputs[:-1]), inputs[-1]
+        if len(args) == 1 and isinstance(args[0], (tuple, list)):
+            args = tuple(args[0])
+    else:
+        args, kwargs = (tuple(inputs) if isinstance(inputs, (tuple, list)) else (inputs,)), {}
+    wrong = [repr(k) for k in kwargs if not isinstance(k, str) or not k.isidentifier()]
+    if wrong:
+        raise ValueError(f"keyword inputs are named by the model's argument names; got the key(s) {', '.join(wrong)}")
+    return args, {k: v for k, v in kwargs.items() if v is not None}
+
+
+def call_inputs(flat: list, keywords: tuple[str, ...]):
+    """A batch's model inputs as split_call takes them from the inputs in signature order, the last
+    ones named by `keywords`: a list of positional ones, a dict of keyword ones, or the pair of both."""
+    split = len(flat) - len(keywords)
+    args, kwargs = list(flat[:split]), dict(zip(keywords, flat[split:]))
+    return (args, kwargs) if args and kwargs else kwargs or args
+
+
+def describe_call(positional: list[str], keywords: list[str]) -> str:
+    """How a batch gives inputs, in words: "input0 and input1", "input_ids, attention_mask by keyword"."""
+    parts = [", ".join(positional)] if positional else []
+    parts += [f"{', '.join(keywords)} by keyword"] if keywords else []
+    return " and ".join(parts) or "no inputs"
 
 
 @dataclass(frozen=True)
@@ -101,12 +144,13 @@ class StepSignature:
     updated_buffers: list[str]  # returned by train_step after the optimizer state
     trainable: list[str]
     state: list[TensorSpec]  # named "<param>.<slot>"
-    inputs: list[TensorSpec]  # the model's inputs, then SEED_INPUT for a model with dropout
+    inputs: list[TensorSpec]  # the model's inputs (positional, then keyword), then SEED_INPUT for a model with dropout
     target: TensorSpec
     output: TensorSpec
     policies: dict[str, Policy] = field(default_factory=dict)
     adapters: list[Adapter] = field(default_factory=list)  # LoRA adapters among the params (pock_mlir/lora.py)
     quantized: list[QuantizedWeight] = field(default_factory=list)  # int8 weights (pock_mlir/quantize.py)
+    by_keyword: int = 0  # the last this many model_inputs are keyword arguments of the model, named by keyword
 
     def model_state(self, state: dict) -> dict:
         """Parameters by name as the PyTorch model holds them: int8 weights dequantized, LoRA
@@ -134,6 +178,31 @@ class StepSignature:
     def model_inputs(self) -> list[TensorSpec]:
         """The inputs a batch provides: all but the dropout seed, which the runtime supplies."""
         return self.inputs[:-1] if self.seeded else list(self.inputs)
+
+    @property
+    def keyword_inputs(self) -> list[TensorSpec]:
+        """The model inputs a batch gives by keyword (named by their keywords), after the positional ones."""
+        inputs = self.model_inputs
+        return inputs[len(inputs) - self.by_keyword:]
+
+    @property
+    def positional_inputs(self) -> list[TensorSpec]:
+        inputs = self.model_inputs
+        return inputs[:len(inputs) - self.by_keyword]
+
+    def flat_inputs(self, inputs) -> list:
+        """A batch's model inputs, given as the model was called when compiled (see split_call), in
+        model_inputs order; ValueError naming what differs from that call."""
+        args, kwargs = split_call(inputs)
+        positional, keywords = self.positional_inputs, [s.name for s in self.keyword_inputs]
+        if len(args) != len(positional) or set(kwargs) != set(keywords):
+            missing, unknown = [k for k in keywords if k not in kwargs], [k for k in kwargs if k not in keywords]
+            differs = "; ".join([f"missing {', '.join(missing)}"] * bool(missing)
+                                + [f"unknown {', '.join(unknown)}"] * bool(unknown))
+            given = describe_call([positional_input_name(i) for i in range(len(args))], list(kwargs))
+            raise ValueError(f"the model was compiled to take {describe_call([s.name for s in positional], keywords)}; "
+                             f"got {given}{f' ({differs})' if differs else ''}")
+        return [*args, *(kwargs[k] for k in keywords)]
 
     @property
     def target_classes(self) -> int | None:

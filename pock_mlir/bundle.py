@@ -41,7 +41,8 @@ from pock_mlir.runtime.workspace import module_transient_bytes
 from pock_mlir.targets import Target, TargetError, resolve_target
 
 FORMAT = "pock-bundle"
-FORMAT_VERSION = 4  # 2: the module has a `loss` function; 3: every file's sha256; 4: LoRA adapters, int8 weights
+# 2: the module has a `loss` function; 3: every file's sha256; 4: LoRA adapters, int8 weights; 5: keyword inputs
+FORMAT_VERSION = 5
 MANIFEST, MODULE, PARAMS, OPTIMIZER, ARGS, RUN_STEP = (
     "manifest.json", "module.vmfb", "params.safetensors", "optimizer.safetensors", "args", "run_step.sh")
 VERSIONED_PACKAGES = ("pock-mlir", "iree-base-compiler", "iree-base-runtime", "torch", "torch-mlir")
@@ -136,7 +137,9 @@ def _manifest(program, *, model, model_file: str | None, loss, sparse) -> dict:
         "state_dict": _state_dict_sources(model, sig),
         "trainable": list(sig.trainable),
         "optimizer_state": [s.to_json() for s in sig.state],
-        "batch": {"inputs": [i.to_json() for i in sig.inputs], "target": sig.target.to_json()},
+        # the last by_keyword model inputs are the model's keyword arguments, named by keyword
+        "batch": {"inputs": [i.to_json() for i in sig.inputs], "by_keyword": sig.by_keyword,
+                  "target": sig.target.to_json()},
         "output": sig.output.to_json(),
         "functions": {name: {part: [{"path": path, **spec.to_json()} for path, spec in entries]
                              for part, entries in function.items()} for name, function in abi.items()},
@@ -284,9 +287,10 @@ def write_bundle(program, directory, *, example_inputs, example_target, loss, mo
     destination.parent.mkdir(parents=True, exist_ok=True)
     sig = program.signature
     manifest = _manifest(program, model=model, model_file=model_file, loss=loss, sparse=sparse)
-    inputs = example_inputs if isinstance(example_inputs, (tuple, list)) else (example_inputs,)
-    if len(inputs) != len(sig.model_inputs):
-        raise BundleError(f"the example batch has {len(inputs)} input(s), the module takes {len(sig.model_inputs)}")
+    try:
+        inputs = sig.flat_inputs(example_inputs)
+    except ValueError as e:
+        raise BundleError(f"the example batch: {e}") from None
     batch = {spec.name: _as_array(value, spec) for spec, value in zip(sig.model_inputs, inputs)}
     batch["target"] = _as_array(example_target, sig.target)
     if any(spec.name == SEED_INPUT for spec in sig.inputs):
@@ -421,6 +425,9 @@ def _check_names(path: Path, signature: StepSignature) -> None:
                 f"sparse policies name {', '.join(sorted(set(signature.policies) - params))}, not a parameter"
                 if set(signature.policies) - params else "",
                 "it lists no model input" if not signature.model_inputs else "",
+                f"batch.by_keyword {signature.by_keyword!r} is not a count of its model inputs"
+                if type(signature.by_keyword) is not int or not 0 <= signature.by_keyword <= len(signature.model_inputs)
+                else "",
                 "its output has no shape" if not signature.output.shape else ""]
     expected_state = {}
     for name in signature.trainable:
@@ -452,6 +459,7 @@ def load_bundle(directory) -> Bundle:
             updated_buffers=list(manifest["updated_buffers"]), trainable=list(manifest["trainable"]),
             state=[spec(s) for s in manifest["optimizer_state"]], inputs=[spec(i) for i in manifest["batch"]["inputs"]],
             target=spec(manifest["batch"]["target"]), output=spec(manifest["output"]),
+            by_keyword=manifest["batch"]["by_keyword"],
             policies={name: Policy(**p) for name, p in manifest["sparse"]["policies"].items()},
             adapters=[lora.Adapter.from_json(entry) for entry in manifest["lora"]],
             quantized=[QuantizedWeight.from_json(entry) for entry in manifest["quantized"]])

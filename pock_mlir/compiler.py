@@ -36,10 +36,17 @@ def compile_training(model, example_inputs, example_target, *, loss="cross_entro
                      output=None, cache=True, functions=("step", "loss", "evaluate")) -> TrainingProgram:
     """Compile one training step of `model` (forward, loss, backward and optimizer) with IREE.
 
-    example_inputs: a tensor or tuple of tensors (torch or numpy) with the batch shape to train on.
+    example_inputs: the batch to train on (torch or numpy tensors of its shape), as the model is
+        called: a tensor, a tuple of them (model(*inputs)), a dict of them (model(**inputs), a
+        tokenizer's or collator's batch: input_ids, attention_mask, decoder_input_ids, ...), or a
+        tuple ending in such a dict (model(*args, **kwargs)). A keyword whose value is None is not
+        an input. The Trainer's methods take batches in the same form, with the same keywords.
     example_target: the target the loss compares the output with (class indices for cross_entropy).
     loss: "cross_entropy", "mse" or a callable loss(output, target) returning a scalar; it receives
         the model's output as the model returns it (a tensor, tuple, dict, dataclass, ModelOutput).
+        The strings apply to the output's `logits` where it has them (see `output`); a model that
+        computes its own loss from a `labels` input takes loss=lambda output, target: output.loss,
+        and the labels as the target too (the target is always an input of the step).
     output: for a model returning a structure, the entry evaluate() returns (a key, attribute or
         index); by default `logits` where there is one, else the first.
     optimizer: pock.SGD(...) or pock.AdamW(...); SGD(lr=0.01) by default.

@@ -49,7 +49,7 @@ from torch_mlir.extras.fx_decomp_util import get_decomposition_table
 from torch_mlir.extras.fx_importer import FxImporter
 
 from pock_mlir import lora, quantize
-from pock_mlir.abi import SEED_INPUT, TensorSpec
+from pock_mlir.abi import RESERVED_INPUT_NAMES, SEED_INPUT, TensorSpec, positional_input_name, split_call
 from pock_mlir.dropout import SeededDropout
 
 LOSSES: dict[str, Callable] = {  # on what evaluate returns of a structured output (select_output)
@@ -80,12 +80,7 @@ class ImportedModel:
     initial_params: dict[str, np.ndarray]
     initial_buffers: dict[str, np.ndarray]
     timings: dict[str, float] = field(default_factory=dict)  # seconds per import step
-
-
-def as_tensor_tuple(inputs) -> tuple[torch.Tensor, ...]:
-    if isinstance(inputs, (tuple, list)):
-        return tuple(as_tensor(x) for x in inputs)
-    return (as_tensor(inputs),)
+    by_keyword: int = 0  # the last this many model inputs are keyword arguments (StepSignature.by_keyword)
 
 
 def as_tensor(x) -> torch.Tensor:
@@ -94,6 +89,27 @@ def as_tensor(x) -> torch.Tensor:
     if isinstance(x, np.ndarray):
         return torch.from_numpy(np.ascontiguousarray(x))
     raise FrontendError(f"expected a torch.Tensor or numpy.ndarray, got {type(x).__name__}")
+
+
+def call_tensors(inputs) -> tuple[tuple[torch.Tensor, ...], dict[str, torch.Tensor]]:
+    """The (args, kwargs) tensors of a model call from a batch's inputs (see pock_mlir.abi.split_call)."""
+    try:
+        args, kwargs = split_call(inputs)
+    except ValueError as e:
+        raise FrontendError(str(e)) from None
+    reserved = [k for k in kwargs if k in RESERVED_INPUT_NAMES or k in map(positional_input_name, range(len(args)))]
+    if reserved:
+        raise FrontendError(f"keyword input(s) {', '.join(reserved)}: the compiled module gives the name(s) to its "
+                            f"target, dropout seed or positional inputs; wrap the model in a module whose forward "
+                            f"takes the input under another name")
+    tensors = {}
+    for key, value in kwargs.items():
+        try:
+            tensors[key] = as_tensor(value)
+        except FrontendError as e:
+            raise FrontendError(f"keyword input {key!r}: {e}; inputs are tensors (set other arguments on the model, "
+                                f"e.g. in its config, or wrap it in a module that passes them)") from None
+    return tuple(as_tensor(x) for x in args), tensors
 
 
 def device_dtype(t: torch.Tensor) -> torch.Tensor:
@@ -156,14 +172,17 @@ def parameter_shapes(model, adapters: list[lora.Adapter]) -> dict[str, tuple[int
     return shapes
 
 
-def _call_model(model, state: dict, inputs: tuple, seeded: bool, rewrites: Rewrites):
-    """model(*inputs) with `state` (the rewrites' tensors included); a seeded call's last input is
-    the seed of its dropout masks."""
+def _call_model(model, state: dict, inputs: tuple, by_keyword: tuple[str, ...], seeded: bool, rewrites: Rewrites):
+    """model(*args, **kwargs) with `state` (the rewrites' tensors included), kwargs the last inputs,
+    named by `by_keyword`; a seeded call's last input is the seed of its dropout masks."""
+    seed, inputs = (inputs[-1], inputs[:-1]) if seeded else (None, inputs)
+    split = len(inputs) - len(by_keyword)
+    args, kwargs = tuple(inputs[:split]), dict(zip(by_keyword, inputs[split:]))
     with rewrites.attached(model, state) as own:
-        if not seeded:
-            return functional_call(model, own, inputs)
-        with SeededDropout(inputs[-1]):
-            return functional_call(model, own, inputs[:-1])
+        if seed is None:
+            return functional_call(model, own, args, kwargs)
+        with SeededDropout(seed):
+            return functional_call(model, own, args, kwargs)
 
 
 def select_output(output, selector=None) -> torch.Tensor:
@@ -219,17 +238,17 @@ class _ForwardLoss(torch.nn.Module):
     inputs..., target). One export serves the step and evaluate: exporting and decomposing are most
     of the frontend's time, and evaluate's forward is the step's."""
 
-    def __init__(self, model, names, updated, dtypes, seeded, rewrites, loss_fn, selector):
+    def __init__(self, model, names, updated, dtypes, by_keyword, seeded, rewrites, loss_fn, selector):
         super().__init__()
         _hold_outside_module_tree(self, model)
         self.names, self.updated, self.dtypes, self.seeded, self.loss_fn = names, updated, dtypes, seeded, loss_fn
-        self.rewrites, self.selector = rewrites, selector
+        self.by_keyword, self.rewrites, self.selector = by_keyword, rewrites, selector
 
     def forward(self, *args):
         n = len(self.names)
         state = _state_with_copies(self.names, args[:n], self.updated)
         *inputs, target = _widened(args[n:], self.dtypes)
-        output = _call_model(self.model, state, tuple(inputs), self.seeded, self.rewrites)
+        output = _call_model(self.model, state, tuple(inputs), self.by_keyword, self.seeded, self.rewrites)
         return (self.loss_fn(output, target), *(state[name] for name in self.updated),
                 select_output(output, self.selector))
 
@@ -364,7 +383,7 @@ def _reject_random_ops(program) -> None:
                 f"tensors outside the model and pass them as inputs, or put the model in eval mode.")
 
 
-def _check_dtypes_and_sizes(params, buffers, inputs, target) -> None:
+def _check_dtypes_and_sizes(params, buffers, inputs: dict[str, torch.Tensor], target) -> None:
     """pock-mlir trains float32 models on non-empty batches: say so before tracing."""
     for dtype in (torch.float64, torch.float16, torch.bfloat16):
         held = [n for n, t in {**params, **buffers}.items() if t.dtype == dtype]
@@ -372,8 +391,7 @@ def _check_dtypes_and_sizes(params, buffers, inputs, target) -> None:
             raise FrontendError(f"the model holds {str(dtype).removeprefix('torch.')} tensors ({', '.join(held[:3])}"
                                 f"{', ...' if len(held) > 3 else ''}); pock-mlir trains float32 models: call "
                                 f"model.float() before compiling")
-    for i, t in enumerate((*inputs, target)):
-        what = "the target" if i == len(inputs) else f"input {i}"
+    for what, t in [*inputs.items(), ("the target", target)]:
         if t.dtype == torch.float64:
             raise FrontendError(f"{what} is float64; pock-mlir trains in float32: pass it as .float() "
                                 f"(the Trainer casts float64 batches to float32 itself)")
@@ -419,7 +437,10 @@ def import_model(model: torch.nn.Module, example_inputs, example_target, loss, c
     if not isinstance(model, torch.nn.Module):
         raise FrontendError(f"model must be a torch.nn.Module, got {type(model).__name__}")
     rewrites = Rewrites(tuple(adapters), tuple(quantized))
-    user_inputs, user_target = as_tensor_tuple(example_inputs), as_tensor(example_target)
+    user_args, user_kwargs = call_tensors(example_inputs)
+    user_inputs, user_target = (*user_args, *user_kwargs.values()), as_tensor(example_target)
+    by_keyword = tuple(user_kwargs)
+    input_names = [positional_input_name(i) for i in range(len(user_args))] + list(user_kwargs)
     inputs, target = tuple(device_dtype(t) for t in user_inputs), device_dtype(user_target)
     loss_fn = resolve_loss(loss)
 
@@ -427,7 +448,8 @@ def import_model(model: torch.nn.Module, example_inputs, example_target, loss, c
     buffers = {n: b.detach() for n, b in model.named_buffers()}
     if not params:
         raise FrontendError("the model has no parameters to train")
-    _check_dtypes_and_sizes(params, buffers, inputs, target)
+    described = [f"input {i}" for i in range(len(user_args))] + [f"keyword input {k!r}" for k in user_kwargs]
+    _check_dtypes_and_sizes(params, buffers, dict(zip(described, inputs)), target)
     _check_modules(model)
     names = list(params) + list(buffers)
     state = tuple(params.values()) + tuple(buffers.values())
@@ -440,7 +462,7 @@ def import_model(model: torch.nn.Module, example_inputs, example_target, loss, c
         dropout_probe = SeededDropout(torch.zeros((), dtype=torch.int32))
         with torch.no_grad():
             with dropout_probe:
-                output = _call_model(model, {**params, **copies}, user_inputs, False, rewrites)
+                output = _call_model(model, {**params, **copies}, user_inputs, by_keyword, False, rewrites)
             try:
                 loss_value = loss_fn(output, user_target)
             except Exception as e:
@@ -451,15 +473,14 @@ def import_model(model: torch.nn.Module, example_inputs, example_target, loss, c
             raise FrontendError("the loss must return a scalar tensor (use a mean or sum reduction)")
         updated = [n for n, copy in copies.items() if not torch.equal(copy, buffers[n])]
         seeded = dropout_probe.calls > 0
-        input_names = [f"input{i}" for i in range(len(inputs))]
         if seeded:
             inputs += (torch.zeros((), dtype=torch.int32),)
             input_names.append(SEED_INPUT)
 
         dtypes = [t.dtype for t in user_inputs] + ([torch.int32] if seeded else [])
         timings: dict[str, float] = {}
-        traced = _ForwardLoss(model, names, updated, dtypes + [user_target.dtype], seeded, rewrites, loss_fn,
-                              output_selector)
+        traced = _ForwardLoss(model, names, updated, dtypes + [user_target.dtype], by_keyword, seeded, rewrites,
+                              loss_fn, output_selector)
         forward_loss = _export(traced, state + inputs + (target,), "forward and loss", timings)
     start = time.perf_counter()
     importer = FxImporter(context=context)
@@ -477,4 +498,5 @@ def import_model(model: torch.nn.Module, example_inputs, example_target, loss, c
         initial_params={n: t.numpy().copy() for n, t in params.items()},
         initial_buffers={n: t.numpy().copy() for n, t in buffers.items()},
         timings=timings,
+        by_keyword=len(by_keyword),
     )

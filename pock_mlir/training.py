@@ -66,6 +66,7 @@ def build_training_functions(imported: ImportedModel, optimizer, policies: dict[
         params=imported.params, buffers=imported.buffers, updated_buffers=imported.updated_buffers,
         trainable=trainable, state=[],
         inputs=imported.inputs, target=imported.target, output=imported.output, policies=dict(policies),
+        by_keyword=imported.by_keyword,
         adapters=list(adapters), quantized=list(quantized))
     signature.state = [
         TensorSpec(f"{name}.{slot}", signature.trainable_shape(name), "float32")

@@ -70,10 +70,6 @@ def to_numpy(x) -> np.ndarray:
     return np.asarray(x)
 
 
-def _as_tuple(inputs):
-    return tuple(inputs) if isinstance(inputs, (tuple, list)) else (inputs,)
-
-
 class Trainer:
     def __init__(self, program, device: str | None = None, retain_memory: bool = True, on_nonfinite: str = "raise"):
         """program: a TrainingProgram or a pock_mlir.bundle.Bundle; device: an IREE driver
@@ -237,7 +233,11 @@ class Trainer:
         return [self._put(v) for v in checked]
 
     def _inputs(self, inputs):
-        checked = self._check(_as_tuple(inputs), self.signature.model_inputs)
+        try:
+            flat = self.signature.flat_inputs(inputs)
+        except ValueError as e:
+            raise InputError(str(e)) from None
+        checked = self._check(flat, self.signature.model_inputs)
         if self.signature.seeded:
             checked.append(self._put(np.array(self.seed & 0xFFFFFFFF, np.uint32).view(np.int32)))
         return checked
@@ -255,7 +255,10 @@ class Trainer:
     # -- the API ---------------------------------------------------------------------------
 
     def step(self, inputs, target) -> float:
-        """One optimizer update; returns the loss before the update. Dropout masks come from
+        """One optimizer update; returns the loss before the update. inputs, here as in gradients,
+        loss and evaluate: as the model was called when compiled, a tensor, a tuple of them, a dict
+        of keyword inputs (`model(**batch)`), or a tuple ending in such a dict (pock_mlir.abi.split_call),
+        with the same keys (a None value counts as absent). Dropout masks come from
         `self.seed`, which then increments, so every step draws fresh masks. A NaN or infinite
         loss leaves parameters, buffers and optimizer state as they were and raises
         NonFiniteLossError (or, with on_nonfinite="skip", counts the batch in skipped_steps)."""
