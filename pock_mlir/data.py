@@ -1,5 +1,6 @@
 """The training data pock-train, pock-search and the federated clients read: an .npz of samples
-(x_train, y_train, x_val, y_val; x0_train, x1_train, ... for several inputs) or a token stream
+(x_train, y_train, x_val, y_val; x0_train, x1_train, ... for several inputs; a keyword input by
+its name: input_ids_train, attention_mask_train, ...) or a token stream
 (tokens_train, tokens_val) cut into next-token windows, checked against a bundle's batch; the
 epochs' batch order; and the held-out loss and accuracy of a trainer."""
 
@@ -8,6 +9,8 @@ from __future__ import annotations
 import re
 import zipfile
 from dataclasses import dataclass
+
+from pock_mlir.abi import call_inputs
 
 import numpy as np
 
@@ -29,17 +32,25 @@ class Split:
     inputs: list[np.ndarray]
     target: np.ndarray
     tokens_per_sample: int = 0  # the window length when cut from a token stream; 0 for x/y samples
+    keywords: tuple[str, ...] = ()  # the names of the last inputs, which the model takes by keyword
 
     def __len__(self) -> int:
         return len(self.target)
 
-    def batch(self, index: np.ndarray) -> tuple[list[np.ndarray], np.ndarray]:
-        return [x[index] for x in self.inputs], self.target[index]
+    def batch(self, index: np.ndarray) -> tuple[object, np.ndarray]:
+        """(inputs as the Trainer takes them, target) of the samples at `index`."""
+        return call_inputs([x[index] for x in self.inputs], self.keywords), self.target[index]
 
 
 def _input_keys(bundle: Bundle) -> list[str]:
-    n = len(bundle.signature.model_inputs)
-    return ["x"] if n == 1 else [f"x{i}" for i in range(n)]
+    """The npz names of the model inputs: x (or x0, x1, ...) for positional ones, keyword ones by their names."""
+    n = len(bundle.signature.positional_inputs)
+    keys = (["x"] if n == 1 else [f"x{i}" for i in range(n)]) + [s.name for s in bundle.signature.keyword_inputs]
+    clash = sorted({k for k in keys if keys.count(k) > 1 or k == "y"})
+    if clash:
+        raise DataError(f"the bundle's keyword input(s) {', '.join(clash)} take the npz name(s) of another input or "
+                        f"of the target (y); wrap the model in a module that takes them under other names")
+    return keys
 
 
 def _fit(array: np.ndarray, key: str, spec, problems: list[str], classes: int | None = None) -> np.ndarray:
@@ -98,12 +109,16 @@ def load_data(path: str, bundle: Bundle, need_train: bool = True) -> tuple[Split
             problems.append(f"{' and '.join(f'{k} has {n} samples' for k, n in lengths.items())}; they must match")
         elif arrays[-1].shape[0] < batch_size:
             problems.append(f"{wanted[-1]} has {len(arrays[-1])} samples, fewer than one batch ({batch_size})")
-        return Split(list(arrays[:-1]), arrays[-1])
+        return Split(list(arrays[:-1]), arrays[-1], keywords=_keywords(sig))
 
     train, val = split("train"), split("val")
     if problems:
         raise DataError(f"{path} does not fit the bundle {bundle.path}:\n  " + "\n  ".join(problems))
     return train, val
+
+
+def _keywords(signature) -> tuple[str, ...]:
+    return tuple(s.name for s in signature.keyword_inputs)
 
 
 def _is_integer(spec) -> bool:
@@ -126,13 +141,15 @@ def next_token_shape(path: str, bundle: Bundle) -> tuple[int, int, int | None]:
                     f"and y_train instead (see pock-train --help)")
 
 
-def token_windows(tokens: np.ndarray, seq: int, input_dtype: str, target_dtype: str) -> Split:
+def token_windows(tokens: np.ndarray, seq: int, input_dtype: str, target_dtype: str,
+                  keywords: tuple[str, ...]) -> Split:
     """The stream cut into non-overlapping windows of `seq` tokens, each with the stream one token on
-    as its target: window i is tokens[i*seq : (i+1)*seq] -> tokens[i*seq+1 : (i+1)*seq+1]."""
+    as its target: window i is tokens[i*seq : (i+1)*seq] -> tokens[i*seq+1 : (i+1)*seq+1]; keywords:
+    the input's name when the model takes it by keyword (as Split.keywords)."""
     count = (len(tokens) - 1) // seq
     inputs = tokens[:count * seq].reshape(count, seq).astype(input_dtype)
     target = tokens[1:count * seq + 1].reshape(count, seq).astype(target_dtype)
-    return Split([inputs], target, tokens_per_sample=seq)
+    return Split([inputs], target, tokens_per_sample=seq, keywords=keywords)
 
 
 def load_token_data(npz, path: str, bundle: Bundle, need_train: bool = True) -> tuple[Split | None, Split | None]:
@@ -172,7 +189,7 @@ def load_token_data(npz, path: str, bundle: Bundle, need_train: bool = True) -> 
             problems.append(f"{key} has {len(tokens)} tokens, {windows} window(s) of {seq}: fewer than one batch "
                             f"({batch} windows, {batch * seq + 1} tokens)")
         else:
-            return token_windows(tokens, seq, input_spec.dtype, target_spec.dtype)
+            return token_windows(tokens, seq, input_spec.dtype, target_spec.dtype, _keywords(bundle.signature))
         return None
 
     train, val = split("tokens_train"), split("tokens_val")

@@ -4,8 +4,10 @@
 
 MODEL.py is a Python file defining, at module level:
     model()          -> the torch.nn.Module to train (with the weights to start from)
-    example_batch()  -> (inputs, target): one batch of the shape to train on; inputs is a tensor or a
-                        tuple of tensors. The bundle trains on batches of exactly this shape.
+    example_batch()  -> (inputs, target): one batch of the shape to train on; inputs is a tensor, a
+                        tuple of tensors, a dict of them by keyword (model(**inputs), e.g. input_ids,
+                        attention_mask, decoder_input_ids), or a tuple ending in such a dict. The
+                        bundle trains on batches of exactly this shape and these keywords.
     LOSS             "cross_entropy" (the default when absent), "mse", or a callable loss(output, target)
                      receiving the model's output as it is (a tensor, tuple, dict, dataclass, ModelOutput)
     OUTPUT           optional, for a model returning a structure: the entry evaluate returns (a key,

@@ -27,7 +27,7 @@ import sys
 
 import torch
 
-from pock_mlir.abi import StepSignature
+from pock_mlir.abi import StepSignature, positional_input_name
 from pock_mlir.tools.cli import run_tool, tool_parser
 from pock_mlir.tools.pock_compile import USER_ERRORS, load_model_file
 from pock_mlir.data import load_data
@@ -49,14 +49,15 @@ class ExampleBatch:
     (the bundle the data would train, before it is compiled)."""
 
     def __init__(self, file, path: str):
-        from pock_mlir.frontend import as_tensor, as_tensor_tuple, device_dtype, select_output, spec_of
+        from pock_mlir.frontend import as_tensor, call_tensors, device_dtype, select_output, spec_of
 
-        inputs = as_tensor_tuple(file.inputs)
+        args, kwargs = call_tensors(file.inputs)
         with torch.no_grad():  # on a copy: a forward in train mode would move BatchNorm's statistics
-            output = select_output(copy.deepcopy(file.model)(*inputs), file.output)
+            output = select_output(copy.deepcopy(file.model)(*args, **kwargs), file.output)
+        named = [(positional_input_name(i), t) for i, t in enumerate(args)] + list(kwargs.items())
         self.signature = StepSignature(
             params=[], buffers=[], updated_buffers=[], trainable=[], state=[],
-            inputs=[spec_of(f"input{i}", device_dtype(t)) for i, t in enumerate(inputs)],
+            inputs=[spec_of(name, device_dtype(t)) for name, t in named], by_keyword=len(kwargs),
             target=spec_of("target", device_dtype(as_tensor(file.target))), output=spec_of("output", output))
         self.batch_size = self.signature.target.shape[0] if self.signature.target.shape else 1
         self.path = f"{path} (its example batch)"

@@ -7,7 +7,9 @@
 DATA.npz (numpy.savez) holds, first dimension = samples:
     x_train, y_train   the training inputs and targets
     x_val, y_val       a held-out split, evaluated after every epoch (optional)
-A model with several inputs takes x0_train, x1_train, ... (and x0_val, ...) in its input order.
+A model with several inputs takes x0_train, x1_train, ... (and x0_val, ...) in its input order;
+inputs the model takes by keyword (an example batch that is a dict, as model(**batch)) are named
+by their keywords: input_ids_train, attention_mask_train, decoder_input_ids_train, ...
 Each array's other dimensions and its dtype are those of the bundle's batch (manifest.json,
 "batch"); int64 is accepted where the bundle takes int32. The bundle is compiled for one batch
 size, so each epoch trains on the full batches of a fresh permutation of the training split
