@@ -19,10 +19,27 @@ def assert_close_to_norm(actual, expected, rtol: float = 1e-4, what: str = "") -
     assert err <= rtol * scale, f"{what}: relative error {err / scale:.3e} > {rtol:.0e}"
 
 
+def _call_parts(inputs) -> tuple[tuple, dict]:
+    """(args, kwargs) of model(*args, **kwargs) from a tensor, a tuple, a dict of keyword inputs, or a
+    tuple ending in one (the forms compile_training takes)."""
+    if isinstance(inputs, dict):
+        return (), inputs
+    if isinstance(inputs, tuple) and inputs and isinstance(inputs[-1], dict):
+        return inputs[:-1], inputs[-1]
+    return (inputs if isinstance(inputs, tuple) else (inputs,)), {}
+
+
 def _double(model, inputs, target):
     model = model.double()
-    inputs = tuple(x.double() if x.is_floating_point() else x for x in inputs)
+    args, kwargs = _call_parts(inputs)
+    widen = lambda x: x.double() if x.is_floating_point() else x  # noqa: E731
+    inputs = (*map(widen, args), {k: widen(v) for k, v in kwargs.items()})
     return model, inputs, target.double() if target.is_floating_point() else target
+
+
+def _run(model, inputs):
+    args, kwargs = _call_parts(inputs)
+    return model(*args, **kwargs)
 
 
 def torch_gradients(model: torch.nn.Module, inputs, target, loss="cross_entropy", trainable=None,
@@ -30,12 +47,11 @@ def torch_gradients(model: torch.nn.Module, inputs, target, loss="cross_entropy"
     """Loss and {name: grad} from torch.autograd on a copy of the model (in double precision
     with float64)."""
     model = copy.deepcopy(model)
-    inputs = inputs if isinstance(inputs, tuple) else (inputs,)
     if float64:
         model, inputs, target = _double(model, inputs, target)
     for name, p in model.named_parameters():
         p.requires_grad_(trainable is None or name in trainable)
-    value = resolve_loss(loss)(model(*inputs), target)
+    value = resolve_loss(loss)(_run(model, inputs), target)
     value.backward()
     return value.item(), {n: p.grad.numpy().copy() for n, p in model.named_parameters() if p.grad is not None}
 
@@ -46,7 +62,6 @@ def torch_trajectory(model: torch.nn.Module, inputs, target, optimizer, steps: i
     running statistics), on a copy of the model; float64 runs it in double precision (see
     assert_trajectory_close)."""
     model = copy.deepcopy(model)
-    inputs = inputs if isinstance(inputs, tuple) else (inputs,)
     if float64:
         model, inputs, target = _double(model, inputs, target)
     params = [p for n, p in model.named_parameters() if trainable is None or n in trainable]
@@ -57,7 +72,7 @@ def torch_trajectory(model: torch.nn.Module, inputs, target, optimizer, steps: i
     losses = []
     for _ in range(steps):
         opt.zero_grad()
-        value = loss_fn(model(*inputs), target)
+        value = loss_fn(_run(model, inputs), target)
         value.backward()
         opt.step()
         losses.append(value.item())
