@@ -9,6 +9,7 @@ with the venv's bin directory first on PATH, as for a user who activated the ven
 import json
 import os
 import shutil
+import stat
 import subprocess
 import sys
 from pathlib import Path
@@ -43,9 +44,14 @@ def test_pock_opt_block(tmp_path):
     cwd = user_directory(tmp_path)
     done = run(writes_the_module, cwd)
     assert done.returncode == 0 and "func.func @train_step" in (cwd / "step.mlir").read_text(), done.stderr[-2000:]
+    # The block's `-o /dev/null` writes into a twin of it here: never the machine's own, which an
+    # output written by renaming a file over it would replace (tests/test_safety.py).
+    null = cwd / "null"
+    os.mknod(null, stat.S_IFCHR | 0o666, os.makedev(1, 3))
     checked = set()
     for command in commands:
-        done = run(command, cwd)
+        done = run(command.replace("-o /dev/null", f"-o {null}"), cwd)
+        assert stat.S_ISCHR(os.lstat(null).st_mode), f"{command} replaced the device it wrote to"
         assert done.returncode == 0, f"{command}\n{done.stderr[-2000:]}"
         assert "Traceback" not in done.stderr, command
         (key,) = [k for k in POCK_OPT_OUTPUTS if k in command] or [None]

@@ -1,10 +1,13 @@
 """Hostile files, bad data and faults: a clear error, and nothing lost or overwritten (#19)."""
 
 import json
+import os
 import re
 import shutil
+import stat
 import subprocess
 import sys
+import threading
 import warnings
 from pathlib import Path
 
@@ -15,7 +18,7 @@ import torch.nn as nn
 
 import pock_mlir as pock
 from pock_mlir.bundle import BundleError, check_destination, write_bundle
-from pock_mlir.files import OutputError, atomic_write
+from pock_mlir.files import OutputError, atomic_write, staging_directory
 from pock_mlir.tools import pock_train
 
 VENV_BIN = Path(sys.executable).parent
@@ -92,6 +95,109 @@ def test_output_errors_name_the_path(tmp_path):
         atomic_write(tmp_path / "missing" / "out", b"x")
     with pytest.raises(OutputError, match="it is a directory"):
         atomic_write(tmp_path, b"x")
+
+
+# -- 1b. a device or FIFO is written through, never replaced ------------------------------------
+# On twins made in tmp_path (root makes device nodes; the machine's own /dev/null is never a target).
+
+def device_twin(path: Path, minor: int = 3, kind: int = stat.S_IFCHR) -> Path:
+    """A device node of the memory driver (1, 3: /dev/null; 1, 7: /dev/full) at `path`."""
+    try:
+        os.mknod(path, kind | 0o666, os.makedev(1, minor))
+    except PermissionError:
+        pytest.skip("making a device node needs root")
+    return path
+
+
+def is_device(path: Path, minor: int = 3) -> bool:
+    info = os.lstat(path)
+    return stat.S_ISCHR(info.st_mode) and info.st_rdev == os.makedev(1, minor)
+
+
+class FifoReader:
+    """A FIFO at `path` and a thread reading everything written into it."""
+
+    def __init__(self, path: Path):
+        os.mkfifo(path)
+        self.path, self.data = path, b""
+        self.thread = threading.Thread(target=self._read, daemon=True)
+        self.thread.start()
+
+    def _read(self):
+        with open(self.path, "rb") as f:
+            self.data = f.read()
+
+    def received(self) -> bytes:
+        self.thread.join(timeout=120)
+        assert not self.thread.is_alive(), "nothing closed the FIFO"
+        assert stat.S_ISFIFO(os.lstat(self.path).st_mode), "the FIFO was replaced"
+        return self.data
+
+
+def test_atomic_write_writes_through_a_device(tmp_path):
+    null = device_twin(tmp_path / "null")
+    atomic_write(null, b"x" * 100_000)
+    assert is_device(null) and os.listdir(tmp_path) == ["null"]  # no temporary file either
+    full = device_twin(tmp_path / "full", minor=7)  # written for real: /dev/full refuses every byte
+    with pytest.raises(OutputError, match=f"cannot write {full}: No space left on device"):
+        atomic_write(full, b"x")
+    assert is_device(full, minor=7)
+
+
+def test_atomic_write_writes_through_a_fifo(tmp_path):
+    fifo = FifoReader(tmp_path / "fifo")
+    atomic_write(fifo.path, b"through the pipe")
+    assert fifo.received() == b"through the pipe" and os.listdir(tmp_path) == ["fifo"]
+
+
+def test_a_symlink_to_a_device_is_replaced_not_the_device(tmp_path):
+    null = device_twin(tmp_path / "null")
+    (tmp_path / "out").symlink_to(null)
+    atomic_write(tmp_path / "out", b"new")
+    assert is_device(null) and (tmp_path / "out").read_bytes() == b"new" and not (tmp_path / "out").is_symlink()
+
+
+def test_other_special_files_and_directories_onto_devices_are_refused(tmp_path):
+    block = device_twin(tmp_path / "block", minor=0, kind=stat.S_IFBLK)  # never opened: refused first
+    with pytest.raises(OutputError, match=f"cannot write {block}: it is a block device; give a file name"):
+        atomic_write(block, b"x")
+    null = device_twin(tmp_path / "null")
+    with pytest.raises(OutputError, match="it is a character device; give a directory name"):
+        staging_directory(null)
+    with pytest.raises(BundleError, match="exists and is not a directory"):
+        check_destination(null)
+    assert is_device(null) and stat.S_ISBLK(os.lstat(block).st_mode)
+
+
+def test_pock_opt_writes_through_a_device_a_fifo_and_stdout(tmp_path):
+    null = device_twin(tmp_path / "null")
+    result = run("pock-opt", "--emit-irdl", "-o", null)
+    assert result.returncode == 0 and result.stderr == "" and is_device(null), result.stderr
+    fifo = FifoReader(tmp_path / "fifo")
+    result = run("pock-opt", "--emit-irdl", "-o", fifo.path)
+    assert result.returncode == 0, result.stderr
+    stdout = run("pock-opt", "--emit-irdl", "-o", "-").stdout
+    assert "irdl.dialect @pock" in stdout and fifo.received().decode() == stdout
+
+
+def test_pock_train_exports_through_a_device_and_a_fifo(own_bundle, data, tmp_path):
+    from safetensors.numpy import load
+
+    null = device_twin(tmp_path / "null")
+    result = run("pock-train", own_bundle, "--data", data, "--epochs", 1, "--export", null)
+    assert result.returncode == 0 and is_device(null), result.stderr
+    fifo = FifoReader(tmp_path / "fifo")
+    result = run("pock-train", own_bundle, "--data", data, "--epochs", 1, "--export", fifo.path)
+    assert result.returncode == 0, result.stderr
+    exported = load(fifo.received())
+    assert sorted(exported) == sorted(nn.Sequential(nn.Linear(6, 16), nn.ReLU(), nn.Linear(16, 4)).state_dict())
+
+
+def test_pock_compile_refuses_a_device_as_the_bundle(tmp_path):
+    null = device_twin(tmp_path / "null")
+    result = run("pock-compile", Path(__file__).parent.parent / "examples" / "mlp_digits.py", "-o", null)
+    assert result.returncode == 1 and "exists and is not a directory" in result.stderr, result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1 and is_device(null)
 
 
 # -- 2. pock-compile replaces only a bundle, and keeps what it did not write ------------------
