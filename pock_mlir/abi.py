@@ -151,6 +151,8 @@ class StepSignature:
     adapters: list[Adapter] = field(default_factory=list)  # LoRA adapters among the params (pock_mlir/lora.py)
     quantized: list[QuantizedWeight] = field(default_factory=list)  # int8 weights (pock_mlir/quantize.py)
     by_keyword: int = 0  # the last this many model_inputs are keyword arguments of the model, named by keyword
+    # model input -> rows of the embeddings its ids index (pock_mlir/frontend.py: embedding_vocabularies)
+    vocabularies: dict[str, int] = field(default_factory=dict)
 
     def model_state(self, state: dict) -> dict:
         """Parameters by name as the PyTorch model holds them: int8 weights dequantized, LoRA

@@ -139,7 +139,7 @@ def _manifest(program, *, model, model_file: str | None, loss, sparse) -> dict:
         "optimizer_state": [s.to_json() for s in sig.state],
         # the last by_keyword model inputs are the model's keyword arguments, named by keyword
         "batch": {"inputs": [i.to_json() for i in sig.inputs], "by_keyword": sig.by_keyword,
-                  "target": sig.target.to_json()},
+                  "target": sig.target.to_json(), "vocabularies": dict(sig.vocabularies)},
         "output": sig.output.to_json(),
         "functions": {name: {part: [{"path": path, **spec.to_json()} for path, spec in entries]
                              for part, entries in function.items()} for name, function in abi.items()},
@@ -428,6 +428,9 @@ def _check_names(path: Path, signature: StepSignature) -> None:
                 f"batch.by_keyword {signature.by_keyword!r} is not a count of its model inputs"
                 if type(signature.by_keyword) is not int or not 0 <= signature.by_keyword <= len(signature.model_inputs)
                 else "",
+                "its vocabularies must map model inputs to positive sizes"
+                if any(name not in {i.name for i in signature.model_inputs} or type(rows) is not int or rows < 1
+                       for name, rows in signature.vocabularies.items()) else "",
                 "its output has no shape" if not signature.output.shape else ""]
     expected_state = {}
     for name in signature.trainable:
@@ -462,7 +465,8 @@ def load_bundle(directory) -> Bundle:
             by_keyword=manifest["batch"]["by_keyword"],
             policies={name: Policy(**p) for name, p in manifest["sparse"]["policies"].items()},
             adapters=[lora.Adapter.from_json(entry) for entry in manifest["lora"]],
-            quantized=[QuantizedWeight.from_json(entry) for entry in manifest["quantized"]])
+            quantized=[QuantizedWeight.from_json(entry) for entry in manifest["quantized"]],
+            vocabularies=dict(manifest["batch"]["vocabularies"]))
         target = dataclasses.replace(resolve_target(manifest["target"]["name"]), arch=manifest["target"]["arch"])
         unknown_sources = set(manifest["state_dict"].values()) - {s.name for s in signature.params + signature.buffers} - {
             w.weight for w in signature.quantized}

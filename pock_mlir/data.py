@@ -16,7 +16,7 @@ import numpy as np
 
 from pock_mlir.bundle import Bundle
 from pock_mlir.runtime import InputError, Trainer
-from pock_mlir.runtime.trainer import check_class_indices
+from pock_mlir.runtime.trainer import check_class_indices, check_token_ids
 
 TOKEN_KEYS = ("tokens_train", "tokens_val")
 SAMPLE_KEY = re.compile(r"(x\d*|y)_(train|val)")
@@ -53,9 +53,11 @@ def _input_keys(bundle: Bundle) -> list[str]:
     return keys
 
 
-def _fit(array: np.ndarray, key: str, spec, problems: list[str], classes: int | None = None) -> np.ndarray:
+def _fit(array: np.ndarray, key: str, spec, problems: list[str], classes: int | None = None,
+         vocabulary: int | None = None) -> np.ndarray:
     """`array` in the bundle's dtype, or `array` as it is with the mismatch added to `problems`.
-    Integer arrays are checked as the Trainer checks a batch: class indices below `classes`."""
+    Integer arrays are checked as the Trainer checks a batch: class indices below `classes`, token
+    ids below `vocabulary`."""
     want = tuple(spec.shape[1:])
     if array.shape[1:] != want or array.ndim != len(spec.shape):
         problems.append(f"{key} has samples of shape {array.shape[1:]}, the bundle takes {want} "
@@ -63,6 +65,7 @@ def _fit(array: np.ndarray, key: str, spec, problems: list[str], classes: int | 
     if spec.dtype == "int32" and array.dtype in (np.int32, np.int64):
         try:
             check_class_indices(array, classes, key)
+            check_token_ids(array, vocabulary, key)
         except InputError as e:
             problems.append(str(e))
         return array.astype(np.int32)
@@ -102,8 +105,9 @@ def load_data(path: str, bundle: Bundle, need_train: bool = True) -> tuple[Split
             problems.append(f"cannot read {name} arrays from {path}: {e}")
             return None
         classes = [None] * len(sig.model_inputs) + [sig.target_classes]
-        arrays = [_fit(a, k, spec, problems, c)
-                  for a, k, spec, c in zip(arrays, wanted, sig.model_inputs + [sig.target], classes)]
+        vocabularies = [sig.vocabularies.get(spec.name) for spec in sig.model_inputs] + [None]
+        arrays = [_fit(a, k, spec, problems, c, v) for a, k, spec, c, v in
+                  zip(arrays, wanted, sig.model_inputs + [sig.target], classes, vocabularies)]
         lengths = {k: len(a) for k, a in zip(wanted, arrays)}
         if len(set(lengths.values())) > 1:
             problems.append(f"{' and '.join(f'{k} has {n} samples' for k, n in lengths.items())}; they must match")

@@ -79,6 +79,7 @@ class ImportedModel:
     output: TensorSpec
     initial_params: dict[str, np.ndarray]
     initial_buffers: dict[str, np.ndarray]
+    vocabularies: dict[str, int] = field(default_factory=dict)  # see embedding_vocabularies
     timings: dict[str, float] = field(default_factory=dict)  # seconds per import step
     by_keyword: int = 0  # the last this many model inputs are keyword arguments (StepSignature.by_keyword)
 
@@ -364,6 +365,33 @@ def _export(module: torch.nn.Module, args: tuple, what: str, timings: dict[str, 
     return program
 
 
+# Ops that pass every element of an integer tensor on unchanged (a cast, a view, a copy): ids that
+# reach an embedding through them are all the input's ids. A slice or arithmetic breaks the chain.
+_IDS_KEPT = frozenset({"convert_element_type", "_to_copy", "to", "view", "reshape", "_unsafe_view", "clone", "alias",
+                       "expand", "squeeze", "unsqueeze", "permute", "transpose", "t", "contiguous", "flatten",
+                       "detach", "lift_fresh_copy"})
+
+
+def embedding_vocabularies(program, state_count: int, input_names: list[str]) -> dict[str, int]:
+    """For each model input whose every id indexes an embedding (aten.embedding, through casts and
+    views only), the fewest rows of the embeddings it indexes: the ids eager PyTorch accepts,
+    [0, rows), which the runtime checks on the host (the device would read out of bounds).
+    program: forward_loss's, whose arguments are the state, the inputs, the target."""
+    arguments = program.graph_signature.user_inputs
+    placeholders = dict(zip(arguments[state_count:state_count + len(input_names)], input_names))
+    vocabularies: dict[str, int] = {}
+    for node in program.graph.nodes:
+        if node.op != "call_function" or node.target is not torch.ops.aten.embedding.default:
+            continue
+        ids = node.args[1]
+        while ids.op == "call_function" and getattr(ids.target, "_opname", None) in _IDS_KEPT:
+            ids = ids.args[0]
+        if ids.op == "placeholder" and ids.name in placeholders:
+            name, rows = placeholders[ids.name], node.args[0].meta["val"].shape[0]
+            vocabularies[name] = min(rows, vocabularies.get(name, rows))
+    return vocabularies
+
+
 def _model_frame(stack_trace: str | None) -> str:
     """The innermost `file:line` of a traced op's stack outside torch and pock_mlir."""
     frames = re.findall(r'File "([^"]+)", line (\d+)', stack_trace or "")
@@ -497,6 +525,7 @@ def import_model(model: torch.nn.Module, example_inputs, example_target, loss, c
         output=spec_of(output_path, evaluated),
         initial_params={n: t.numpy().copy() for n, t in params.items()},
         initial_buffers={n: t.numpy().copy() for n, t in buffers.items()},
+        vocabularies=embedding_vocabularies(forward_loss, len(state), input_names),
         timings=timings,
         by_keyword=len(by_keyword),
     )

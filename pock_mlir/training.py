@@ -67,7 +67,7 @@ def build_training_functions(imported: ImportedModel, optimizer, policies: dict[
         trainable=trainable, state=[],
         inputs=imported.inputs, target=imported.target, output=imported.output, policies=dict(policies),
         by_keyword=imported.by_keyword,
-        adapters=list(adapters), quantized=list(quantized))
+        adapters=list(adapters), quantized=list(quantized), vocabularies=dict(imported.vocabularies))
     signature.state = [
         TensorSpec(f"{name}.{slot}", signature.trainable_shape(name), "float32")
         for name in trainable for slot in optimizer.state_slots]

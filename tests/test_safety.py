@@ -303,7 +303,7 @@ def test_a_checkpoint_that_is_not_a_regular_file_is_refused(own_bundle, data):
     assert result.returncode == 1 and "/dev/zero is not a regular file" in result.stderr, result.stderr
 
 
-# -- 5. class indices are checked on the host ---------------------------------------------------
+# -- 5. class indices and token ids are checked on the host -----------------------------------
 
 @pytest.mark.parametrize("label, message", [(12, "target[3] = 12 is not a class index: the model has 4 classes"),
                                             (10 ** 9, "target[3] = 1000000000 is not a class index"),
@@ -338,6 +338,76 @@ def test_pock_train_checks_the_labels_before_training(own_bundle, tmp_path):
     assert result.returncode == 1, result.stderr
     assert "y_train[5] = 12 is not a class index" in result.stderr and "y_val[0] = 1099511627776" in result.stderr
     assert "epoch" not in result.stdout
+
+
+class TokenModel(nn.Module):
+    """ids index two embeddings (13 and 11 rows, one through a view), shifted + 1 a third: only
+    ids's every value reaches an embedding as it is, so only ids is checked (against 11)."""
+
+    def __init__(self):
+        super().__init__()
+        self.wide, self.narrow, self.shifted, self.out = (nn.Embedding(13, 8), nn.Embedding(11, 8),
+                                                          nn.Embedding(5, 8), nn.Linear(8, 4))
+
+    def forward(self, ids, shifted):
+        flat = self.wide(ids.view(-1)).view(*ids.shape, 8)
+        return self.out(flat.mean(1) + self.narrow(ids).mean(1) + self.shifted(shifted + 1).mean(1))
+
+
+@pytest.fixture(scope="module")
+def tokens():
+    g = torch.Generator().manual_seed(0)
+    return (torch.randint(0, 11, (BATCH, 6), generator=g), torch.randint(0, 4, (BATCH, 6), generator=g)), \
+        torch.randint(0, 4, (BATCH,), generator=g)
+
+
+@pytest.fixture(scope="module")
+def token_program(tokens):
+    torch.manual_seed(0)
+    return pock.compile_training(TokenModel(), *tokens, functions="all")
+
+
+@pytest.mark.parametrize("token, message", [
+    (11, "input0: its largest token id, 11, is outside the vocabulary of the embedding it indexes: 11 tokens "
+         "(ids 0..10)"),
+    (-2, "input0: its smallest token id, -2, is outside the vocabulary")])
+def test_token_ids_beyond_the_vocabulary_are_refused_as_pytorch_refuses_them(token_program, tokens, token, message):
+    from pock_mlir.runtime import InputError
+
+    (ids, shifted), y = tokens
+    bad = ids.clone()
+    bad[2, 3] = token
+    with pytest.raises(IndexError):  # the oracle: eager PyTorch
+        TokenModel()(bad, shifted)
+    trainer = token_program.trainer()
+    with pytest.raises(InputError, match=re.escape(message)):
+        trainer.step((bad, shifted), y)
+    assert trainer.steps_taken == 0
+    edge = ids.clone()
+    edge[2, 3] = 10  # the last row of the smaller embedding
+    assert np.isfinite(trainer.step((edge, shifted), y))
+
+
+def test_the_vocabularies_are_those_of_the_embeddings_the_ids_reach_unchanged(token_program):
+    model = TokenModel()
+    assert token_program.signature.vocabularies == {"input0": min(model.wide.num_embeddings,
+                                                                  model.narrow.num_embeddings)}
+
+
+def test_bundles_carry_the_vocabularies_and_pock_train_checks_them(token_program, tokens, tmp_path):
+    from pock_mlir.bundle import load_bundle
+
+    bundle = write_bundle(token_program, tmp_path / "bundle", example_inputs=tokens[0], example_target=tokens[1],
+                          loss="cross_entropy")
+    assert load_bundle(bundle).signature.vocabularies == token_program.signature.vocabularies
+    rng = np.random.default_rng(0)
+    ids = rng.integers(0, 11, (24, 6))
+    ids[7, 1] = 40
+    np.savez(tmp_path / "bad.npz", x0_train=ids, x1_train=rng.integers(0, 4, (24, 6)), y_train=rng.integers(0, 4, 24))
+    result = run("pock-train", bundle, "--data", tmp_path / "bad.npz")
+    assert result.returncode == 1 and "Traceback" not in result.stderr, result.stderr
+    assert "x0_train: its largest token id, 40, is outside the vocabulary of the embedding it indexes: 11 tokens" \
+        in result.stderr and "epoch" not in result.stdout
 
 
 # -- 6. a non-finite loss never reaches the weights -------------------------------------------

@@ -56,6 +56,18 @@ def check_class_indices(values: np.ndarray, classes: int | None, what: str) -> N
                          f"(indices 0..{classes - 1}, or {IGNORE_INDEX} to ignore an entry)")
 
 
+def check_token_ids(values: np.ndarray, vocabulary: int | None, what: str) -> None:
+    """Refuse, on the host, token ids outside [0, vocabulary) (StepSignature.vocabularies: the
+    embedding they index), as PyTorch's embedding does; the device would read out of bounds."""
+    if vocabulary is None or values.dtype.kind not in "iu" or values.size == 0:
+        return
+    low, high = int(values.min()), int(values.max())
+    if high >= vocabulary or low < 0:
+        which, value = ("largest", high) if high >= vocabulary else ("smallest", low)
+        raise InputError(f"{what}: its {which} token id, {value}, is outside the vocabulary of the embedding it "
+                         f"indexes: {vocabulary} tokens (ids 0..{vocabulary - 1})")
+
+
 def to_numpy(x) -> np.ndarray:
     """A numpy array of `x` (a torch tensor, an array or anything np.asarray takes), without importing torch."""
     if isinstance(x, np.ndarray):
@@ -220,6 +232,7 @@ class Trainer:
             if v.dtype.kind in "iu" and spec.dtype == "int32":
                 classes = self.signature.target_classes if spec is self.signature.target else None
                 check_class_indices(v, classes, spec.name)
+                check_token_ids(v, self.signature.vocabularies.get(spec.name), spec.name)
                 v = v.astype(np.int32)  # the device takes int32 indices
             elif v.dtype == np.float64 and spec.dtype == "float32":
                 v = v.astype(np.float32)
