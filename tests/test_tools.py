@@ -249,6 +249,20 @@ def test_compile_errors_are_one_message(tmp_path, capsys, model_text, arguments,
     assert not (tmp_path / "bundle").exists()
 
 
+@pytest.mark.parametrize("tool, name, kind", [("pock-compile", "model.txt", "a .txt file"),
+                                              ("pock-compile", "model.onnx", "a .onnx file"),
+                                              ("pock-search", "model.onnx", "a .onnx file"),
+                                              ("pock-compile", "model", "a file without the .py suffix")])
+def test_a_model_file_of_another_kind_is_one_line(tmp_path, tool, name, kind):
+    (tmp_path / name).write_bytes(b"\x08\x07onnx")
+    output = (["-o", tmp_path / "out.yaml", "--data", tmp_path / "data.npz", "--memory-budget", "1MB"]
+              if tool == "pock-search" else ["-o", tmp_path / "out"])
+    result = subprocess.run([VENV_BIN / tool, tmp_path / name, *output], capture_output=True, text=True)
+    assert result.returncode == 1 and result.stderr.count("\n") == 1, result.stderr
+    assert f"{tmp_path / name} is {kind}; a model file is Python source named MODEL.py" in result.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == [name]  # nothing written
+
+
 def test_compile_refuses_to_replace_a_directory_that_is_not_a_bundle(tmp_path, capsys):
     (tmp_path / "precious").mkdir()
     (tmp_path / "precious" / "notes.txt").write_text("keep me")

@@ -52,6 +52,10 @@ def load_model_file(path: str) -> ModelFile:
     file = Path(path)
     if not file.is_file():
         raise ModelFileError(f"{path}: no such file")
+    if file.suffix != ".py":  # importlib finds no loader for any other name
+        kind = f"a {file.suffix} file" if file.suffix else "a file without the .py suffix"
+        raise ModelFileError(f"{path} is {kind}; a model file is Python source named MODEL.py, defining model() and "
+                             f"example_batch() (see --help)")
     sys.path.insert(0, str(file.resolve().parent))
     spec = importlib.util.spec_from_file_location(f"pock_model_{file.stem}", file)
     module = importlib.util.module_from_spec(spec)
