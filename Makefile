@@ -5,10 +5,19 @@ STAMP := $(VENV)/.installed
 
 .PHONY: demo test lit bench federated-demo clean
 
-$(STAMP): pyproject.toml
+# No CPU build of torchvision for torch 2.13 is to be had here, and PyPI's (a CUDA build, which timm
+# needs and transformers then imports) dies at import beside the CPU torch: where it does, the venv
+# gets tools/torchvision_without_ops.pth (its comment says what it does), so that torchvision, timm
+# and transformers import in every script run in the venv, as the README's examples are written.
+TORCHVISION_PTH := tools/torchvision_without_ops.pth
+
+$(STAMP): pyproject.toml $(TORCHVISION_PTH)
 	test -x $(PY) || python3 -m venv $(VENV)
 	$(VENV)/bin/pip install --quiet --upgrade pip
 	$(VENV)/bin/pip install --quiet -e '.[dev]'
+	$(PY) -c 'import torchvision' 2>/dev/null || \
+	    cp $(TORCHVISION_PTH) "$$($(PY) -c 'import sysconfig; print(sysconfig.get_path("purelib"))')"
+	$(PY) -c 'import torchvision, timm, transformers'
 	touch $(STAMP)
 
 demo: $(STAMP)

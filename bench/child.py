@@ -28,7 +28,7 @@ import torch
 import pock_mlir as pock
 from bench.flops import step_flops
 from bench.memory import rss_kb
-from bench.models import MODELS, PEFT_SCHEMES, library, ort_optimizer, scheme_spec, trainable_names
+from bench.models import MODELS, PEFT_SCHEMES, ort_optimizer, scheme_spec, trainable_names
 from bench.protocol import first_line, memory_facts, print_result, timed_rounds
 from pock_mlir.bundle import write_bundle
 from pock_mlir.frontend import resolve_loss
@@ -48,7 +48,7 @@ def with_peft_adapters(scheme: dict, module):
     scheme names (PyTorch's LoRA baseline)."""
     from pock_mlir.sparse import lora_adapters
 
-    peft = library("peft")  # it imports transformers, which imports torchvision
+    import peft  # only this row's child needs it (it imports transformers)
 
     adapters = lora_adapters(scheme, module)
     others = trainable_names({k: v for k, v in scheme.items() if not str(v).startswith("lora")}, module)

@@ -11,8 +11,6 @@ import functools
 import importlib
 import json
 import re
-import sys
-import types
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Callable
@@ -156,29 +154,15 @@ def _token_loss(logits, target):
     return _examples("transformer").token_cross_entropy(logits, target)
 
 
-def allow_torchvision() -> None:
-    """Let torchvision (which transformers and timm import too) load beside the CPU build of torch.
-    PyPI's torchvision registers meta kernels for its CUDA ops (nms, roi_align), which that torch
-    lacks: `import torchvision` dies with "operator torchvision::nms does not exist". The models
-    need none of those ops, so that module is left out."""
-    sys.modules.setdefault("torchvision._meta_registrations", types.ModuleType("torchvision._meta_registrations"))
-
-
-def library(name: str):
-    """torchvision, transformers, timm or peft (see allow_torchvision)."""
-    allow_torchvision()
-    return importlib.import_module(name)
-
-
 HF_LLAMA_SEQ, HF_LLAMA_BATCH, HF_LLAMA_VOCAB = 128, 4, 8000
 
 
 def _torchvision_mobilenet():
-    return library("torchvision").models.mobilenet_v2(num_classes=10)
+    return importlib.import_module("torchvision").models.mobilenet_v2(num_classes=10)
 
 
 def _hf_llama():
-    transformers = library("transformers")
+    transformers = importlib.import_module("transformers")
     return transformers.LlamaForCausalLM(transformers.LlamaConfig(
         vocab_size=HF_LLAMA_VOCAB, hidden_size=256, intermediate_size=688, num_hidden_layers=2, num_attention_heads=4,
         num_key_value_heads=2, max_position_embeddings=HF_LLAMA_SEQ, tie_word_embeddings=True))
@@ -211,7 +195,7 @@ def _spectrograms(batch: int, mfcc: int, frames: int, keywords: int):
 
 
 def _tiny_vit():
-    return library("timm").models.vision_transformer.VisionTransformer(
+    return importlib.import_module("timm").models.vision_transformer.VisionTransformer(
         img_size=32, patch_size=4, embed_dim=96, depth=4, num_heads=3, num_classes=10)
 
 

@@ -12,10 +12,6 @@ sys.path.insert(0, os.path.dirname(__file__))  # tests import the oracle helpers
 # not depend on it. Set before anything loads torch (OpenMP reads it once).
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
-from bench.models import allow_torchvision  # noqa: E402
-
-allow_torchvision()  # for the library models of test_zoo (transformers and timm import torchvision too)
-
 # The compile cache (pock_mlir/cache.py) lives for one test session, shared by xdist's workers
 # (they inherit the controller's environment, which made it and removes it) and the tools the tests
 # run: a session compiles nothing twice, and nothing from an earlier run decides its results.

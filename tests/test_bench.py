@@ -461,8 +461,8 @@ def test_without_the_quality_results_the_searched_row_alone_fails_and_says_why(t
 
 
 def test_the_pytorch_lora_row_trains_in_its_own_process():
-    """The child imports PEFT itself (which imports transformers and torchvision: bench.models.library),
-    and its loss after a warm-up step is PEFT's, trained here on the same model and batch."""
+    """The child imports PEFT itself (which imports transformers), and its loss after a warm-up step
+    is PEFT's, trained here on the same model and batch."""
     from bench.__main__ import TrainingChild
     from bench.child import with_peft_adapters
     from bench.models import MODELS, scheme_spec
