@@ -322,6 +322,30 @@ def _embedding_bag_as_matmuls(weight, indices, offsets, scale_grad_by_freq=False
     return output, offset2bag, bag_size, bag_size
 
 
+def _grouped_mm_as_masked_bmm(input, weight, offs):
+    """Hugging Face's grouped matmul of experts (rows offs[i-1]:offs[i] of input times weight[i],
+    the rows past offs[-1] zero) as one bmm of every expert's copy of input with the other experts'
+    rows zeroed, summed over experts: its loop over data-dependent row ranges neither exports nor
+    lowers, and through mul, bmm and sum it trains by their rules (E times the matmul's FLOPs)."""
+    rows = torch.arange(input.shape[0], dtype=offs.dtype)
+    group = (offs[None, :] <= rows[:, None]).sum(1)  # per row the index of its expert
+    own = group[None, :] == torch.arange(weight.shape[0], dtype=group.dtype)[:, None]  # (experts, rows)
+    return torch.bmm(own[:, :, None].to(input.dtype) * input, weight).sum(0)
+
+
+def _histc_as_comparisons(input, bins=100, min=0, max=0):
+    """histc with given bounds as a comparison of each element's bin with every bin, summed
+    (torch-mlir does not lower histc; Hugging Face's experts count their tokens with it). Bounds
+    taken from the data (min == max) have no static form: NotImplemented keeps the op."""
+    if min == max:
+        return NotImplemented
+    flat = input.flatten()
+    inside = (flat >= min) & (flat <= max)
+    bin_of = ((flat - min) * bins / (max - min)).floor().clamp(0, bins - 1)  # as torch computes it; max: last bin
+    hits = (bin_of[:, None] == torch.arange(bins, dtype=flat.dtype)[None, :]) & inside[:, None]
+    return hits.sum(0).to(input.dtype)
+
+
 def decompositions() -> dict:
     """torch-mlir's core ATen decompositions, except that `detach` stays (the table turns it into
     `alias`, through which gradients would flow), `_log_softmax` stays (its rule is one fused
@@ -335,6 +359,9 @@ def decompositions() -> dict:
     table[torch.ops.aten.unfold.default] = _unfold_within_its_windows
     table[torch.ops.aten._embedding_bag.default] = _embedding_bag_as_matmuls
     table[torch.ops.aten._embedding_bag_forward_only.default] = _embedding_bag_as_matmuls
+    if hasattr(torch.ops.transformers, "grouped_mm_fallback"):  # registered once transformers' MoE code is imported
+        table[torch.ops.transformers.grouped_mm_fallback.default] = _grouped_mm_as_masked_bmm
+    table[torch.ops.aten.histc.default] = _histc_as_comparisons
     flash = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu.default
     table[flash] = functools.partial(_attention_in_the_fused_layout, table[flash])
     return table

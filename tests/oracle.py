@@ -80,6 +80,35 @@ def torch_trajectory(model: torch.nn.Module, inputs, target, optimizer, steps: i
     return losses, {n: t.detach().numpy().copy() for n, t in state}
 
 
+def torch_sparse_trajectory(model: torch.nn.Module, inputs, target, optimizer, steps: int, rows: dict,
+                            loss="cross_entropy"):
+    """torch.optim with the parameters outside `rows` frozen (requires_grad=False) and only the
+    first rows[name] rows of the others updated: gradient rows beyond them are zeroed by a
+    hook, and restored after each step so that weight decay does not move them either (pock's
+    semantics: unkept channels never change)."""
+    model = copy.deepcopy(model)
+    inputs = inputs if isinstance(inputs, tuple) else (inputs,)
+    params = dict(model.named_parameters())
+    for name, p in params.items():
+        p.requires_grad_(name in rows)
+    for name, k in rows.items():
+        params[name].register_hook(lambda g, k=k: torch.cat([g[:k], torch.zeros_like(g[k:])]))
+    opt = optimizer.torch_optimizer([params[name] for name in rows])
+    initial = {name: p.detach().clone() for name, p in params.items()}
+    loss_fn = resolve_loss(loss)
+    losses = []
+    for _ in range(steps):
+        opt.zero_grad()
+        value = loss_fn(model(*inputs), target)
+        value.backward()
+        opt.step()
+        with torch.no_grad():
+            for name, k in rows.items():
+                params[name][k:] = initial[name][k:]
+        losses.append(value.item())
+    return losses, {name: p.detach().numpy().copy() for name, p in params.items()}
+
+
 FLOAT32_THREADS = (1, 2)  # make test's workers run PyTorch on one thread; users and the bench on two
 
 

@@ -1,7 +1,6 @@
 """Sparse updates end to end: frozen, bias-only, channel-sparse and preset schemes against
 PyTorch with the same parameters frozen and the same channel rows updated; scheme errors."""
 
-import copy
 import json
 import math
 from dataclasses import dataclass
@@ -10,10 +9,9 @@ import numpy as np
 import pytest
 import torch
 import torch.nn as nn
-import torch.nn.functional as F
 
 import pock_mlir as pock
-from oracle import assert_gradients_close, torch_gradients, torch_trajectory
+from oracle import assert_gradients_close, torch_gradients, torch_sparse_trajectory, torch_trajectory
 from pock_mlir.op_facts import derivative_rules
 from pock_mlir.sparse import SparseConfigError, SparseUpdate, resolve_sparse
 
@@ -93,32 +91,6 @@ def compiled(request):
     program = pock.compile_training(model, x, y, loss="cross_entropy", optimizer=case.optimizer, sparse=case.sparse,
                                     functions=("step", "gradients"))  # one IREE module for both
     return model, case.optimizer, case.rows, (x, y), program
-
-
-def torch_sparse_trajectory(model, x, y, optimizer, steps, rows):
-    """torch.optim with the parameters outside `rows` frozen (requires_grad=False) and only the
-    first rows[name] rows of the others updated: gradient rows beyond them are zeroed by a
-    hook, and restored after each step so that weight decay does not move them either (pock's
-    semantics: unkept channels never change)."""
-    model = copy.deepcopy(model)
-    params = dict(model.named_parameters())
-    for name, p in params.items():
-        p.requires_grad_(name in rows)
-    for name, k in rows.items():
-        params[name].register_hook(lambda g, k=k: torch.cat([g[:k], torch.zeros_like(g[k:])]))
-    opt = optimizer.torch_optimizer([params[name] for name in rows])
-    initial = {name: p.detach().clone() for name, p in params.items()}
-    losses = []
-    for _ in range(steps):
-        opt.zero_grad()
-        loss = F.cross_entropy(model(x), y)
-        loss.backward()
-        opt.step()
-        with torch.no_grad():
-            for name, k in rows.items():
-                params[name][k:] = initial[name][k:]
-        losses.append(loss.item())
-    return losses, {name: p.detach().numpy().copy() for name, p in params.items()}
 
 
 def test_trainable_parameters_and_gradient_shapes(compiled):
