@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import copy
 
 import numpy as np
 import torch
 
+from pock_mlir.dropout import SeededDropout
 from pock_mlir.frontend import resolve_loss
 
 
@@ -29,6 +31,12 @@ def _call_parts(inputs) -> tuple[tuple, dict]:
     return (inputs if isinstance(inputs, tuple) else (inputs,)), {}
 
 
+def seeded(seed: int | None):
+    """Dropout and stochastic depth drawing the masks a Trainer draws with `seed`
+    (pock_mlir/dropout.py); None leaves them to torch's RNG."""
+    return contextlib.nullcontext() if seed is None else SeededDropout(torch.tensor(seed, dtype=torch.int32))
+
+
 def _double(model, inputs, target):
     model = model.double()
     args, kwargs = _call_parts(inputs)
@@ -43,24 +51,26 @@ def _run(model, inputs):
 
 
 def torch_gradients(model: torch.nn.Module, inputs, target, loss="cross_entropy", trainable=None,
-                    float64: bool = False):
+                    float64: bool = False, seed: int | None = None):
     """Loss and {name: grad} from torch.autograd on a copy of the model (in double precision
-    with float64)."""
+    with float64; with a seed, its masks as a Trainer's gradients() draws them with that seed)."""
     model = copy.deepcopy(model)
     if float64:
         model, inputs, target = _double(model, inputs, target)
     for name, p in model.named_parameters():
         p.requires_grad_(trainable is None or name in trainable)
-    value = resolve_loss(loss)(_run(model, inputs), target)
+    with seeded(seed):
+        value = resolve_loss(loss)(_run(model, inputs), target)
     value.backward()
     return value.item(), {n: p.grad.numpy().copy() for n, p in model.named_parameters() if p.grad is not None}
 
 
 def torch_trajectory(model: torch.nn.Module, inputs, target, optimizer, steps: int, loss="cross_entropy",
-                     trainable=None, float64: bool = False):
+                     trainable=None, float64: bool = False, seed: int | None = None):
     """Losses over `steps` torch.optim updates and the final parameters and buffers (BatchNorm's
     running statistics), on a copy of the model; float64 runs it in double precision (see
-    assert_trajectory_close)."""
+    assert_trajectory_close); with a seed, each step draws its masks as a Trainer's steps from
+    that seed do (the seed counts steps)."""
     model = copy.deepcopy(model)
     if float64:
         model, inputs, target = _double(model, inputs, target)
@@ -70,9 +80,10 @@ def torch_trajectory(model: torch.nn.Module, inputs, target, optimizer, steps: i
     opt = optimizer.torch_optimizer(params)
     loss_fn = resolve_loss(loss)
     losses = []
-    for _ in range(steps):
+    for step in range(steps):
         opt.zero_grad()
-        value = loss_fn(_run(model, inputs), target)
+        with seeded(None if seed is None else seed + step):
+            value = loss_fn(_run(model, inputs), target)
         value.backward()
         opt.step()
         losses.append(value.item())
@@ -87,7 +98,6 @@ def torch_sparse_trajectory(model: torch.nn.Module, inputs, target, optimizer, s
     hook, and restored after each step so that weight decay does not move them either (pock's
     semantics: unkept channels never change)."""
     model = copy.deepcopy(model)
-    inputs = inputs if isinstance(inputs, tuple) else (inputs,)
     params = dict(model.named_parameters())
     for name, p in params.items():
         p.requires_grad_(name in rows)
@@ -99,7 +109,7 @@ def torch_sparse_trajectory(model: torch.nn.Module, inputs, target, optimizer, s
     losses = []
     for _ in range(steps):
         opt.zero_grad()
-        value = loss_fn(model(*inputs), target)
+        value = loss_fn(_run(model, inputs), target)
         value.backward()
         opt.step()
         with torch.no_grad():
@@ -112,14 +122,15 @@ def torch_sparse_trajectory(model: torch.nn.Module, inputs, target, optimizer, s
 FLOAT32_THREADS = (1, 2)  # make test's workers run PyTorch on one thread; users and the bench on two
 
 
-def torch_float32_trajectories(model, inputs, target, optimizer, steps: int, loss="cross_entropy", trainable=None):
+def torch_float32_trajectories(model, inputs, target, optimizer, steps: int, loss="cross_entropy", trainable=None,
+                               seed: int | None = None):
     """torch_trajectory in float32 on each of FLOAT32_THREADS threads."""
     threads = torch.get_num_threads()
     try:
         runs = []
         for count in FLOAT32_THREADS:
             torch.set_num_threads(count)
-            runs.append(torch_trajectory(model, inputs, target, optimizer, steps, loss, trainable))
+            runs.append(torch_trajectory(model, inputs, target, optimizer, steps, loss, trainable, seed=seed))
         return runs
     finally:
         torch.set_num_threads(threads)
@@ -141,18 +152,20 @@ def assert_gradients_close(actual: dict, expected: dict, rtol: float = 1e-4, wha
 
 
 def assert_gradients_close_to_float64(actual: dict, model, inputs, target, loss="cross_entropy", rtol: float = 1e-4,
-                                      slack: float = 2.0, what: str = "gradient", trainable=None) -> None:
+                                      slack: float = 2.0, what: str = "gradient", trainable=None,
+                                      seed: int | None = None) -> None:
     """Gradients against float64 autograd, each within rtol or `slack` times torch float32's own
     distance from float64 (train-mode BatchNorm on a small batch amplifies rounding)."""
-    _, want = torch_gradients(model, inputs, target, loss, trainable, float64=True)
-    _, f32 = torch_gradients(model, inputs, target, loss, trainable)
+    _, want = torch_gradients(model, inputs, target, loss, trainable, float64=True, seed=seed)
+    _, f32 = torch_gradients(model, inputs, target, loss, trainable, seed=seed)
     strays = {name: slack * np.linalg.norm(np.asarray(f32[name], np.float64) - want[name]) for name in want}
     assert set(actual) == set(want), f"{what}: names {sorted(set(actual) ^ set(want))} differ"
     assert_gradients_close(actual, want, rtol, what, allowed=strays)
 
 
 def assert_trajectory_close(losses, state: dict, model, inputs, target, optimizer, steps: int, rtol: float = 1e-4,
-                            slack: float = 10.0, what: str = "", loss="cross_entropy", trainable=None) -> None:
+                            slack: float = 10.0, what: str = "", loss="cross_entropy", trainable=None,
+                            seed: int | None = None) -> None:
     """Losses and final parameters and buffers of `steps` updates against torch.optim in float64.
 
     A trajectory can amplify rounding (train-mode BatchNorm on a batch of 4, an activation's kink
@@ -163,8 +176,9 @@ def assert_trajectory_close(losses, state: dict, model, inputs, target, optimize
     rather than to where a sensitive trajectory lands in exact arithmetic. PyTorch's order of
     sums depends on how many threads split them (the test MobileNetV2's loss at step 10: 4e-7 off
     float64 on one thread, 5.6e-4 on two), so its runs on each of FLOAT32_THREADS count."""
-    want_losses, want_state = torch_trajectory(model, inputs, target, optimizer, steps, loss, trainable, float64=True)
-    runs = torch_float32_trajectories(model, inputs, target, optimizer, steps, loss, trainable)
+    want_losses, want_state = torch_trajectory(model, inputs, target, optimizer, steps, loss, trainable, float64=True,
+                                               seed=seed)
+    runs = torch_float32_trajectories(model, inputs, target, optimizer, steps, loss, trainable, seed)
     for step, (got, want) in enumerate(zip(losses, want_losses), 1):
         f32 = max((run_losses[step - 1] for run_losses, _ in runs), key=lambda value: abs(value - want))
         bound = max(rtol * abs(want), slack * abs(f32 - want))

@@ -2,7 +2,9 @@
 with the user's own loss on the library's own output and int64 targets, as written for PyTorch:
 
 - torchvision: MobileNetV2 (depthwise, ReLU6), MobileNetV3 (squeeze-excite, hardswish),
-  ShuffleNetV2 (channel split and shuffle), ResNet; BatchNorm in train mode;
+  ShuffleNetV2 (channel split and shuffle), ResNet, EfficientNet (SiLU, squeeze-excite with a
+  sigmoid gate, stochastic depth and dropout, whose masks the oracle draws as the Trainer does);
+  BatchNorm in train mode;
 - timm: a ViT and a ConvNeXt (depthwise 7x7, LayerNorm2d, layer scale);
 - Hugging Face transformers: LLaMA (GQA, RoPE, tied embeddings), GPT-2 (Conv1D, tied), BERT and
   DistilBERT sequence classifiers (eval mode: dropout off);
@@ -11,8 +13,11 @@ with the user's own loss on the library's own output and int64 targets, as writt
 
 Gradients and three SGD-momentum steps against PyTorch. Train-mode BatchNorm on a batch of 4 is
 chaotic in float32, so the vision oracle is a float64 PyTorch run and pock-mlir may be at most
-twice as far from it as PyTorch float32 is. Each model compiles once (module fixture); each
-preset family is compiled on one model and checked to train exactly what it says."""
+twice as far from it as PyTorch float32 is. (EfficientNet-B0 itself, too slow to compile here,
+strays from float64 about 40-fold more each step, pock-mlir's and PyTorch float32's runs alike, as
+float64 does from parameters moved by one float32 rounding (#61); this tiny one does not within
+three steps.) Each model compiles once (module fixture); each preset family is compiled on one
+model and checked to train exactly what it says."""
 
 import copy
 
@@ -22,12 +27,13 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 import pock_mlir as pock
-from oracle import (assert_gradients_close, assert_gradients_close_to_float64, assert_trajectory_close,
+from oracle import (assert_gradients_close, assert_gradients_close_to_float64, assert_trajectory_close, seeded,
                     torch_gradients)
 
 torchvision = pytest.importorskip("torchvision")  # these three are in the dev extras; `make test` installs them
 timm = pytest.importorskip("timm")
 transformers = pytest.importorskip("transformers")
+from torchvision.models.efficientnet import MBConvConfig  # noqa: E402
 from torchvision.models.mobilenetv3 import InvertedResidualConfig  # noqa: E402
 from torchvision.models.resnet import BasicBlock  # noqa: E402
 
@@ -62,6 +68,12 @@ def shufflenet_v2():
 
 def resnet():
     return torchvision.models.ResNet(BasicBlock, [1, 1, 1, 1], num_classes=CLASSES)
+
+
+def efficientnet():  # EfficientNet-B0's blocks, fewer and narrower; B0's dropout and stochastic depth
+    blocks = [MBConvConfig(1, 3, 1, 16, 8, 1), MBConvConfig(6, 3, 2, 8, 16, 2), MBConvConfig(6, 5, 2, 16, 24, 2)]
+    return torchvision.models.EfficientNet(blocks, dropout=0.2, stochastic_depth_prob=0.2, num_classes=CLASSES,
+                                           last_channel=64)
 
 
 def vit():
@@ -121,7 +133,7 @@ class BiLSTMSpotter(nn.Module):
 
 
 VISION = {"tv-mobilenet-v2": mobilenet_v2, "tv-mobilenet-v3": mobilenet_v3, "tv-shufflenet-v2": shufflenet_v2,
-          "tv-resnet": resnet, "timm-vit": vit, "timm-convnext": convnext}
+          "tv-resnet": resnet, "tv-efficientnet": efficientnet, "timm-vit": vit, "timm-convnext": convnext}
 TEXT = {"hf-llama": (llama, next_token_loss), "hf-gpt2": (gpt2, next_token_loss),
         "hf-bert-classifier": (bert, classification_loss), "hf-distilbert-classifier": (distilbert, classification_loss)}
 RECURRENT = {"torch-gru-spotter": GRUSpotter, "torch-bilstm-spotter": BiLSTMSpotter}
@@ -149,8 +161,8 @@ def make_model(name):
 # may land on either side, which changes the gradient by a whole term however exact the rest is
 # (ShuffleNetV2 with seed 1 has one at 4e-7: its one BatchNorm bias gradient was 1% off, PyTorch
 # float32's not), so each batch keeps every such input at least KINK_MARGIN from its kink (checked).
-VISION_SEEDS = {"tv-mobilenet-v2": 3, "tv-mobilenet-v3": 1, "tv-shufflenet-v2": 3, "tv-resnet": 1, "timm-vit": 1,
-                "timm-convnext": 1}
+VISION_SEEDS = {"tv-mobilenet-v2": 3, "tv-mobilenet-v3": 1, "tv-shufflenet-v2": 3, "tv-resnet": 1,
+                "tv-efficientnet": 1, "timm-vit": 1, "timm-convnext": 1}
 KINK_MARGIN = 1e-6
 KINKS = {torch.nn.ReLU: (0,), torch.nn.ReLU6: (0, 6), torch.nn.Hardswish: (-3, 3), torch.nn.Hardsigmoid: (-3, 3)}
 
@@ -205,7 +217,7 @@ def test_gradients_match_autograd(compiled):
     got_loss, grads = program.trainer().gradients(inputs, target)
     loss = MODELS[name][1]
     if name in VISION:
-        assert_gradients_close_to_float64(grads, model, inputs, target, loss, what=name)
+        assert_gradients_close_to_float64(grads, model, inputs, target, loss, what=name, seed=0)
         return
     want_loss, want = torch_gradients(model, inputs, target, loss=loss)
     assert got_loss == pytest.approx(want_loss, rel=1e-5)
@@ -219,14 +231,16 @@ def test_three_sgd_momentum_steps_match_torch_optim(compiled):
     losses = [trainer.step(inputs, target) for _ in range(3)]
     slack = 2.0 if name in VISION else 10.0  # vision: at most twice PyTorch float32's distance from float64
     assert_trajectory_close(losses, trainer.state_dict(), model, inputs, target, OPTIMIZER, 3, what=name,
-                            loss=MODELS[name][1], slack=slack)
+                            loss=MODELS[name][1], slack=slack, seed=0)
 
 
 def test_evaluate_returns_the_logits(compiled):
     name, model, program = compiled
     inputs, _ = batch(name)
-    with torch.no_grad():  # in the compiled mode (vision: train, BatchNorm on the batch's statistics), on a
-        out = copy.deepcopy(model)(inputs)  # copy, as a train-mode forward updates the running statistics
+    # In the compiled mode (vision: train, BatchNorm on the batch's statistics, the masks of a new Trainer's
+    # seed), on a copy, as a train-mode forward updates the running statistics.
+    with torch.no_grad(), seeded(0):
+        out = copy.deepcopy(model)(inputs)
     want = (out.logits if hasattr(out, "logits") else out).numpy()
     got = program.trainer().evaluate(inputs)
     assert got.shape == want.shape
