@@ -6,14 +6,14 @@
 // still printed, separated by '// -----'; the exit code says that one failed. Without the
 // flag the file is one module, and its first error leaves nothing to print.
 
-// CHECK: split-input-file.mlir:26:8: error: 'pock.sgd' op lr must be > 0.0, got -1.0
+// CHECK: split-input-file.mlir:26:8: error: 'pock.sgd' op SGD lr must be > 0, got -1.0
 // CHECK: func.func @defined_in_two_chunks(%{{.*}}: !torch.vtensor<[3],f32>)
 // CHECK-NEXT: return
 // CHECK: // -----
 // CHECK: func.func @defined_in_two_chunks(%{{.*}}: !torch.vtensor<[2],f32>)
 // CHECK-NOT: @invalid_in_the_middle
 
-// WHOLE: split-input-file.mlir:26:8: error: 'pock.sgd' op lr must be > 0.0, got -1.0
+// WHOLE: split-input-file.mlir:26:8: error: 'pock.sgd' op SGD lr must be > 0, got -1.0
 // WHOLE-NOT: func.func
 
 func.func @defined_in_two_chunks(%x: !torch.vtensor<[3],f32>) -> !torch.vtensor<[3],f32> {

@@ -6,14 +6,14 @@
 // fails the run; matched chunks report nothing.
 
 // CHECK-NOT: verify-diagnostics.mlir:{{[12][0-9]}}:
-// CHECK: verify-diagnostics.mlir:32: expected error "lr must be > 0.0" was not produced
-// CHECK-NEXT: verify-diagnostics.mlir:39:8: unexpected error: 'pock.sgd' op weight_decay must be >= 0.0, got -1.0
-// CHECK-NEXT: verify-diagnostics.mlir:48: expected error "lr must be > 0.0" was not produced
-// CHECK-NEXT: verify-diagnostics.mlir:47:8: unexpected error: 'pock.sgd' op lr must be > 0.0, got -1.0
+// CHECK: verify-diagnostics.mlir:32: expected error "lr must be > 0" was not produced
+// CHECK-NEXT: verify-diagnostics.mlir:39:8: unexpected error: 'pock.sgd' op SGD weight_decay must be >= 0, got -1.0
+// CHECK-NEXT: verify-diagnostics.mlir:48: expected error "lr must be > 0" was not produced
+// CHECK-NEXT: verify-diagnostics.mlir:47:8: unexpected error: 'pock.sgd' op SGD lr must be > 0, got -1.0
 // CHECK-NOT: verify-diagnostics.mlir
 
 func.func @matched_with_regex(%w: !torch.vtensor<[3],f32>) {
-  // expected-error @+1 {{'pock.sgd' op lr must be > 0.0, got {{-[0-9.]+}}}}
+  // expected-error @+1 {{'pock.sgd' op SGD lr must be > 0, got {{-[0-9.]+}}}}
   %n = "pock.sgd"(%w, %w) {lr = -1.0 : f64, weight_decay = 0.0 : f64} : (!torch.vtensor<[3],f32>, !torch.vtensor<[3],f32>) -> !torch.vtensor<[3],f32>
   return
 }
@@ -21,14 +21,14 @@ func.func @matched_with_regex(%w: !torch.vtensor<[3],f32>) {
 // -----
 
 func.func @matched_on_the_same_line(%w: !torch.vtensor<[3],f32>) {
-  %n = "pock.sgd"(%w, %w) {lr = -1.0 : f64, weight_decay = 0.0 : f64} : (!torch.vtensor<[3],f32>, !torch.vtensor<[3],f32>) -> !torch.vtensor<[3],f32> // expected-error {{lr must be > 0.0}}
+  %n = "pock.sgd"(%w, %w) {lr = -1.0 : f64, weight_decay = 0.0 : f64} : (!torch.vtensor<[3],f32>, !torch.vtensor<[3],f32>) -> !torch.vtensor<[3],f32> // expected-error {{lr must be > 0}}
   return
 }
 
 // -----
 
 func.func @expected_but_not_produced(%w: !torch.vtensor<[3],f32>) {
-  // expected-error @+1 {{lr must be > 0.0}}
+  // expected-error @+1 {{lr must be > 0}}
   %n = "pock.sgd"(%w, %w) {lr = 1.0 : f64, weight_decay = 0.0 : f64} : (!torch.vtensor<[3],f32>, !torch.vtensor<[3],f32>) -> !torch.vtensor<[3],f32>
   return
 }
@@ -43,7 +43,7 @@ func.func @produced_but_not_expected(%w: !torch.vtensor<[3],f32>) {
 // -----
 
 func.func @expected_on_the_wrong_line(%w: !torch.vtensor<[3],f32>) {
-  // expected-error @+2 {{lr must be > 0.0}}
+  // expected-error @+2 {{lr must be > 0}}
   %n = "pock.sgd"(%w, %w) {lr = -1.0 : f64, weight_decay = 0.0 : f64} : (!torch.vtensor<[3],f32>, !torch.vtensor<[3],f32>) -> !torch.vtensor<[3],f32>
   return
 }

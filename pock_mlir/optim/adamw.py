@@ -19,10 +19,13 @@ class AdamW:
 
     def __post_init__(self):
         check_fields(self)
-        if self.lr <= 0 or self.eps <= 0:
-            raise ValueError("AdamW lr and eps must be > 0")
+        for name in ("lr", "eps"):  # torch.optim.AdamW takes 0 too: a step that changes nothing, or divides by 0
+            if getattr(self, name) <= 0:
+                raise ValueError(f"AdamW {name} must be > 0, got {getattr(self, name)}")
         if not all(0 <= b < 1 for b in self.betas):
             raise ValueError(f"AdamW betas must be in [0, 1), got {self.betas}")
+        if self.weight_decay < 0:
+            raise ValueError(f"AdamW weight_decay must be >= 0, got {self.weight_decay}")
 
     state_slots = ("exp_avg", "exp_avg_sq")
 
@@ -38,7 +41,12 @@ class AdamW:
         return torch.optim.AdamW(params, lr=self.lr, betas=self.betas, eps=self.eps, weight_decay=self.weight_decay)
 
 
-@update_op(AdamWOp, state_slots=2)
+def _from_attributes(attributes: dict) -> AdamW:
+    return AdamW(attributes["lr"], (attributes["beta1"], attributes["beta2"]), attributes["eps"],
+                 attributes["weight_decay"])
+
+
+@update_op(AdamWOp, state_slots=2, hyperparameters=_from_attributes)
 def lower_adamw(b, op):
     param, grad, m, v, step = op.operands
     lr, beta1, beta2 = attribute(op, "lr"), attribute(op, "beta1"), attribute(op, "beta2")

@@ -17,6 +17,8 @@ from typing import Callable
 
 from torch_mlir import ir
 
+from pock_mlir.dialects.pock import HYPERPARAMETER_CHECKS
+
 # An update op takes (param, grad, state..., [step]) and returns (new_param, new_state...).
 Lowering = Callable[..., list]  # (TorchBuilder, the op) -> its results' replacements
 
@@ -32,11 +34,14 @@ UPDATE_OPS: dict[str, UpdateOp] = {}
 OPTIMIZERS: dict[str, type] = {}  # "sgd" -> SGD: the names pock-compile --optimizer and manifests use
 
 
-def update_op(op_class, state_slots: int):
-    """Register the decorated lowering for `op_class` (a pock dialect op) with its state slots."""
+def update_op(op_class, state_slots: int, hyperparameters: Callable[[dict], object]):
+    """Register the decorated lowering for `op_class` (a pock dialect op) with its state slots, and
+    `hyperparameters(attributes)`, the optimizer made of the op's attributes, whose constructor's
+    ValueError the op's verifier reports: IR and the Python API are refused alike."""
     def register(lower: Lowering) -> Lowering:
         name = op_class.OPERATION_NAME
         UPDATE_OPS[name] = UpdateOp(name, state_slots, lower)
+        HYPERPARAMETER_CHECKS[name] = hyperparameters
         return lower
     return register
 

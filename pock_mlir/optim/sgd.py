@@ -1,4 +1,8 @@
-"""SGD, as torch.optim.SGD: plain, or with momentum (dampening, weight decay, Nesterov)."""
+"""SGD, as torch.optim.SGD: plain, or with momentum (dampening, weight decay, Nesterov).
+
+Its hyperparameters are checked as torch.optim.SGD checks them (momentum and weight decay >= 0,
+any dampening, Nesterov only with momentum and no dampening; the lowering computes torch's update
+for each), but for a learning rate of 0, which trains nothing and is refused."""
 
 from __future__ import annotations
 
@@ -24,10 +28,12 @@ class SGD:
         check_fields(self)
         if self.lr <= 0:
             raise ValueError(f"SGD lr must be > 0, got {self.lr}")
-        if self.momentum < 0 or self.weight_decay < 0:
-            raise ValueError("SGD momentum and weight_decay must be >= 0")
+        for name in ("momentum", "weight_decay"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"SGD {name} must be >= 0, got {getattr(self, name)}")
         if self.nesterov and (self.momentum <= 0 or self.dampening != 0):
-            raise ValueError("Nesterov momentum requires momentum > 0 and dampening = 0")
+            raise ValueError(f"SGD nesterov momentum requires momentum > 0 and dampening 0, got momentum "
+                             f"{self.momentum} and dampening {self.dampening}")
 
     @property
     def state_slots(self) -> tuple[str, ...]:
@@ -50,7 +56,7 @@ class SGD:
                                weight_decay=self.weight_decay, nesterov=self.nesterov)
 
 
-@update_op(SGDOp, state_slots=0)
+@update_op(SGDOp, state_slots=0, hyperparameters=lambda attributes: SGD(**attributes))
 def lower_sgd(b, op):
     param, grad = op.operands
     lr, wd = attribute(op, "lr"), attribute(op, "weight_decay")
@@ -58,7 +64,7 @@ def lower_sgd(b, op):
     return [b.sub(param, b.mul(direction, lr))]
 
 
-@update_op(SGDMomentumOp, state_slots=1)
+@update_op(SGDMomentumOp, state_slots=1, hyperparameters=lambda attributes: SGD(**attributes))
 def lower_sgd_momentum(b, op):
     param, grad, buf, step = op.operands
     lr, momentum = attribute(op, "lr"), attribute(op, "momentum")
