@@ -32,7 +32,7 @@ from bench.models import MODELS, PEFT_SCHEMES, ort_optimizer, scheme_spec, train
 from bench.protocol import first_line, memory_facts, print_result, timed_rounds
 from pock_mlir.bundle import write_bundle
 from pock_mlir.frontend import resolve_loss
-from pock_mlir.targets import CHOSEN_VECTOR_TAILS
+from pock_mlir.iree_flags import CHOSEN_VECTOR_TAILS
 
 
 def _setup(spec):
@@ -117,7 +117,7 @@ def compile_pock(spec) -> dict:
                    pipelines=spec.get("pipelines"), cache=False)  # time the compilation itself
     flags, tails = tuple(spec["iree_flags"]), None
     if spec.get("other_tails"):  # pock-mlir-other-tails: the vector tails pock-backend-switch did not choose
-        chosen = pock.compile_training(module, inputs, target, functions=(), **options).vector_tails[0]
+        chosen = pock.compile_training(module, inputs, target, functions=(), **options).vector_tails.form
         tails = "peeled" if chosen == "masked" else "masked"
         flags += CHOSEN_VECTOR_TAILS[tails]
     start = time.perf_counter()
@@ -132,7 +132,7 @@ def compile_pock(spec) -> dict:
         write_bundle(program, spec["bundle"], example_inputs=inputs, example_target=target, loss=model_def.loss,
                      model=module)
     return {"scheme_used": label, "compile_s": compile_s, "compile_breakdown_s": dict(program.timings),
-            "iree_flags": program.iree_flags(), "vector_tails": tails or program.vector_tails[0],
+            "iree_flags": program.iree_flags(), "vector_tails": tails or program.vector_tails.form,
             "trainable_params": program.signature.trained_values}
 
 

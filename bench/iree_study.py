@@ -12,9 +12,9 @@ function, as a standalone function compiled, checked against torch and timed alo
 forms also without IREE's global im2col flag. The measured table is what the pass reads.
 
 flags: whole compiled training steps under candidate flag sets, each step's time and its Trainer's
-device memory; the winners for every program go into pock_mlir/targets.py's CPU flags, and
-pock-backend-switch reads the data-tiling, vector-tails and aggressive-fusion sets' steps to choose
-those three per program (pock_mlir.tuning).
+device memory (the sets: pock_mlir/iree_flags.py's FLAG_SETS); the winners for every program go
+into its CPU_COMMON, every CPU target's flags, and pock-backend-switch reads the data-tiling,
+vector-tails and aggressive-fusion sets' steps to choose those three per program (pock_mlir.tuning).
 
 Timings are the fastest of many calls: on a machine shared with other jobs the minimum is the
 least disturbed estimate of what a form or flag set costs.
@@ -38,20 +38,15 @@ import torch.nn.functional as F
 from pock_mlir.conv_forms import CONV_OPS, FORM_NAMES, FORMS, GRADIENTS, ConvShape, Window
 from pock_mlir.files import atomic_write
 from pock_mlir.runtime.workspace import ModuleFunctions
-from pock_mlir.targets import AGGRESSIVE_FUSION, DATA_TILING, MASKED_VECTOR_TAILS, PEELED_VECTOR_TAILS
-from pock_mlir.tuning import (AGGRESSIVE_FUSION_SET, BASELINE_SET, DATA_TILED_AGGRESSIVE_FUSION_SET,
-                              DATA_TILED_MASKED_AGGRESSIVE_FUSION_SET, DATA_TILED_MASKED_TAILS_SET, DATA_TILING_SET,
-                              MASKED_AGGRESSIVE_FUSION_SET, MASKED_TAILS_SET, own_table_path)
-
-IM2COL_FLAG = "--iree-global-opt-use-im2col-for-convs"
-UKERNELS_FLAG = "--iree-llvmcpu-enable-ukernels=all"
-BASE_FLAGS = ["--iree-hal-target-backends=llvm-cpu", "--iree-input-type=torch"]
+from pock_mlir.iree_flags import CPU_NAME, FLAG_SETS, IM2COL, INPUT_TORCH, flag
+from pock_mlir.targets import resolve_target
+from pock_mlir.tuning import own_table_path
 
 
 def target_flags(target: str = "host") -> list[str]:
-    from pock_mlir.targets import resolve_target
-
+    """The target's flags, which name its device: what the conv study compiles each form with."""
     return resolve_target(target).compile_flags()
+
 
 def square(n, c, h, o, k, stride, pad, groups) -> ConvShape:
     return ConvShape(n, c, o, groups, Window.of((k, k), (stride, stride), (pad, pad), (1, 1), (h, h)))
@@ -129,7 +124,7 @@ def load_function(text: str, flags: tuple[str, ...], function="main"):
     import iree.compiler as ic
     import iree.runtime as rt
 
-    vmfb = ic.compile_str(text, extra_args=BASE_FLAGS + list(flags))
+    vmfb = ic.compile_str(text, extra_args=[INPUT_TORCH, *flags])
     config = rt.Config("local-task")
     context = rt.SystemContext(config=config)
     context.add_vm_module(rt.VmModule.copy_buffer(config.vm_instance, vmfb))
@@ -176,8 +171,8 @@ def study_convs(flags: list[str], cases=CONV_CASES) -> list[dict]:
                     scale = float(want.abs().max())
                     assert np.abs(got - want.numpy()).max() <= 1e-4 * scale, f"{shape.kind()} {op} {form} disagrees with torch"
                 variants[f"{op}/{form}"] = (text, flags, args)
-                if form == "direct" and IM2COL_FLAG in flags:  # what IREE's global im2col flag is worth here
-                    variants[f"{op}/direct-without-im2col-flag"] = (text, [f for f in flags if f != IM2COL_FLAG], args)
+                if form == "direct" and IM2COL in flags:  # what IREE's global im2col flag is worth here
+                    variants[f"{op}/direct-without-im2col-flag"] = (text, [f for f in flags if f != IM2COL], args)
         row["ms"] = time_interleaved(variants)
         for key, ms in row["ms"].items():
             print(f"{shape.kind():34s} {key:40s} {ms:8.3f} ms", flush=True)
@@ -196,32 +191,6 @@ def _reference(shape: ConvShape, op: str, g, x, w) -> list:
                                                 list(window.padding), list(window.dilation), False, [0, 0],
                                                 shape.groups, mask)
     return [grad for grad, wanted in zip(grads, mask) if wanted]
-
-
-# Data tiling, vector tails and fusion are also chosen per program (pock-backend-switch); every set
-# says each, so that the sets compare what their names say on every program.
-NO_DATA_TILING = f"{DATA_TILING}=false"
-NO_AGGRESSIVE_FUSION = f"{AGGRESSIVE_FUSION}=false"
-FLAG_SETS = {
-    BASELINE_SET: [IM2COL_FLAG, PEELED_VECTOR_TAILS, NO_DATA_TILING, NO_AGGRESSIVE_FUSION],
-    MASKED_TAILS_SET: [IM2COL_FLAG, MASKED_VECTOR_TAILS, NO_DATA_TILING, NO_AGGRESSIVE_FUSION],
-    "none": [PEELED_VECTOR_TAILS, NO_DATA_TILING, NO_AGGRESSIVE_FUSION],
-    "im2col+ukernels": [IM2COL_FLAG, UKERNELS_FLAG, PEELED_VECTOR_TAILS, NO_DATA_TILING, NO_AGGRESSIVE_FUSION],
-    "im2col+ukernels+O3": [IM2COL_FLAG, UKERNELS_FLAG, "--iree-opt-level=O3", PEELED_VECTOR_TAILS, NO_DATA_TILING,
-                           NO_AGGRESSIVE_FUSION],
-    "im2col+ukernels+aggressive-fusion": [IM2COL_FLAG, UKERNELS_FLAG, AGGRESSIVE_FUSION, PEELED_VECTOR_TAILS,
-                                          NO_DATA_TILING],
-    # IREE 3.13's default data-tiling path (dispatch creation) fails on bool tensors passed between
-    # dispatches (attention's fully-masked-row guard); the global-optimization path compiles them.
-    "im2col+data-tiling": [IM2COL_FLAG, "--iree-opt-data-tiling", PEELED_VECTOR_TAILS, NO_DATA_TILING,
-                           NO_AGGRESSIVE_FUSION],
-    DATA_TILING_SET: [IM2COL_FLAG, PEELED_VECTOR_TAILS, DATA_TILING, NO_AGGRESSIVE_FUSION],
-    DATA_TILED_MASKED_TAILS_SET: [IM2COL_FLAG, MASKED_VECTOR_TAILS, DATA_TILING, NO_AGGRESSIVE_FUSION],
-    AGGRESSIVE_FUSION_SET: [IM2COL_FLAG, AGGRESSIVE_FUSION, PEELED_VECTOR_TAILS, NO_DATA_TILING],
-    DATA_TILED_AGGRESSIVE_FUSION_SET: [IM2COL_FLAG, AGGRESSIVE_FUSION, PEELED_VECTOR_TAILS, DATA_TILING],
-    MASKED_AGGRESSIVE_FUSION_SET: [IM2COL_FLAG, AGGRESSIVE_FUSION, MASKED_VECTOR_TAILS, NO_DATA_TILING],
-    DATA_TILED_MASKED_AGGRESSIVE_FUSION_SET: [IM2COL_FLAG, AGGRESSIVE_FUSION, MASKED_VECTOR_TAILS, DATA_TILING],
-}
 
 
 STEPS_PER_TURN = 5
@@ -258,7 +227,8 @@ def study_flags(models: list[str], flag_sets=FLAG_SETS, steps=20) -> tuple[dict,
         inputs, target = spec.batch()
         program = pock.compile_training(module, inputs, target, loss=spec.loss, optimizer=spec.optimizer)
         programs[name] = program_matmul_flops(program)
-        base_target = dataclasses.replace(program.target, flags=("--iree-llvmcpu-target-cpu=host",))
+        # the target's device and CPU alone: each set says the rest
+        base_target = dataclasses.replace(program.target, flags=(flag(CPU_NAME, "host"),))
         results[name], trainers = {}, {}
         for label, flags in flag_sets.items():
             # compiled afresh with these flags: no modules of the program's own, no cached ones
@@ -328,6 +298,9 @@ def main(argv=None) -> int:
                  else study_convs(flags))
         table["convs"] = {"load_average": load, "iree_flags": flags, "cases": cases}
     else:
+        unknown = [name for name in args.sets.split(",") if name not in FLAG_SETS]
+        if unknown:
+            parser.error(f"--sets: no flag set {', '.join(unknown)}; the sets are {', '.join(FLAG_SETS)}")
         sets = {name: FLAG_SETS[name] for name in args.sets.split(",")}
         step_ms, programs = study_flags(args.models.split(","), sets)
         # a study of some models replaces their rows and keeps the other models' (a row names its sets)

@@ -6,7 +6,7 @@ from pathlib import Path
 
 from bench.models import MODELS, SCHEMES
 from pock_mlir.files import atomic_save, atomic_write
-from pock_mlir.targets import AGGRESSIVE_FUSION, DATA_TILING, MASKED_VECTOR_TAILS
+from pock_mlir.iree_flags import AGGRESSIVE_FUSION, DATA_TILING, MASKED_VECTOR_TAILS
 
 SYSTEM_TITLES = {
     "eager": "PyTorch eager",

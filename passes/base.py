@@ -20,7 +20,9 @@ class ModulePass:
     name: ClassVar[str]
     description: ClassVar[str]
 
-    def apply(self, module: ir.Operation) -> None:
+    def apply(self, module: ir.Operation) -> object | None:
+        """Transform `module` in place; a pass that decides something returns its decisions typed,
+        which run_pipeline hands to its caller (pock-backend-switch: its BackendChoices)."""
         raise NotImplementedError
 
     @classmethod

@@ -77,11 +77,13 @@ def parse_pock_pass(element: str) -> ModulePass:
     return pass_cls(**values)
 
 
-def _python_pass(instance: ModulePass):
+def _python_pass(instance: ModulePass, results: list):
     def run(op, pass_):
         try:
             with ir.Location.unknown(op.context):  # builders need a default location
-                instance.apply(op)
+                result = instance.apply(op)
+            if result is not None:
+                results.append(result)
         except PassError as e:
             (e.location or op.location).emit_error(f"{instance.name}: {e}")
             pass_.signal_pass_failure()
@@ -95,7 +97,10 @@ def _python_pass(instance: ModulePass):
     return run
 
 
-def build_pass_manager(pipeline: str, *, print_ir_after_all: bool = False) -> PassManager:
+def build_pass_manager(pipeline: str, *, print_ir_after_all: bool = False,
+                       results: list | None = None) -> PassManager:
+    """The PassManager of `pipeline`; each pock pass that returns a result adds it to `results`."""
+    results = [] if results is None else results
     pm = PassManager("builtin.module")
     for element in split_top_level(pipeline):
         name = element.split("{")[0].split("(")[0].strip()
@@ -103,7 +108,7 @@ def build_pass_manager(pipeline: str, *, print_ir_after_all: bool = False) -> Pa
             if "(" in element.split("{")[0]:
                 raise PipelineError(f"pock pass '{name}' runs on the whole module and takes no nested pipeline: '{element}'")
             instance = parse_pock_pass(element)
-            pm.add(_python_pass(instance), name=instance.name, argument=instance.name,
+            pm.add(_python_pass(instance, results), name=instance.name, argument=instance.name,
                    description=instance.description)
             continue
         try:
@@ -125,6 +130,9 @@ def build_pass_manager(pipeline: str, *, print_ir_after_all: bool = False) -> Pa
     return pm
 
 
-def run_pipeline(module: ir.Module, pipeline: str, *, print_ir_after_all: bool = False) -> None:
-    """Run a pipeline on a module in place; raises ir.MLIRError with the diagnostics on failure."""
-    build_pass_manager(pipeline, print_ir_after_all=print_ir_after_all).run(module.operation)
+def run_pipeline(module: ir.Module, pipeline: str, *, print_ir_after_all: bool = False) -> list:
+    """Run a pipeline on a module in place; returns the results its pock passes returned, in the
+    order they ran (see ModulePass.apply). Raises ir.MLIRError with the diagnostics on failure."""
+    results = []
+    build_pass_manager(pipeline, print_ir_after_all=print_ir_after_all, results=results).run(module.operation)
+    return results

@@ -15,25 +15,27 @@ its baseline form (forward: direct; gradients: im2col, depthwise patches). A con
 gradients are both used gets the pair of forms measured fastest together, from one producer of g,
 where the table has such pairs: each form's layout of g costs in that producer.
 
-The choice is visible in the IR: the op doing the work carries `pock.backend = "<form>"` and
-`pock.backend_reason = "<the measurements behind it>"` (TrainingProgram.backend_report() lists
-them). Transposed convolutions stay direct. A 1-D convolution (nn.Conv1d) takes its forms as a 2-D
-one of height 1: IREE lowers a 1-D convolution without its im2col rewrite, several times slower.
+The choice is visible in the IR, for pock-opt's users: the op doing the work carries
+`pock.backend = "<form>"` and `pock.backend_reason = "<the measurements behind it>"`. Transposed
+convolutions stay direct. A 1-D convolution (nn.Conv1d) takes its forms as a 2-D one of height 1:
+IREE lowers a 1-D convolution without its im2col rewrite, several times slower.
 
 Data tiling (IREE packs matmul operands into the CPU's register-tile layout), vector tails (how a
 vectorized loop's remainder runs: masked, or peeled into a loop of its own) and fusion (IREE's
 aggressive fusion forms fewer, larger dispatches) are flags of the whole IREE compilation, so their
 choices mark the module: `pock.data_tiling = "data-tiled"` or `"plain"` (see choose_data_tiling),
 `pock.vector_tails = "masked"`, `"peeled"` or `"target default"` (see choose_vector_tails) and
-`pock.fusion = "aggressive"` or `"default"` (see choose_fusion), each with a `_reason`;
-TrainingProgram.iree_flags() adds the flags the lowered module asks for.
+`pock.fusion = "aggressive"` or `"default"` (see choose_fusion), each with a `_reason`.
+
+The pass returns every choice, typed, with the measurements it compared: a
+pock_mlir.tuning.BackendChoices, which compile_training receives from the pipeline run and hands to
+the TrainingProgram (its iree_flags() adds the flags chosen, backend_report() lists them).
 """
 
 from __future__ import annotations
 
 import functools
 import math
-import re
 from dataclasses import dataclass
 
 from torch_mlir import ir
@@ -42,8 +44,9 @@ from pock_mlir.conv_forms import FORM_NAMES, FORMS, GRADIENT_INDEX, GRADIENTS, C
 from pock_mlir.cost import op_flops
 from pock_mlir.torch_builder import TorchBuilder, decode_operand
 from pock_mlir.torch_types import tensor_type_of
-from pock_mlir.tuning import (MATMUL_TILE, Choice, MatmulFlops, Tuning, choose_conv_form, choose_data_tiling,
-                              choose_fusion, choose_vector_tails)
+from pock_mlir.targets import TARGETS
+from pock_mlir.tuning import (MATMUL_TILE, BackendChoices, Choice, MatmulFlops, OpChoice, Tuning, choose_conv_form,
+                              choose_data_tiling, choose_fusion, choose_vector_tails)
 
 from .base import ModulePass, PassError, functions, option
 
@@ -53,7 +56,6 @@ WORK_OPS = ("torch.aten.mm", "torch.aten.bmm", "torch.aten.matmul", "torch.aten.
 CONVOLUTIONS = ("torch.aten.convolution", "torch.aten.convolution_backward")
 MATMULS = ("torch.aten.mm", "torch.aten.bmm", "torch.aten.matmul")
 SOFTMAXES = ("torch.aten._softmax", "torch.aten.softmax.int")
-TARGET_NAME = re.compile(r"[A-Za-z0-9_-]+")  # names pock_mlir/tuning/<target>.json: never a path
 TRANSPOSED = Choice("direct", "transposed convolutions have only the direct form")
 
 
@@ -106,12 +108,14 @@ def module_matmul_flops(module: ir.Operation) -> MatmulFlops:
     return matmul_flops(op.operation for func in functions(module) for op in func.regions[0].blocks[0].operations)
 
 
-def _mark(op, choice: Choice, what: str) -> None:
+def _mark(op, choice: Choice, what: str, chosen: list) -> None:
+    """Mark `op` with the choice for pock-opt's users, and add it to the function's `chosen`."""
     op.attributes["pock.backend"] = ir.StringAttr.get(choice.form)
     op.attributes["pock.backend_reason"] = ir.StringAttr.get(f"{what}: {choice.reason}")
+    chosen.append(OpChoice(what, choice))
 
 
-def _emit(op, choice: Choice, what: str, emitter, *operands):
+def _emit(op, choice: Choice, what: str, chosen: list, emitter, *operands):
     """Emit a form on `operands` before `op`, marking the op doing its work (its first matmul, sum
     or convolution; for a form made of elementwise ops, the one producing the result); returns the
     result. A 1-D convolution's operands get a height of 1, and its result loses it."""
@@ -119,7 +123,7 @@ def _emit(op, choice: Choice, what: str, emitter, *operands):
     b = TorchBuilder(ir.InsertionPoint(op), op.location, created)
     one_d = len(b.shape(operands[-1])) == 3
     result = emitter(b, *(b.aten.unsqueeze(v, 2) if one_d else v for v in operands))
-    _mark(next((o for o in created if o.name in WORK_OPS), result.owner), choice, what)
+    _mark(next((o for o in created if o.name in WORK_OPS), result.owner), choice, what, chosen)
     return b.aten.squeeze.dim(result, 2) if one_d else result
 
 
@@ -132,8 +136,8 @@ class BackendSwitchPass(ModulePass):
                    "pock.backend. Marks the module with whether IREE should data-tile its matmuls "
                    "(pock.data_tiling), how it should vectorize loop remainders (pock.vector_tails) and fuse "
                    "(pock.fusion)")
-    target: str = option("host", "tuning table to choose by: pock_mlir/tuning/<target>.json (the host's: "
-                                 "this CPU's, pock_mlir.tuning.table_path)")
+    target: str = option("host", f"the target ({', '.join(TARGETS)}) whose tuning table to choose by: "
+                                 "pock_mlir/tuning/<target>.json (the host's: this CPU's, pock_mlir.tuning.table_path)")
     tuning: str = option("", "a tuning table file to choose by instead of the target's, e.g. one measured on "
                              "another machine (python -m bench.iree_study writes them)")
     force: str = option("", f"use this form wherever it is implemented instead of choosing: {', '.join(FORM_NAMES)}")
@@ -142,14 +146,14 @@ class BackendSwitchPass(ModulePass):
     min_speedup: float = option(1.25, "choose a form other than the baseline only if measured at least this much faster "
                                       "(timings on a shared machine vary by 10-20%)")
 
-    def apply(self, module: ir.Operation) -> None:
+    def apply(self, module: ir.Operation) -> BackendChoices:
         for name, form in (("force", self.force), ("exclude", self.exclude)):
             if form and form not in FORM_NAMES:
                 raise PassError(f"{name} must be one of {', '.join(FORM_NAMES)}, got '{form}'")
         if not math.isfinite(self.min_speedup) or self.min_speedup < 1:
             raise PassError(f"min_speedup must be a finite number >= 1, got {self.min_speedup}")
-        if not TARGET_NAME.fullmatch(self.target):
-            raise PassError(f"target must be a target name (letters, digits, '_', '-'), got '{self.target}'")
+        if self.target not in TARGETS:
+            raise PassError(f"target must be one of {', '.join(TARGETS)}, got '{self.target}'")
         flops = module_matmul_flops(module)
         tiling = choose_data_tiling(self.measurements, flops)
         data_tiled = tiling.form == "data-tiled"
@@ -158,14 +162,18 @@ class BackendSwitchPass(ModulePass):
         for mark, choice in (("pock.data_tiling", tiling), ("pock.vector_tails", tails), ("pock.fusion", fusion)):
             module.attributes[mark] = ir.StringAttr.get(choice.form)
             module.attributes[f"{mark}_reason"] = ir.StringAttr.get(choice.reason)
+        chosen = {}
         for func in functions(module):
             ops = [op.operation for op in func.regions[0].blocks[0].operations]
             paired = self._paired_gradients([op for op in ops if op.name == "torch.aten.convolution_backward"])
+            chosen_here = []
             for op in ops:
                 if op.name == "torch.aten.convolution":
-                    self._forward(op)
+                    self._forward(op, chosen_here)
                 elif op.name == "torch.aten.convolution_backward":
-                    self._backward(op, paired)
+                    self._backward(op, paired, chosen_here)
+            chosen[ir.StringAttr(func.attributes["sym_name"]).value] = tuple(chosen_here)
+        return BackendChoices(tiling, tails, fusion, chosen)
 
     def _choose(self, shape: ConvShape, op: str) -> Choice:
         forms = shape.forms(op)
@@ -196,7 +204,7 @@ class BackendSwitchPass(ModulePass):
             pair = choose_conv_form(self.measurements, shape, GRADIENTS, self.min_speedup, self.exclude)
             if pair.measured:  # forms "<input form>+<weight form>"
                 for name, form in zip(GRADIENT_INDEX, pair.form.split("+")):
-                    paired[needed[name]] = Choice(form, f"both gradients {pair.reason}", measured=True)
+                    paired[needed[name]] = Choice(form, f"both gradients {pair.reason}", pair.measured)
         return paired
 
     @functools.cached_property
@@ -206,37 +214,37 @@ class BackendSwitchPass(ModulePass):
         except ValueError as e:
             raise PassError(str(e)) from None
 
-    def _forward(self, op) -> None:
+    def _forward(self, op, chosen: list) -> None:
         x, w, bias, stride, padding, dilation, transposed, output_padding, groups = map(decode_operand, op.operands)
         shape = conv_shape(op, x, w, op.results[0], stride, padding, dilation, transposed, groups)
         if shape is None:
-            _mark(op, TRANSPOSED, "convolution")
+            _mark(op, TRANSPOSED, "convolution", chosen)
             return
         choice, what = self._choose(shape, "forward"), f"convolution {shape.kind()}"
         one_d = len(stride) == 1
         if choice.form == "direct" and not needs_fitting(shape) and not one_d:
-            _mark(op, choice, what)
+            _mark(op, choice, what, chosen)
             return
-        y = _emit(op, choice, what, lambda b, x, w: FORMS["forward", choice.form](b, shape, None, x, w), x, w)
+        y = _emit(op, choice, what, chosen, lambda b, x, w: FORMS["forward", choice.form](b, shape, None, x, w), x, w)
         if bias is not None:
             b = TorchBuilder(ir.InsertionPoint(op), op.location)
             y = b.add(y, b.reshape(bias, [1, shape.o] + [1] * (2 - one_d)))
         op.results[0].replace_all_uses_with(y)
         op.erase()
 
-    def _backward(self, op, paired: dict) -> None:
+    def _backward(self, op, paired: dict, chosen: list) -> None:
         """Each gradient the op computes and something uses gets its own form: the one chosen with
         the other gradient's (`paired`), else its own."""
         g, x, w, bias_sizes, stride, padding, dilation, transposed, output_padding, groups, mask = map(
             decode_operand, op.operands)
         shape = conv_shape(op, x, w, g, stride, padding, dilation, transposed, groups)
         if shape is None:
-            _mark(op, TRANSPOSED, "convolution_backward")
+            _mark(op, TRANSPOSED, "convolution_backward", chosen)
             return
         for name, index in GRADIENT_INDEX.items():
             if mask[index] and list(op.results[index].uses):
                 choice = paired.get(op.results[index]) or self._choose(shape, name)
-                value = _emit(op, choice, f"{name} {shape.kind()}",
+                value = _emit(op, choice, f"{name} {shape.kind()}", chosen,
                               lambda b, g, x, w: FORMS[name, choice.form](b, shape, g, x, w), g, x, w)
                 op.results[index].replace_all_uses_with(value)
         if mask[2] and list(op.results[2].uses):

@@ -19,6 +19,7 @@ from pock_mlir.sparse import lora_adapters, resolve_sparse
 from pock_mlir.stages import STAGE_PIPELINES
 from pock_mlir.targets import resolve_target
 from pock_mlir.training import build_training_functions
+from pock_mlir.tuning import UNCHOSEN, BackendChoices
 
 
 
@@ -78,6 +79,7 @@ def compile_training(model, example_inputs, example_target, *, loss="cross_entro
     context = make_context()
     stages: dict[str, str] = {}
     timings: dict[str, float] = {}
+    backend = UNCHOSEN  # pock-backend-switch's choices, as it returns them
 
     def log(message):
         if verbose:
@@ -112,9 +114,10 @@ def compile_training(model, example_inputs, example_target, *, loss="cross_entro
             for element in split_top_level(pipeline.replace("{target}", resolved_target.name.partition(":")[0])):
                 start = time.perf_counter()
                 try:
-                    run_pipeline(imported.module, element)
+                    results = run_pipeline(imported.module, element)
                 except ir.MLIRError as e:
                     raise CompileError(f"{stage} stage failed:\n{_diagnostics(e)}") from None
+                backend = next((r for r in results if isinstance(r, BackendChoices)), backend)
                 key = f"{stage}: {element.split('{')[0]}"
                 timings[key] = timings.get(key, 0.0) + time.perf_counter() - start
             stages[stage] = str(imported.module)
@@ -123,7 +126,7 @@ def compile_training(model, example_inputs, example_target, *, loss="cross_entro
     program = TrainingProgram(
         stages=stages, signature=signature, target=resolved_target, optimizer=optimizer, scheme=scheme,
         initial_params=imported.initial_params, initial_buffers=imported.initial_buffers,
-        extra_flags=tuple(iree_flags), timings=timings, cache=cache)
+        extra_flags=tuple(iree_flags), backend=backend, timings=timings, cache=cache)
     # Compiled now so that errors surface here, not at the first step (its steps time themselves).
     wanted = set(FUNCTIONS) if functions == "all" else {f for m in functions for f in trainer_module(METHODS[m])}
     for group in [tuple(f for f in FUNCTIONS if f in wanted)] if wanted else []:

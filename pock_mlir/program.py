@@ -9,8 +9,10 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
-from pock_mlir.targets import (AGGRESSIVE_FUSION, CHOSEN_FUSION, CHOSEN_VECTOR_TAILS, DATA_TILING,
-                               FUSE_MATMUL_PRODUCERS, Target)
+from pock_mlir.iree_flags import (AGGRESSIVE_FUSION, CHOSEN_DATA_TILING, CHOSEN_FUSION, CHOSEN_VECTOR_TAILS,
+                                  FROM_STREAM, FUSE_MATMUL_PRODUCERS, INPUT_TORCH, TO_STREAM)
+from pock_mlir.targets import Target
+from pock_mlir.tuning import UNCHOSEN, BackendChoices, Choice
 from pock_mlir.abi import FUNCTIONS, StepSignature
 
 
@@ -80,15 +82,16 @@ class TrainingProgram:
     initial_params: dict[str, np.ndarray]
     initial_buffers: dict[str, np.ndarray]
     extra_flags: tuple[str, ...] = ()
+    backend: BackendChoices = UNCHOSEN  # what pock-backend-switch chose, as it returned it
     timings: dict[str, float] = field(default_factory=dict)
     cache: bool = True  # look up and store IREE's output in the compile cache (pock_mlir/cache.py)
     modules: dict[tuple[str, ...], CompiledModule] = field(default_factory=dict)  # compiled, by functions (module())
     # IREE's stream-phase IR and schedule of modules scheduled but not compiled yet (schedule()), by
     # functions: their compilation resumes from them
     streams: dict[tuple[str, ...], tuple[str, Schedule]] = field(default_factory=dict)
-    # pock-backend-switch's choices for the whole program that compiling replaced, by mark, with
-    # why: "fusion" where IREE failed under the aggressive fusion chosen (see module())
-    replaced: dict[str, tuple[str, str]] = field(default_factory=dict)
+    # pock-backend-switch's choices for the whole program that compiling replaced, by name:
+    # "fusion" where IREE failed under the aggressive fusion chosen (see module())
+    replaced: dict[str, Choice] = field(default_factory=dict)
 
     def ir(self, stage: str = "lowered") -> str:
         """The IR text after a stage: imported, training, autodiff, sparse or lowered."""
@@ -98,40 +101,33 @@ class TrainingProgram:
 
     def iree_flags(self) -> list[str]:
         """The target's flags, then the data tiling, vector tails and fusion pock-backend-switch
-        chose, matmul-producer fusion for int8 weights (see targets.FUSE_MATMUL_PRODUCERS), then
+        chose, matmul-producer fusion for int8 weights (see iree_flags.FUSE_MATMUL_PRODUCERS), then
         extra_flags (which win: `--iree-global-opt-data-tiling=false` turns data tiling off)."""
-        tiling = [DATA_TILING] if self.data_tiling[0] == "data-tiled" else []
-        tails = CHOSEN_VECTOR_TAILS.get(self.vector_tails[0], ()) if self.target.backend == "llvm-cpu" else ()
-        fusion = CHOSEN_FUSION.get(self.fusion[0], ())
+        tiling = CHOSEN_DATA_TILING[self.data_tiling.form]
+        tails = CHOSEN_VECTOR_TAILS[self.vector_tails.form] if self.target.backend == "llvm-cpu" else ()
+        fusion = CHOSEN_FUSION[self.fusion.form]
         dequantization = [FUSE_MATMUL_PRODUCERS] if self.signature.quantized else []
-        return ["--iree-input-type=torch", *self.target.compile_flags(), *tiling, *tails, *fusion, *dequantization,
+        return [INPUT_TORCH, *self.target.compile_flags(), *tiling, *tails, *fusion, *dequantization,
                 *self.extra_flags]
 
-    def _module_choice(self, mark: str, default: str) -> tuple[str, str]:
-        """pock-backend-switch's choice `mark` for the whole program, and why."""
-        if mark in self.replaced:
-            return self.replaced[mark]
-        module_line = self.stages.get("lowered", "").split("\n", 1)[0]  # `module attributes {...} {`
-        marks = dict(re.findall(rf'pock\.({mark}(?:_reason)?) = "([^"]*)"', module_line))
-        return marks.get(mark, default), marks.get(f"{mark}_reason", "not chosen (no pock-backend-switch)")
+    @property
+    def data_tiling(self) -> Choice:
+        """pock-backend-switch's choice for the whole program, "data-tiled" or "plain", why, and
+        the measurements it compared."""
+        return self.backend.data_tiling
 
     @property
-    def data_tiling(self) -> tuple[str, str]:
-        """pock-backend-switch's choice for the whole program, "data-tiled" or "plain", and why."""
-        return self._module_choice("data_tiling", "plain")
-
-    @property
-    def vector_tails(self) -> tuple[str, str]:
+    def vector_tails(self) -> Choice:
         """pock-backend-switch's choice of how IREE vectorizes loop remainders on a CPU, "masked",
-        "peeled" or "target default", and why."""
-        return self._module_choice("vector_tails", "target default")
+        "peeled" or "target default", why, and the measurements it compared."""
+        return self.backend.vector_tails
 
     @property
-    def fusion(self) -> tuple[str, str]:
-        """pock-backend-switch's choice of how IREE forms dispatches, "aggressive" or "default", and
-        why; "default" where IREE failed to compile a module of the program with the aggressive
-        fusion chosen (see module())."""
-        return self._module_choice("fusion", "default")
+    def fusion(self) -> Choice:
+        """pock-backend-switch's choice of how IREE forms dispatches, "aggressive" or "default",
+        why, and the measurements it compared; "default" where IREE failed to compile a module of
+        the program with the aggressive fusion chosen (see module())."""
+        return self.replaced.get("fusion", self.backend.fusion)
 
     @property
     def vmfb(self) -> bytes:
@@ -200,15 +196,15 @@ class TrainingProgram:
             return attempt(functions)
         except _IreeFailed as failed:
             error = str(failed)
-            if self.fusion[0] != "aggressive" or any(f.startswith(AGGRESSIVE_FUSION) for f in self.extra_flags):
+            if self.fusion.form != "aggressive" or any(f.startswith(AGGRESSIVE_FUSION) for f in self.extra_flags):
                 raise RuntimeError(iree_failure(error, self.target.name, self._source(functions))) from None
         from pock_mlir import cache
 
         self.timings[_phase("failed with aggressive fusion", functions)] = time.perf_counter() - start
         reason = _first_error(error)
         failed_flags = self.iree_flags()  # under the aggressive fusion, which the cache remembers failing
-        self.replaced["fusion"] = ("default", f"{self.fusion[1]}, but IREE failed to compile "
-                                              f"{', '.join(functions)} with it: {reason}")
+        self.replaced["fusion"] = replace(self.fusion, form="default", reason=f"{self.fusion.reason}, but IREE failed "
+                                          f"to compile {', '.join(functions)} with it: {reason}")
         self.streams.clear()  # IREE's stream phase under the aggressive fusion
         try:
             result = attempt(functions)
@@ -267,7 +263,7 @@ class TrainingProgram:
 
         try:
             start = time.perf_counter()
-            stream = compile_str(source, extra_args=[*self.iree_flags(), "--compile-to=stream"]).decode()
+            stream = compile_str(source, extra_args=[*self.iree_flags(), TO_STREAM]).decode()
             self.timings[_phase("to the stream phase", functions)] = time.perf_counter() - start
         except CompilerToolError as e:
             raise _IreeFailed(str(e)) from None
@@ -288,7 +284,7 @@ class TrainingProgram:
         stream, schedule = self.streams.pop(functions, None) or self._to_stream(source, functions)
         try:
             start = time.perf_counter()
-            vmfb = compile_str(stream, extra_args=[*self.iree_flags(), "--compile-from=stream"])
+            vmfb = compile_str(stream, extra_args=[*self.iree_flags(), FROM_STREAM])
             self.timings[_phase("code generation", functions)] = time.perf_counter() - start
         except CompilerToolError as e:
             raise _IreeFailed(str(e)) from None
@@ -314,17 +310,14 @@ class TrainingProgram:
     def backend_report(self, function: str = "train_step") -> str:
         """What pock-backend-switch chose for each convolution of `function` and why (the
         measurements in pock_mlir/tuning/<target>.json that decided it)."""
-        text = self.stages["lowered"]
-        start = text.find(f"func.func @{function}(")
-        body = text[start:text.find("\n  func.func @", start + 1)] if start >= 0 else ""
-        marks = re.findall(r'pock\.backend = "([^"]*)", pock\.backend_reason = "([^"]*)"', body)
-        program = ["matmuls: {} ({})".format(*self.data_tiling), "vector tails: {} ({})".format(*self.vector_tails),
-                   "fusion: {} ({})".format(*self.fusion)]
-        if not marks:
+        chosen = self.backend.ops.get(function, ())
+        program = [f"{what}: {choice.form} ({choice.reason})" for what, choice in
+                   (("matmuls", self.data_tiling), ("vector tails", self.vector_tails), ("fusion", self.fusion))]
+        if not chosen:
             header = f"{function}: no convolutions, nothing for pock-backend-switch to choose per op"
             return "\n".join([header, *program])
-        lines = [f"{function}: {len(marks)} convolution op(s), implementation chosen per op for {self.target.name}"]
-        lines += [f"  {form:9s} {reason}" for form, reason in marks]
+        lines = [f"{function}: {len(chosen)} convolution op(s), implementation chosen per op for {self.target.name}"]
+        lines += [f"  {c.choice.form:9s} {c.op}: {c.choice.reason}" for c in chosen]
         return "\n".join([*lines, *program])
 
     def trainer(self, device: str | None = None, retain_memory: bool = True, on_nonfinite: str = "raise"):

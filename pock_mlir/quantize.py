@@ -9,7 +9,7 @@ as two frozen parameters, `<module>.weight_int8` and `<module>.weight_scale`, in
 bundle and on the device. The traced forward computes with `q` cast to float32 and applies the
 scale to the layer's output, y = (x @ q^T) * scale + b, so the cast is an elementwise producer IREE
 fuses into the matmul or convolution (and into the input gradient's; programs holding int8 weights
-compile with targets.FUSE_MATMUL_PRODUCERS for it), instead of a float32 copy of the weight. A weight shared by several modules (tied embeddings) stays float32.
+compile with iree_flags.FUSE_MATMUL_PRODUCERS for it), instead of a float32 copy of the weight. A weight shared by several modules (tied embeddings) stays float32.
 
 The exported state_dict holds the dequantized weights (q * scale): the model as it trained.
 This module needs neither PyTorch nor torch-mlir except in `attached` (compile time).

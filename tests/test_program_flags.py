@@ -23,11 +23,12 @@ import torch.nn as nn
 import pock_mlir as pock
 import pock_mlir.tuning as tuning
 from oracle import assert_gradients_close, assert_trajectory_close, torch_gradients
+from pock_mlir.iree_flags import (AGGRESSIVE_FUSION, AGGRESSIVE_FUSION_SET, BASELINE_SET,
+                                  DATA_TILED_AGGRESSIVE_FUSION_SET, DATA_TILED_MASKED_AGGRESSIVE_FUSION_SET,
+                                  DATA_TILED_MASKED_TAILS_SET, DATA_TILING, DATA_TILING_SET, MASKED_AGGRESSIVE_FUSION_SET,
+                                  MASKED_TAILS_SET, MASKED_VECTOR_TAILS, PEELED_VECTOR_TAILS)
 from pock_mlir.stages import pipelines_with_switch
-from pock_mlir.targets import AGGRESSIVE_FUSION, DATA_TILING, MASKED_VECTOR_TAILS, PEELED_VECTOR_TAILS
-from pock_mlir.tuning import (AGGRESSIVE_FUSION_SET, BASELINE_SET, DATA_TILED_AGGRESSIVE_FUSION_SET,
-                              DATA_TILED_MASKED_AGGRESSIVE_FUSION_SET, DATA_TILED_MASKED_TAILS_SET, DATA_TILING_SET,
-                              MASKED_AGGRESSIVE_FUSION_SET, MASKED_TAILS_SET, MatmulFlops)
+from pock_mlir.tuning import MatmulFlops, Measured
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "examples"))
 from models.transformer import LlamaConfig, LlamaLike, token_cross_entropy  # noqa: E402
@@ -97,20 +98,21 @@ def wide(pipelines):
 
 def test_a_step_like_a_program_faster_data_tiled_is_data_tiled(wide):
     *_, program = wide
-    form, reason = program.data_tiling
-    assert form == "data-tiled", reason
-    assert reason.startswith("matmuls carry most of the FLOPs, no attention, largest matmul 268 MFLOP, 5% of matmul "
-                             "FLOPs"), reason
-    assert ", transformer (" in reason, reason
-    assert reason.endswith("took 0.73x the time data-tiled, the fastest of each (im2col+global-data-tiling "
-                           "against im2col)"), reason
+    # the transformer's fastest data-tiled step against its fastest plain one
+    tiling = program.data_tiling
+    assert tiling.form == "data-tiled" and tiling.measured == Measured("transformer", {DATA_TILING_SET: 7.3,
+                                                                                       BASELINE_SET: 10.0}), tiling
     assert DATA_TILING in program.iree_flags()
-    assert "matmuls: data-tiled (matmuls carry most of the FLOPs" in program.backend_report()
+    assert f"\nmatmuls: data-tiled ({tiling.reason})" in program.backend_report()
     # its vector tails follow the transformer's data-tiled measurements: masked was not faster there
-    form, reason = program.vector_tails
-    assert form == "peeled" and reason.endswith("(data-tiled), transformer, took 1.01x the time with masked tails"), reason
+    tails = program.vector_tails
+    assert tails.form == "peeled" and tails.measured == Measured("transformer", {DATA_TILED_MASKED_TAILS_SET: 7.4,
+                                                                                 DATA_TILING_SET: 7.3}), tails
     assert [f for f in program.iree_flags() if f.startswith(TAILS)][-1] == PEELED_VECTOR_TAILS
-    assert "\nvector tails: peeled (the most alike step measured on tuning file" in program.backend_report()
+    assert f"\nvector tails: peeled ({tails.reason})" in program.backend_report()
+    # the choices travel typed from the pass, not in the IR text: without its stages' IR (as the
+    # bench pickles a program) it compiles with the same flags
+    assert dataclasses.replace(program, stages={}).iree_flags() == program.iree_flags()
 
 
 def test_data_tiled_step_matches_autograd_and_torch_optim(wide):
@@ -127,20 +129,20 @@ def test_data_tiled_step_matches_autograd_and_torch_optim(wide):
 def test_a_step_like_a_program_slower_data_tiled_stays_plain_and_one_faster_masked_is_masked(pipelines):
     model, (x, y) = make_mlp(32), make_batch(8)
     program = pock.compile_training(model, x, y, loss="cross_entropy", optimizer=OPTIMIZER, pipelines=pipelines)
-    form, reason = program.data_tiling
-    assert form == "plain" and ", mlp (" in reason, reason
-    assert reason.endswith("took 1.41x the time data-tiled, the fastest of each (im2col+global-data-tiling against "
-                           "im2col+masked-tails+aggressive-fusion)"), reason
+    # the mlp's fastest data-tiled step against its fastest plain one, masked and fused
+    tiling = program.data_tiling
+    assert tiling.form == "plain" and tiling.measured == Measured("mlp", {DATA_TILING_SET: 11.1,
+                                                                          MASKED_AGGRESSIVE_FUSION_SET: 7.9}), tiling
     assert not any(flag.startswith(DATA_TILING) for flag in program.iree_flags())
-    form, reason = program.vector_tails
-    assert form == "masked" and reason.endswith("(plain), mlp, took 0.85x the time with masked tails"), reason
+    tails = program.vector_tails
+    assert tails.form == "masked" and tails.measured == Measured("mlp", {MASKED_TAILS_SET: 8.5, BASELINE_SET: 10.0})
     flags = program.iree_flags()
     assert [f for f in flags if f.startswith(TAILS)][-1] == MASKED_VECTOR_TAILS
-    # fused under its masked tails, though the peeled step was slower fused (1.02x)
-    form, reason = program.fusion
-    assert form == "aggressive" and reason.endswith("(plain, masked tails), mlp, took 0.93x the time with aggressive "
-                                                    "fusion"), reason
-    assert AGGRESSIVE_FUSION in flags and "\nfusion: aggressive (the most alike" in program.backend_report()
+    # fused under its masked tails, though the peeled step was slower fused (10.2 ms against 10)
+    fusion = program.fusion
+    assert fusion.form == "aggressive" and fusion.measured == Measured("mlp", {MASKED_AGGRESSIVE_FUSION_SET: 7.9,
+                                                                               MASKED_TAILS_SET: 8.5}), fusion
+    assert AGGRESSIVE_FUSION in flags and f"\nfusion: aggressive ({fusion.reason})" in program.backend_report()
     # chosen before extra_flags, which win
     override = dataclasses.replace(program, extra_flags=(PEELED_VECTOR_TAILS,)).iree_flags()
     assert [f for f in override if f.startswith(TAILS)][-1] == PEELED_VECTOR_TAILS
@@ -153,19 +155,22 @@ def test_a_step_of_untiled_rows_is_data_tiled_and_matches_autograd(pipelines, ta
     model, (x, y) = make_mlp(32), make_batch(260)
     program = pock.compile_training(model, x, y, loss="cross_entropy", optimizer=OPTIMIZER, functions=(),
                                     pipelines=pipelines)
-    form, reason = program.data_tiling
-    assert form == "data-tiled" and "100% of matmul FLOPs with a dimension not a multiple of 8" in reason, reason
-    assert ", vit (" in reason, reason
-    form, reason = program.vector_tails
-    assert form == "masked" and reason.endswith("(data-tiled), vit, took 0.90x the time with masked tails"), reason
-    form, reason = program.fusion
-    assert form == "aggressive" and reason.endswith("(data-tiled, masked tails), vit, took 0.92x the time with "
-                                                    "aggressive fusion"), reason
+    # like the vit, whose plain step failed to compile with aggressive fusion: its fastest plain one is the baseline
+    tiling = program.data_tiling
+    assert tiling.form == "data-tiled" and tiling.measured == Measured(
+        "vit", {DATA_TILED_MASKED_AGGRESSIVE_FUSION_SET: 7.2, BASELINE_SET: 10.0}), tiling
+    tails = program.vector_tails
+    assert tails.form == "masked" and tails.measured == Measured("vit", {DATA_TILED_MASKED_TAILS_SET: 7.8,
+                                                                         DATA_TILING_SET: 8.7}), tails
+    fusion = program.fusion
+    assert fusion.form == "aggressive" and fusion.measured == Measured(
+        "vit", {DATA_TILED_MASKED_AGGRESSIVE_FUSION_SET: 7.2, DATA_TILED_MASKED_TAILS_SET: 7.8}), fusion
     assert AGGRESSIVE_FUSION in program.iree_flags()
     # plain, it would take the vit's measurement, where aggressive fusion failed to compile
     choice = tuning.choose_fusion(tuning.Tuning.from_file(str(table)), MEASURED["vit"][1], data_tiled=False,
                                   masked_tails=False)
-    assert choice.form == "default" and choice.reason.endswith(", vit, failed to compile with aggressive fusion")
+    assert choice.form == "default" and choice.measured == Measured("vit", {AGGRESSIVE_FUSION_SET: math.inf,
+                                                                            BASELINE_SET: 10.0}), choice
     loss, grads = program.trainer().gradients(x, y)
     want_loss, want = torch_gradients(model, x, y)
     assert loss == pytest.approx(want_loss, rel=1e-5)
@@ -189,11 +194,11 @@ def test_a_program_is_like_one_of_its_structure_before_one_of_its_matmul_sizes(t
         return tuning.choose_fusion(table, MatmulFlops(**{**sizes, **flops}), data_tiled=False, masked_tails=False)
 
     with_attention = fusion(softmaxes=4)
-    assert with_attention.form == "default", with_attention.reason
-    assert with_attention.reason.endswith("(plain), decoder, failed to compile with aggressive fusion")
+    assert with_attention.form == "default" and with_attention.measured == Measured(
+        "decoder", {AGGRESSIVE_FUSION_SET: math.inf, BASELINE_SET: 10.0}), with_attention
     for without in (fusion(softmaxes=0), fusion(matmuls=400, largest_matmul=400, softmaxes=0)):
-        assert without.form == "aggressive" and without.reason.endswith("(plain), mlp, took 0.80x the time with "
-                                                                        "aggressive fusion"), without.reason
+        assert without.form == "aggressive" and without.measured == Measured(
+            "mlp", {AGGRESSIVE_FUSION_SET: 8.0, BASELINE_SET: 10.0}), without
 
 
 def test_fusion_measured_only_with_peeled_tails_is_not_taken_with_masked_ones(tmp_path):
@@ -203,12 +208,12 @@ def test_fusion_measured_only_with_peeled_tails_is_not_taken_with_masked_ones(tm
     table = tuning.Tuning.from_file(str(write_table(tmp_path / "table.json", {
         "mlp": ({MASKED_TAILS_SET: 8.5, AGGRESSIVE_FUSION_SET: 9.0}, mlp)})))
     masked = tuning.choose_fusion(table, mlp, data_tiled=False, masked_tails=True)
-    assert masked.form == "default", masked.reason
+    assert masked.form == "default" and masked.measured is None, masked
     assert masked.reason == (f"no aggressive-fusion measurements for {table.name} (python -m bench.iree_study flags "
                              "--sets im2col+masked-tails,im2col+masked-tails+aggressive-fusion)")
     peeled = tuning.choose_fusion(table, mlp, data_tiled=False, masked_tails=False)
-    assert peeled.form == "aggressive" and peeled.reason.endswith("(plain), mlp, took 0.90x the time with aggressive "
-                                                                  "fusion"), peeled.reason
+    assert peeled.form == "aggressive" and peeled.measured == Measured("mlp", {AGGRESSIVE_FUSION_SET: 9.0,
+                                                                               BASELINE_SET: 10.0}), peeled
 
 
 def test_a_program_iree_fails_to_compile_with_the_aggressive_fusion_chosen_compiles_with_the_default(tmp_path):
@@ -232,15 +237,17 @@ def test_a_program_iree_fails_to_compile_with_the_aggressive_fusion_chosen_compi
                                          target="x86-64", pipelines=pipelines)
 
     program = compile_it()
-    assert program.data_tiling[0] == "data-tiled"
-    assert program.data_tiling[1].startswith("matmuls carry most of the FLOPs, with attention, "), program.data_tiling
-    form, reason = program.fusion
-    assert form == "default", reason
-    assert ("decoder, took 0.75x the time with aggressive fusion, but IREE failed to compile train_step_into, "
-            "loss, evaluate with it: ") in reason, reason
+    assert program.data_tiling.form == "data-tiled", program.data_tiling
+    # the choice the pass made, with what it measured, and why compiling replaced it
+    fusion = program.fusion
+    assert fusion.form == "default" and fusion.measured == Measured("decoder", {DATA_TILED_AGGRESSIVE_FUSION_SET: 6.0,
+                                                                                DATA_TILING_SET: 8.0}), fusion
+    assert program.backend.fusion.form == "aggressive"
+    assert fusion.reason.startswith(f"{program.backend.fusion.reason}, but IREE failed to compile train_step_into, "
+                                    "loss, evaluate with it: "), fusion.reason
     flags = program.iree_flags()
     assert DATA_TILING in flags and not any(flag.startswith(AGGRESSIVE_FUSION) for flag in flags)
-    assert "\nfusion: default (the most alike step" in program.backend_report()
+    assert f"\nfusion: default ({fusion.reason})" in program.backend_report()
     assert "iree (train_step_into, loss, evaluate): failed with aggressive fusion" in program.compile_report()
     trainer = program.trainer()
     losses = [trainer.step(ids, target) for _ in range(STEPS)]
@@ -266,14 +273,14 @@ def test_a_program_iree_fails_to_compile_with_either_fusion_fails_with_iree_erro
     model, (x, y) = make_mlp(32), make_batch(8)
     program = pock.compile_training(model, x, y, loss="cross_entropy", optimizer=OPTIMIZER, functions=(),
                                     pipelines=pipelines, iree_flags=("--iree-no-such-flag",))
-    assert program.fusion[0] == "aggressive", program.fusion  # like the table's mlp
+    assert program.fusion.form == "aggressive", program.fusion  # like the table's mlp
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         with pytest.raises(RuntimeError, match="(?s)IREE failed to compile the training program for target host:.*"
                                                "iree-no-such-flag"):
             program.module(("train_step_into", "loss", "evaluate"))
     assert not [w for w in caught if "fusion" in str(w.message)], [str(w.message) for w in caught]
-    assert program.fusion[0] == "aggressive" and not list((tmp_path / "cache").rglob("*.failed.json"))
+    assert program.fusion.form == "aggressive" and not list((tmp_path / "cache").rglob("*.failed.json"))
 
 
 @pytest.mark.parametrize("cpu, chosen", [
@@ -348,17 +355,17 @@ def test_each_shipped_host_table_decides_every_program_it_measured(path):
     for model, sets in study["step_ms"].items():
         flops = MatmulFlops(**study["programs"][model])
         tiled_set, plain_set = fastest(sets, tuning.DATA_TILED_SETS), fastest(sets, tuning.PLAIN_SETS)
-        ratio = sets[tiled_set]["step_ms_min"] / sets[plain_set]["step_ms_min"]
         choice = tuning.choose_data_tiling(table, flops)
-        assert f", {model} (" in choice.reason and f"took {ratio:.2f}x" in choice.reason, choice.reason
-        assert choice.reason.endswith(f"({tiled_set} against {plain_set})"), choice.reason
+        compared = (tiled_set, plain_set)
+        memory = {s: sets[s]["device_mb"] for s in compared} if all("device_mb" in sets[s] for s in compared) else {}
+        assert choice.measured == Measured(model, {s: sets[s]["step_ms_min"] for s in compared}, memory), choice
         assert choice.form == ("data-tiled" if taken(sets[tiled_set], sets[plain_set]) else "plain")
         tiled = choice.form == "data-tiled"
         masked, peeled = (DATA_TILED_MASKED_TAILS_SET, DATA_TILING_SET) if tiled else (MASKED_TAILS_SET, BASELINE_SET)
         if masked in sets:
-            ratio = sets[masked]["step_ms_min"] / sets[peeled]["step_ms_min"]
             choice = tuning.choose_vector_tails(table, flops, data_tiled=tiled)
-            assert f", {model}, took {ratio:.2f}x" in choice.reason, choice.reason
+            assert choice.measured.case == model and choice.measured.ms == {
+                masked: sets[masked]["step_ms_min"], peeled: sets[peeled]["step_ms_min"]}, choice
             assert choice.form == ("masked" if taken(sets[masked], sets[peeled]) else "peeled")
         masked_tails = masked in sets and taken(sets[masked], sets[peeled])
         fusion, unfused = {(False, False): (AGGRESSIVE_FUSION_SET, BASELINE_SET),
@@ -368,7 +375,8 @@ def test_each_shipped_host_table_decides_every_program_it_measured(path):
             tiled, masked_tails]
         choice = tuning.choose_fusion(table, flops, data_tiled=tiled, masked_tails=masked_tails)
         if fusion in sets:
-            assert f", {model}, " in choice.reason, choice.reason
+            assert choice.measured.case == model and choice.measured.ms == {
+                fusion: sets[fusion].get("step_ms_min", math.inf), unfused: sets[unfused]["step_ms_min"]}, choice
             assert choice.form == ("aggressive" if taken(sets[fusion], sets[unfused]) else "default")
         elif not any(fusion in measured for measured in study["step_ms"].values()):
             assert choice.form == "default" and choice.reason.startswith("no aggressive-fusion measurements"), choice

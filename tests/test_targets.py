@@ -127,6 +127,24 @@ def test_target_flags():
                                                       "--iree-torch-externalize-transients"]
 
 
+def test_the_tools_read_the_targets_from_the_one_table():
+    """pock-compile's --target help, pock-train's --device choices and pock-backend-switch's
+    target option (pock-opt) list TARGETS; each row resolves to a target of its drivers."""
+    from pock_mlir.passes.pock_backend_switch import BackendSwitchPass
+    from pock_mlir.targets import DRIVERS, TARGETS
+    from pock_mlir.tools import pock_opt
+
+    for kind in TARGETS.values():
+        assert resolve_target(kind.name).drivers == kind.drivers
+    assert set(DRIVERS) == {driver for kind in TARGETS.values() for driver in kind.drivers}
+    compile_help = " ".join(pock_compile.build_parser().format_help().split())
+    assert all(kind.usage() in compile_help for kind in TARGETS.values()), compile_help
+    (device,) = [a for a in pock_train.build_parser()._actions if "--device" in a.option_strings]
+    assert tuple(device.choices) == DRIVERS
+    assert f"the target ({', '.join(TARGETS)})" in BackendSwitchPass.option_help()["target"]
+    assert BackendSwitchPass.option_help()["target"] in pock_opt.list_passes()
+
+
 @pytest.mark.parametrize("spec, message", [
     ("arm", "unknown target 'arm'"), ("x86-64:zen9", "x86-64 takes generic"), ("aarch64:dotprod", "starting with +"),
     ("cuda:87", "compute capability like sm_87"), ("host:avx", "takes no option")])

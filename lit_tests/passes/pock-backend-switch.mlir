@@ -1,4 +1,5 @@
-// RUN: pock-opt %s -p 'pock-backend-switch{target=no-such-target}' | filecheck %s --check-prefix=UNMEASURED
+// cuda: a target no tuning table of this repository measured (pock_mlir/tuning/)
+// RUN: pock-opt %s -p 'pock-backend-switch{target=cuda}' | filecheck %s --check-prefix=UNMEASURED
 // RUN: pock-opt %s -p 'pock-backend-switch{force=im2col},canonicalize' | filecheck %s --check-prefix=IM2COL
 // RUN: pock-opt %s -p 'pock-backend-switch{force=patches}' | filecheck %s --check-prefix=PATCHES
 // RUN: pock-opt %s -p 'pock-backend-switch{force=direct}' | filecheck %s --check-prefix=DIRECT
@@ -14,7 +15,7 @@
 // RUN: pock-opt %S/inputs/bad-convolutions.mlir --split-input-file --verify-diagnostics -p pock-backend-switch
 // RUN: pock-opt %s --split-input-file -p 'pock-backend-switch{tuning=%S/inputs/tuning.json}' | filecheck %s --check-prefix=TILING
 // RUN: not pock-opt %s -p 'pock-backend-switch{tuning=%S/inputs/no-such-table.json}' 2>&1 | filecheck %s --check-prefix=BAD-TUNING
-// RUN: pock-opt %s --split-input-file -p 'pock-backend-switch{target=no-such-target}' | filecheck %s --check-prefix=TILING-UNMEASURED
+// RUN: pock-opt %s --split-input-file -p 'pock-backend-switch{target=cuda}' | filecheck %s --check-prefix=TILING-UNMEASURED
 
 // A dense 3x3 conv, a depthwise stride-2 conv and the dense conv's convolution_backward (input
 // and weight gradients), as torch.export gives them (pock-autodiff emits one
@@ -22,7 +23,7 @@
 
 // Without measurements for the target every op gets its baseline form, marked with why: the
 // forward stays direct, the gradients become im2col matmuls.
-// UNMEASURED:      torch.aten.convolution {{.*}} {pock.backend = "direct", pock.backend_reason = "convolution dense 3x3/s1 3->4 6x6 n2: no measurements for target 'no-such-target'
+// UNMEASURED:      torch.aten.convolution {{.*}} {pock.backend = "direct", pock.backend_reason = "convolution dense 3x3/s1 3->4 6x6 n2: no measurements for target 'cuda'
 // UNMEASURED:      torch.aten.convolution {{.*}} {pock.backend = "direct", pock.backend_reason = "convolution depthwise 3x3/s2 4->4 6x6 n2: no measurements
 // UNMEASURED:      torch.aten.bmm {{.*}} {pock.backend = "im2col", pock.backend_reason = "input_grad dense 3x3/s1 3->4 6x6 n2: no measurements
 // UNMEASURED:      torch.aten.bmm {{.*}} {pock.backend = "im2col", pock.backend_reason = "weight_grad dense 3x3/s1 3->4 6x6 n2: no measurements
@@ -78,7 +79,7 @@
 
 // BAD: error: pock-backend-switch: force must be one of direct, im2col, patches, per-image, flipped, got 'winograd'
 // BAD-SPEEDUP: error: pock-backend-switch: min_speedup must be a finite number >= 1, got nan
-// BAD-TARGET: error: pock-backend-switch: target must be a target name (letters, digits, '_', '-'), got '/some/path'
+// BAD-TARGET: error: pock-backend-switch: target must be one of host, x86-64, aarch64, vulkan, cuda, got '/some/path'
 
 // A strided 1x1 convolution's forward is im2col even without measurements: IREE 3.13 computes its
 // direct form wrongly under the im2col flag of the CPU targets. Forcing direct still can.
@@ -285,9 +286,9 @@ func.func @pointwise_split(%arg0: !torch.vtensor<[2,4,3,5],f32>, %arg1: !torch.v
 // TILING:            module attributes {pock.data_tiling = "plain", pock.data_tiling_reason = "convolutions carry most of the FLOPs, no attention; the most alike step measured on tuning file '{{.*}}tuning.json', cnn (convolutions carry most of the FLOPs, no attention), took 1.38x the time and 0.80x the device memory data-tiled, the fastest of each (im2col+global-data-tiling against im2col+masked-tails)"
 // TILING-SAME:       pock.fusion = "default", pock.fusion_reason = "the most alike step measured on tuning file '{{.*}}tuning.json' (plain, masked tails), cnn, took 1.02x the time and 1.00x the device memory with aggressive fusion"
 // TILING-SAME:       pock.vector_tails = "masked", pock.vector_tails_reason = "the most alike step measured on tuning file '{{.*}}tuning.json' (plain), cnn, took 0.90x the time and 1.00x the device memory with masked tails"
-// TILING-UNMEASURED: module attributes {pock.data_tiling = "plain", pock.data_tiling_reason = "no data-tiling measurements for target 'no-such-target'
-// TILING-UNMEASURED-SAME: pock.fusion = "default", pock.fusion_reason = "no aggressive-fusion measurements for target 'no-such-target'
-// TILING-UNMEASURED-SAME: pock.vector_tails = "target default", pock.vector_tails_reason = "no vector-tails measurements for target 'no-such-target' (python -m bench.iree_study flags --sets im2col,im2col+masked-tails)"
+// TILING-UNMEASURED: module attributes {pock.data_tiling = "plain", pock.data_tiling_reason = "no data-tiling measurements for target 'cuda'
+// TILING-UNMEASURED-SAME: pock.fusion = "default", pock.fusion_reason = "no aggressive-fusion measurements for target 'cuda'
+// TILING-UNMEASURED-SAME: pock.vector_tails = "target default", pock.vector_tails_reason = "no vector-tails measurements for target 'cuda' (python -m bench.iree_study flags --sets im2col,im2col+masked-tails)"
 // BAD-TUNING:        cannot read tuning table '{{.*}}no-such-table.json'
 // TILING-LABEL:      func.func @main
 // TILING:            module attributes {pock.data_tiling = "data-tiled", pock.data_tiling_reason = "matmuls carry most of the FLOPs, with attention, largest matmul 537 MFLOP, 0% of matmul FLOPs with a dimension not a multiple of 8; {{.*}}, transformer ({{.*}}), took 0.91x the time data-tiled, the fastest of each (im2col+global-data-tiling against im2col+masked-tails)"

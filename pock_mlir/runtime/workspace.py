@@ -1,6 +1,6 @@
 """One transient workspace for every call, instead of an allocation per call.
 
-Modules are compiled with `--iree-torch-externalize-transients` (pock_mlir.targets): each
+Modules are compiled with `--iree-torch-externalize-transients` (pock_mlir.iree_flags): each
 function takes, after its tensors, a `!hal.buffer` for the intermediate values of its dispatches,
 and records the bytes it needs in its reflection. Without it, IREE's local-task driver allocated
 that slab on every call and kept the previous call's slab mapped as well (two slabs per step:

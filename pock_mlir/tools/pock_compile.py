@@ -29,7 +29,7 @@ from typing import NamedTuple
 
 from pock_mlir.bundle import check_destination, kept_files, write_bundle
 from pock_mlir.optim import parse_optimizer
-from pock_mlir.targets import resolve_target
+from pock_mlir.targets import resolve_target, target_help
 from pock_mlir.tools.cli import run_tool, tool_parser
 
 USER_ERRORS = (ValueError, RuntimeError, OSError)
@@ -81,9 +81,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = tool_parser("pock-compile", __doc__)
     parser.add_argument("model", help="the model file (MODEL.py)")
     parser.add_argument("-o", "--output", required=True, help="the bundle directory to write (replaced if it is a bundle)")
-    parser.add_argument("--target", default="host",
-                        help="host (default), x86-64[:generic|x86-64-v2|x86-64-v3|x86-64-v4], aarch64[:+dotprod,+sve,...], "
-                             "vulkan[:GPU, e.g. valhall4], cuda[:sm_XX, e.g. sm_87 for Jetson Orin]")
+    parser.add_argument("--target", default="host", help=target_help())
     parser.add_argument("--optimizer", default="sgd:lr=0.01",
                         help="sgd:lr=...,momentum=...,dampening=...,weight_decay=...,nesterov=true or "
                              "adamw:lr=...,betas=0.9/0.999,eps=...,weight_decay=... (default sgd:lr=0.01)")

@@ -64,10 +64,9 @@ from pock_mlir.checkpoint import CheckpointError, load_checkpoint, save_checkpoi
 from pock_mlir.data import DataError, Split, batch_order, evaluate, load_data
 from pock_mlir.files import OutputError, atomic_write, check_writable
 from pock_mlir.runtime import InputError, ModuleError, NonFiniteLossError, Trainer
-from pock_mlir.targets import CPU_DRIVERS, TargetError
+from pock_mlir.targets import DRIVERS, TargetError
 from pock_mlir.tools.cli import run_tool, tool_parser
 
-DEVICES = (*CPU_DRIVERS, "vulkan", "cuda")
 # A checkpoint's "progress": the next batch (epoch, batch), the data order's seed and size, and
 # the seed of the next step's dropout masks.
 PROGRESS = ("epoch", "batch", "shuffle_seed", "train_samples", "dropout_seed")
@@ -121,7 +120,7 @@ def build_parser() -> argparse.ArgumentParser:
                                                        "for a next-token model, tokens_train and optionally tokens_val")
     parser.add_argument("--epochs", type=int, default=1, help="epochs to train in all (default 1)")
     parser.add_argument("--batch-size", type=int, help="must be the bundle's batch size (the default)")
-    parser.add_argument("--device", choices=DEVICES, help="the IREE driver (default: the bundle target's)")
+    parser.add_argument("--device", choices=DRIVERS, help="the IREE driver (default: the bundle target's)")
     parser.add_argument("--checkpoint", help="checkpoint file, written at every epoch end and when training stops")
     parser.add_argument("--resume", action="store_true", help="continue from --checkpoint")
     parser.add_argument("--checkpoint-every", type=int, metavar="N", help="also write the checkpoint every N steps")

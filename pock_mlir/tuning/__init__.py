@@ -12,11 +12,14 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
 
 from pock_mlir.conv_forms import ConvShape
+from pock_mlir.iree_flags import (AGGRESSIVE_FUSION_SET, BASELINE_SET, DATA_TILED_AGGRESSIVE_FUSION_SET,
+                                  DATA_TILED_MASKED_AGGRESSIVE_FUSION_SET, DATA_TILED_MASKED_TAILS_SET, DATA_TILING_SET,
+                                  IM2COL, MASKED_AGGRESSIVE_FUSION_SET, MASKED_TAILS_SET)
 from pock_mlir.targets import host_arch
 
 TUNING_DIR = Path(__file__).resolve().parent
@@ -119,10 +122,48 @@ def _read(path: Path) -> dict:
 
 
 @dataclass(frozen=True)
+class Measured:
+    """The measurements a choice compared: the measured case it was decided on (a program of the
+    flag study, a convolution's shape class) and each candidate's time there, by flag set or form
+    (ms; infinite where the flag set failed to compile it), and where the study recorded it, a
+    Trainer's device memory (MB)."""
+
+    case: str
+    ms: dict[str, float]
+    device_mb: dict[str, float] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
 class Choice:
     form: str
     reason: str
-    measured: bool = False  # the fastest of a measured shape's forms, not a default or a rule
+    measured: Measured | None = None  # what it was chosen by; None for a default or a rule
+
+
+@dataclass(frozen=True)
+class OpChoice:
+    """pock-backend-switch's choice for one convolution or convolution gradient: what it is (its
+    shape class) and the Choice."""
+
+    op: str  # "weight_grad dense 3x3/s1 3->4 8x8 n2"
+    choice: Choice
+
+
+@dataclass(frozen=True)
+class BackendChoices:
+    """Everything pock-backend-switch chose for a module, as it hands it to compile_training: the
+    whole program's data tiling, vector tails and fusion, and each function's convolution forms."""
+
+    data_tiling: Choice
+    vector_tails: Choice
+    fusion: Choice
+    ops: dict[str, tuple[OpChoice, ...]]  # by function, in the order of its ops
+
+
+# the choices of a program compiled without pock-backend-switch
+NOT_CHOSEN = "not chosen (no pock-backend-switch)"
+UNCHOSEN = BackendChoices(Choice("plain", NOT_CHOSEN), Choice("target default", NOT_CHOSEN),
+                          Choice("default", NOT_CHOSEN), {})
 
 
 def _distance(a: ConvShape, b: ConvShape) -> float:
@@ -137,7 +178,7 @@ def _distance(a: ConvShape, b: ConvShape) -> float:
 # Measured: a ResNet block's strided 1x1 downsample as a direct convolution under IREE's im2col
 # flag (every CPU target's) gave evaluate outputs off by 0.15 (tests/test_models_cnn.py).
 MISCOMPILED_STRIDED_POINTWISE = ("IREE 3.13 miscompiles the direct form of a strided 1x1 convolution under "
-                                 "--iree-global-opt-use-im2col-for-convs (wrong values in evaluate)")
+                                 f"{IM2COL} (wrong values in evaluate)")
 
 
 def choose_conv_form(tuning: Tuning, shape: ConvShape, op: str, min_speedup: float, exclude: str = "") -> Choice:
@@ -165,22 +206,12 @@ def choose_conv_form(tuning: Tuning, shape: ConvShape, op: str, min_speedup: flo
     measured = ", ".join(f"{f} {t:.3f} ms" for f, t in sorted(timings.items(), key=lambda kv: kv[1]))
     where = f"measured on {tuning.name} for {case['class']}: {measured}"
     where += f" ({exclude} excluded)" if excluded else ""
-    if best != baseline and timings[baseline] / timings[best] >= min_speedup:
-        return Choice(best, where, measured=True)
-    return Choice(baseline, where, measured=True)
+    chosen = best if best != baseline and timings[baseline] / timings[best] >= min_speedup else baseline
+    return Choice(chosen, where, Measured(case["class"], timings))
 
 
 # -- IREE's data tiling and vector tails, per program --------------------------------------------
 
-# the flag sets of `python -m bench.iree_study flags` the choices read
-BASELINE_SET = "im2col"
-DATA_TILING_SET = "im2col+global-data-tiling"
-MASKED_TAILS_SET = "im2col+masked-tails"
-DATA_TILED_MASKED_TAILS_SET = "im2col+global-data-tiling+masked-tails"
-AGGRESSIVE_FUSION_SET = "im2col+aggressive-fusion"
-DATA_TILED_AGGRESSIVE_FUSION_SET = "im2col+global-data-tiling+aggressive-fusion"
-MASKED_AGGRESSIVE_FUSION_SET = "im2col+masked-tails+aggressive-fusion"
-DATA_TILED_MASKED_AGGRESSIVE_FUSION_SET = "im2col+global-data-tiling+masked-tails+aggressive-fusion"
 # each data tiling's sets, its baseline first: the data tiling is chosen by each one's fastest, as
 # masked tails and data tiling both spare a matmul its remainder loop (a program can run fastest
 # plain and masked, though data-tiled it beats plain peeled code: README, Targets)
@@ -239,14 +270,13 @@ def _unlikeness(a: MatmulFlops, b: MatmulFlops) -> tuple[int, float]:
 
 
 def _measured_on_most_alike(tuning: Tuning, flops: MatmulFlops, flag_sets: tuple[str, ...],
-                            baselines: tuple[str, ...]):
-    """(program, its fastest step under `flag_sets` over its fastest under `baselines`, the same
-    ratio of their device memory or None where the study did not record it, its MatmulFlops, the
-    two sets compared): the most alike program the target's flag study measured under the first
-    of each (on a shared machine the fastest step is the least disturbed; infinite where
-    `flag_sets` failed to compile it); None if it measured none, or for a program without matmuls
-    or convolutions, which is like none of them (IREE 3.13 failed to compile a step of dropouts
-    alone under aggressive fusion)."""
+                            baselines: tuple[str, ...]) -> tuple[Measured, MatmulFlops, str, str] | None:
+    """(what it measured of the program, its MatmulFlops, the flag set and the baseline compared):
+    the most alike program the target's flag study measured under the first of `flag_sets` and of
+    `baselines`, with its fastest step under `flag_sets` and its fastest under `baselines` (on a
+    shared machine the fastest step is the least disturbed); None if it measured none, or for a
+    program without matmuls or convolutions, which is like none of them (IREE 3.13 failed to
+    compile a step of dropouts alone under aggressive fusion)."""
     if not flops.matmuls and not flops.convolutions:
         return None
     study = tuning.table.get("flags", {})
@@ -255,22 +285,18 @@ def _measured_on_most_alike(tuning: Tuning, flops: MatmulFlops, flag_sets: tuple
         measured = [(name, sets[name]) for name in names if "step_ms_min" in sets.get(name, {})]
         return min(measured, key=lambda pair: pair[1]["step_ms_min"], default=(names[0], {}))
 
-    def ratios(sets: dict) -> tuple:
+    def compared(model: str, sets: dict) -> tuple[Measured, MatmulFlops, str, str]:
         (flag_set, flagged), (baseline, base) = fastest(sets, flag_sets), fastest(sets, baselines)
-        if "step_ms_min" not in flagged:
-            return math.inf, None, flag_set, baseline  # the flag sets failed to compile the program
-        memory = flagged["device_mb"] / base["device_mb"] if "device_mb" in flagged and "device_mb" in base else None
-        return flagged["step_ms_min"] / base["step_ms_min"], memory, flag_set, baseline
+        # the flag sets may have failed to compile the program: infinitely slow
+        ms = {flag_set: flagged.get("step_ms_min", math.inf), baseline: base["step_ms_min"]}
+        memory = ({flag_set: flagged["device_mb"], baseline: base["device_mb"]}
+                  if "device_mb" in flagged and "device_mb" in base else {})
+        return Measured(model, ms, memory), MatmulFlops(**study["programs"][model]), flag_set, baseline
 
-    measured = {model: (MatmulFlops(**study["programs"][model]), *ratios(sets))
-                for model, sets in study.get("step_ms", {}).items()
+    measured = [compared(model, sets) for model, sets in study.get("step_ms", {}).items()
                 if model in study.get("programs", {}) and flag_sets[0] in sets
-                and "step_ms_min" in sets.get(baselines[0], {})}
-    if not measured:
-        return None
-    nearest = min(measured, key=lambda model: _unlikeness(flops, measured[model][0]))
-    alike, ratio, memory, flag_set, baseline = measured[nearest]
-    return nearest, ratio, memory, alike, flag_set, baseline
+                and "step_ms_min" in sets.get(baselines[0], {})]
+    return min(measured, key=lambda found: _unlikeness(flops, found[1]), default=None)
 
 
 def _by_most_alike(tuning: Tuning, flops: MatmulFlops, what: str, flag_sets: tuple[str, ...],
@@ -286,14 +312,17 @@ def _by_most_alike(tuning: Tuning, flops: MatmulFlops, what: str, flag_sets: tup
                else f"no {what} measurements for {tuning.name} (python -m bench.iree_study flags --sets "
                     f"{baselines[0]},{flag_sets[0]})")
         return Choice(forms[2], why)
-    nearest, ratio, memory, alike, *sets = found
+    measured, alike, flag_set, baseline = found
+    ratio = measured.ms[flag_set] / measured.ms[baseline]
+    memory = measured.device_mb[flag_set] / measured.device_mb[baseline] if measured.device_mb else None
     if math.isinf(ratio):
         outcome = "failed to compile"
     else:
         outcome = f"took {ratio:.2f}x the time"
         outcome += f" and {memory:.2f}x the device memory" if memory is not None else ""
     chosen = ratio <= MAX_CHOSEN_RATIO or (ratio <= 1 and memory is not None and memory <= MAX_CHOSEN_RATIO)
-    return Choice(forms[0] if chosen else forms[1], saying(nearest, outcome, alike, sets))
+    return Choice(forms[0] if chosen else forms[1], saying(measured.case, outcome, alike, (flag_set, baseline)),
+                  measured)
 
 
 def choose_data_tiling(tuning: Tuning, flops: MatmulFlops) -> Choice:
