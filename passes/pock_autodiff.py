@@ -9,6 +9,7 @@ from dataclasses import dataclass
 
 from torch_mlir import ir
 
+from pock_mlir.autodiff import MissingRuleError, differentiate
 from pock_mlir.dialects.pock import ChannelSliceOp
 from pock_mlir.torch_builder import TorchBuilder
 
@@ -32,8 +33,6 @@ class AutodiffPass(ModulePass):
 
     @staticmethod
     def _expand(loss, grad_ops):
-        from pock_mlir.autodiff import MissingRuleError, differentiate  # the rule table imports PyTorch
-
         params = [op.operands[1] for op in grad_ops]
         try:
             grads = differentiate(loss, params, grad_ops[0].operation)

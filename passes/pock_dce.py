@@ -9,6 +9,7 @@ from dataclasses import dataclass
 
 from torch_mlir import ir
 
+import pock_mlir.autodiff  # noqa: F401  (its rule files fill op_facts.FACTS)
 from pock_mlir.op_facts import facts_of
 
 from .base import ModulePass, functions

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 
 from torch_mlir import ir
 
+import pock_mlir.autodiff  # noqa: F401  (its rule files fill op_facts.FACTS)
 from pock_mlir.op_facts import Slice, facts_of, op_key, shape_of, tensor_results
 from pock_mlir.torch_builder import TorchBuilder, decode_operand
 from pock_mlir.torch_types import TensorType, tensor_type_of

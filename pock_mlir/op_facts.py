@@ -5,6 +5,9 @@ operands (pock-sparse-bp), whether it only views or fills data, and its FLOPs (t
 pock_mlir/cost.py), and whether it has effects beyond its results (pock-dce). An op that has
 facts but no derivative rule (a backward-only op such as threshold_backward, a fill) is
 declared with `declare`.
+
+This registry imports no rule file: importing pock_mlir.autodiff fills it (its package imports the
+rule files once), so whoever reads FACTS imports pock_mlir.autodiff at the top.
 """
 
 from __future__ import annotations
@@ -49,20 +52,12 @@ def op_key(op: ir.Operation) -> str:
     return op.name.removeprefix("torch.")
 
 
-def _registered() -> dict[str, OpFacts]:
-    """FACTS, once the rule files (which fill it) are imported; imported here, not at the top,
-    because they import this module."""
-    import pock_mlir.autodiff.rules  # noqa: F401
-
-    return FACTS
-
-
 def facts_of(op: ir.Operation) -> OpFacts:
-    return _registered().get(op_key(op), NO_FACTS)
+    return FACTS.get(op_key(op), NO_FACTS)
 
 
 def derivative_rules() -> dict[str, Callable]:
-    return {name: facts.rule for name, facts in _registered().items() if facts.rule is not None}
+    return {name: facts.rule for name, facts in FACTS.items() if facts.rule is not None}
 
 
 def param_name(op: ir.Operation) -> str:

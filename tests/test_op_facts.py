@@ -5,6 +5,7 @@ what each of them does with that op."""
 import pytest
 from torch_mlir import ir
 
+import pock_mlir.autodiff  # noqa: F401  (its rule files fill FACTS)
 from pock_mlir.context import make_context
 from pock_mlir.cost import op_flops
 from pock_mlir.op_facts import FACTS, derivative_rules, elementwise
@@ -37,7 +38,7 @@ def threshold_backward_type(text: str) -> str:
 
 
 def test_sparse_bp_slices_through_an_op_because_of_its_entry(monkeypatch):
-    assert facts_of_name("aten.threshold_backward").slices is elementwise
+    assert FACTS["aten.threshold_backward"].slices is elementwise
     assert threshold_backward_type(run(CHANNEL_SPARSE_RELU, "pock-autodiff,pock-sparse-bp")) == "!torch.vtensor<[5,4],f32>"
     monkeypatch.setattr(FACTS["aten.threshold_backward"], "slices", None)
     assert threshold_backward_type(run(CHANNEL_SPARSE_RELU, "pock-autodiff,pock-sparse-bp")) == "!torch.vtensor<[5,8],f32>"
@@ -69,8 +70,3 @@ def test_every_fact_is_stated_once():
     with pytest.raises(ValueError, match="aten.mm: rule is already declared"):
         declare("aten.mm", rule=lambda *a: a)
     assert "aten.threshold_backward" not in derivative_rules()  # a backward-only op: facts, no rule
-
-
-def facts_of_name(name):
-    derivative_rules()  # the rule files fill FACTS
-    return FACTS[name]

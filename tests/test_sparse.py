@@ -12,6 +12,7 @@ import torch.nn as nn
 
 import pock_mlir as pock
 from oracle import assert_gradients_close, torch_gradients, torch_sparse_trajectory, torch_trajectory
+import pock_mlir.autodiff  # noqa: F401  (its rule files fill op_facts.FACTS)
 from pock_mlir.op_facts import derivative_rules
 from pock_mlir.sparse import SparseConfigError, SparseUpdate, resolve_sparse
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import sys
 
+import pock_mlir.autodiff  # noqa: F401  (its rule files fill op_facts.FACTS)
 from pock_mlir.files import atomic_write
 from pock_mlir.op_facts import derivative_rules
 
