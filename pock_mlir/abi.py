@@ -31,9 +31,6 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from pock_mlir.lora import Adapter, merged
-from pock_mlir.quantize import QuantizedWeight, dequantized
-
 SEED_INPUT = "seed"
 RESERVED_INPUT_NAMES = (SEED_INPUT, "target")  # the dropout seed's and the target's names in every function
 FUNCTIONS = ("train_step", "train_step_into", "gradients", "loss", "evaluate")
@@ -100,6 +97,9 @@ class TensorSpec:
 
 
 DTYPES = ("float32", "float16", "bfloat16", "float64", "int64", "int32", "int16", "int8", "uint8", "bool")
+# The kinds of layer whose weights LoRA adapts and int8 stores, by weight layout (pock_mlir/layers.py tells them apart):
+# nn.Linear [out, in]; Hugging Face Conv1D [in, out]; nn.Conv2d [out, in/g, kh, kw]
+KINDS = ("linear", "conv1d", "conv")
 
 
 STEP = TensorSpec("step", (), "float32")  # the optimizer's step count (float32, as torch.optim keeps it)
@@ -148,16 +148,11 @@ class StepSignature:
     target: TensorSpec
     output: TensorSpec
     policies: dict[str, Policy] = field(default_factory=dict)
-    adapters: list[Adapter] = field(default_factory=list)  # LoRA adapters among the params (pock_mlir/lora.py)
-    quantized: list[QuantizedWeight] = field(default_factory=list)  # int8 weights (pock_mlir/quantize.py)
+    adapters: list = field(default_factory=list)  # lora.Adapter: LoRA adapters among the params (pock_mlir/lora.py)
+    quantized: list = field(default_factory=list)  # quantize.QuantizedWeight: int8 weights (pock_mlir/quantize.py)
     by_keyword: int = 0  # the last this many model_inputs are keyword arguments of the model, named by keyword
     # model input -> rows of the embeddings its ids index (pock_mlir/frontend.py: embedding_vocabularies)
     vocabularies: dict[str, int] = field(default_factory=dict)
-
-    def model_state(self, state: dict) -> dict:
-        """Parameters by name as the PyTorch model holds them: int8 weights dequantized, LoRA
-        adapters merged into their weights (PEFT's merge_and_unload)."""
-        return merged(dequantized(state, self.quantized), self.adapters)
 
     def trainable_shape(self, name: str) -> tuple[int, ...]:
         spec = next(p for p in self.params if p.name == name)

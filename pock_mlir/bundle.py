@@ -94,7 +94,7 @@ def _as_array(value, spec) -> np.ndarray:
 
 def _state_dict_sources(model, signature) -> dict[str, str]:
     """PyTorch state_dict name -> the parameter or buffer holding it, in the model's own state
-    (StepSignature.model_state: no adapters, int8 weights dequantized): a tied weight appears under
+    (lora.model_state: no adapters, int8 weights dequantized): a tied weight appears under
     each of its names, a non-persistent buffer under none."""
     stored_only = lora.names(signature.adapters) | {n for w in signature.quantized for n in (w.values, w.scale)}
     known = [s.name for s in signature.params + signature.buffers if s.name not in stored_only] + [
@@ -352,7 +352,7 @@ class Bundle:
     def torch_state_dict(self, state: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         """Trainer.state_dict() in the layout the PyTorch model's load_state_dict expects, LoRA
         adapters merged into their weights, int8 weights dequantized."""
-        state = self.signature.model_state(state)
+        state = lora.model_state(self.signature, state)
         return {name: state[source] for name, source in self.manifest["state_dict"].items()}
 
     @property

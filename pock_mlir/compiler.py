@@ -11,7 +11,8 @@ from pock_mlir.context import make_context
 from pock_mlir.frontend import import_model, parameter_shapes
 from pock_mlir.optim import SGD
 from pock_mlir.passes import run_pipeline
-from pock_mlir.quantize import frozen_weights, stored_policies
+from pock_mlir.layers import frozen_weights
+from pock_mlir.quantize import stored_policies
 from pock_mlir.passes.pipeline import split_top_level
 from pock_mlir.abi import FUNCTIONS
 from pock_mlir.program import METHODS, TrainingProgram, trainer_module

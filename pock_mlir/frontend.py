@@ -48,7 +48,7 @@ from torch_mlir import ir
 from torch_mlir.extras.fx_decomp_util import get_decomposition_table
 from torch_mlir.extras.fx_importer import FxImporter
 
-from pock_mlir import lora, quantize
+from pock_mlir import layers, lora, quantize
 from pock_mlir.abi import RESERVED_INPUT_NAMES, SEED_INPUT, TensorSpec, positional_input_name, split_call
 from pock_mlir.dropout import SeededDropout
 
@@ -152,7 +152,7 @@ class Rewrites:
         result = {name: value for name, value in params.items() if name not in {w.weight for w in self.quantized}}
         for weight in self.quantized:
             result.update({n: torch.from_numpy(v) for n, v in weight.quantize(params[weight.weight].numpy()).items()})
-        result.update({n: torch.from_numpy(v) for n, v in lora.initial_values(list(self.adapters)).items()})
+        result.update({n: torch.from_numpy(v) for n, v in layers.initial_adapter_values(list(self.adapters)).items()})
         return result
 
     @contextlib.contextmanager
@@ -160,7 +160,7 @@ class Rewrites:
         """The model computes with the rewrites, their tensors read from `state`; yields the
         entries of `state` that are the model's own."""
         added = lora.names(self.adapters) | {n for w in self.quantized for n in (w.values, w.scale)}
-        with lora.attached(model, list(self.adapters), state), quantize.attached(model, list(self.quantized), state):
+        with layers.adapters_attached(model, list(self.adapters), state), layers.int8_attached(model, list(self.quantized), state):
             yield {name: value for name, value in state.items() if name not in added}
 
 

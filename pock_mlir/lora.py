@@ -16,23 +16,22 @@ activations exist only for what LoRA needs. A is Kaiming-uniform (a = sqrt(5), a
 nn.Linear initialise) from a generator seeded with the policy's `seed` (default 0) and the
 module's name, B is zero.
 
-This module needs neither PyTorch nor torch-mlir except in `attached`/`initial_values`
-(compile time), so devices merge and export adapters with numpy alone.
+This module needs neither PyTorch nor torch-mlir, so devices merge and export adapters with
+numpy alone; what the compiler does with a PyTorch model's adapted layers (which ones apply, PEFT's
+initial values, the forward hooks of tracing) is in pock_mlir/layers.py.
 """
 
 from __future__ import annotations
 
-import contextlib
 import json
 import math
-import zlib
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import numpy as np
 
-from pock_mlir.layers import KINDS
-from pock_mlir.layers import kind_of as layer_kind
+from pock_mlir.abi import KINDS
+from pock_mlir.quantize import dequantized
 
 DEFAULT_R, DEFAULT_ALPHA = 8, 8.0  # PEFT's LoraConfig defaults
 PEFT_PREFIX = "base_model.model."  # where PeftModel keeps the wrapped model's modules
@@ -134,51 +133,6 @@ class Adapter:
                        int(entry["r"]), float(entry["alpha"]), int(entry.get("seed", 0)))
 
 
-def kind_of(module) -> str | None:
-    """The adapter kind for a PyTorch module, None if LoRA does not apply to it (grouped convs)."""
-    kind = layer_kind(module)
-    return None if kind == "conv" and module.groups != 1 else kind
-
-
-def initial_values(adapters: list[Adapter]) -> dict[str, np.ndarray]:
-    """PEFT's initialisation: A Kaiming-uniform (a = sqrt(5)), B zero; each adapter's A drawn
-    from its own generator, seeded with the policy's seed and the module's name, so adding an
-    adapter changes no other."""
-    import torch
-
-    values = {}
-    for adapter in adapters:
-        generator = torch.Generator().manual_seed(adapter.seed * 2**32 + zlib.crc32(adapter.module.encode()))
-        a = torch.empty(adapter.a_shape)
-        torch.nn.init.kaiming_uniform_(a, a=math.sqrt(5), generator=generator)
-        values[adapter.a] = a.numpy()
-        values[adapter.b] = np.zeros(adapter.b_shape, np.float32)
-    return values
-
-
-@contextlib.contextmanager
-def attached(model, adapters: list[Adapter], tensors: dict):
-    """The model's adapted modules add scale * B(A(x)) to their outputs, A and B read from
-    `tensors` (by adapter name) at each call: how the frontend traces adapters into the step."""
-    import torch.nn.functional as F
-
-    def hook_for(adapter: Adapter):
-        def add_adapter(module, args, output):
-            x, a, b = args[0], tensors[adapter.a], tensors[adapter.b]
-            if adapter.kind == "conv":
-                low = F.conv2d(x, a, None, module.stride, module.padding, module.dilation)
-                return output + adapter.scale * F.conv2d(low, b)
-            return output + adapter.scale * F.linear(F.linear(x, a), b)
-        return add_adapter
-
-    handles = [model.get_submodule(adapter.module).register_forward_hook(hook_for(adapter)) for adapter in adapters]
-    try:
-        yield
-    finally:
-        for handle in handles:
-            handle.remove()
-
-
 def names(adapters: list[Adapter]) -> set[str]:
     return {name for adapter in adapters for name in (adapter.a, adapter.b)}
 
@@ -191,6 +145,12 @@ def merged(state: dict[str, np.ndarray], adapters: list[Adapter]) -> dict[str, n
         base = result[adapter.weight]
         result[adapter.weight] = (base + adapter.delta(state[adapter.a], state[adapter.b])).astype(base.dtype)
     return result
+
+
+def model_state(signature, state: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """Parameters by name as the PyTorch model of `signature` (an abi.StepSignature) holds them:
+    int8 weights dequantized, LoRA adapters merged into their weights (PEFT's merge_and_unload)."""
+    return merged(dequantized(state, signature.quantized), signature.adapters)
 
 
 def _module_of(params, adapters: list[Adapter]) -> dict[str, str]:

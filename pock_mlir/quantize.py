@@ -12,18 +12,18 @@ fuses into the matmul or convolution (and into the input gradient's; programs ho
 compile with iree_flags.FUSE_MATMUL_PRODUCERS for it), instead of a float32 copy of the weight. A weight shared by several modules (tied embeddings) stays float32.
 
 The exported state_dict holds the dequantized weights (q * scale): the model as it trained.
-This module needs neither PyTorch nor torch-mlir except in `attached` (compile time).
+This module needs neither PyTorch nor torch-mlir; which weights of a PyTorch model int8 stores,
+and the forward that traces them, are in pock_mlir/layers.py.
 """
 
 from __future__ import annotations
 
-import contextlib
 import math
 from dataclasses import asdict, dataclass
 
 import numpy as np
 
-from pock_mlir.layers import KINDS
+from pock_mlir.abi import KINDS, Policy
 
 FORMATS = ("int8",)
 
@@ -82,27 +82,8 @@ class QuantizedWeight:
         return QuantizedWeight(str(entry["module"]), entry["kind"], tuple(int(d) for d in entry["weight_shape"]))
 
 
-def frozen_weights(model, policies: dict) -> list[QuantizedWeight]:
-    """The weights int8 holds under `policies`: each frozen weight of a linear, Conv1D or conv
-    layer that no other module shares."""
-    from pock_mlir.layers import kind_of
-
-    owners: dict[int, int] = {}
-    for _, tensor in model.named_parameters(remove_duplicate=False):
-        owners[id(tensor)] = owners.get(id(tensor), 0) + 1
-    chosen = []
-    for name, module in model.named_modules():
-        kind, weight = kind_of(module), getattr(module, "weight", None)
-        policy = policies.get(f"{name}.weight")
-        if kind and weight is not None and policy is not None and policy.kind == "frozen" and owners[id(weight)] == 1:
-            chosen.append(QuantizedWeight(name, kind, tuple(weight.shape)))
-    return chosen
-
-
 def stored_policies(policies: dict, quantized: list[QuantizedWeight]) -> dict:
     """`policies` over the parameters as stored: each int8 weight's values and scale frozen."""
-    from pock_mlir.abi import Policy
-
     result = {name: policy for name, policy in policies.items() if name not in {w.weight for w in quantized}}
     result.update({name: Policy("frozen") for w in quantized for name in (w.values, w.scale)})
     return result
@@ -114,32 +95,3 @@ def dequantized(state: dict[str, np.ndarray], quantized: list[QuantizedWeight]) 
     result = {name: value for name, value in state.items() if name not in stored}
     result.update({w.weight: w.dequantize(state[w.values], state[w.scale]) for w in quantized})
     return result
-
-
-@contextlib.contextmanager
-def attached(model, quantized: list[QuantizedWeight], tensors: dict):
-    """The quantized modules compute with their int8 weights, read from `tensors` at each call:
-    how the frontend traces them into the step. The user's model is restored afterwards."""
-    import torch
-    import torch.nn.functional as F
-
-    def forward_for(module, weight: QuantizedWeight):
-        def forward(x):
-            q, scale = tensors[weight.values].to(x.dtype), tensors[weight.scale]
-            bias = module.bias
-            if weight.kind == "conv":
-                y = F.conv2d(x, q, None, module.stride, module.padding, module.dilation, module.groups)
-                y = y * scale[:, None, None]
-                return y if bias is None else y + bias[:, None, None]
-            y = (F.linear(x, q) if weight.kind == "linear" else torch.matmul(x, q)) * scale
-            return y if bias is None else y + bias
-        return forward
-
-    modules = [(model.get_submodule(w.module), w) for w in quantized]
-    for module, weight in modules:
-        module.forward = forward_for(module, weight)  # an instance attribute: hooks still run around it
-    try:
-        yield
-    finally:
-        for module, _ in modules:
-            del module.forward

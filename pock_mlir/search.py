@@ -81,7 +81,8 @@ from pock_mlir.files import OutputError, atomic_write, check_writable
 from pock_mlir.report import full_backward_shares
 from pock_mlir.program import trainer_module
 from pock_mlir.runtime.trainer import to_numpy
-from pock_mlir.quantize import FORMATS, frozen_weights
+from pock_mlir.layers import frozen_weights
+from pock_mlir.quantize import FORMATS
 from pock_mlir.runtime.workspace import module_transient_bytes
 from pock_mlir.sparse import SparseUpdate
 

@@ -59,7 +59,8 @@ from dataclasses import dataclass, field
 import torch.nn as nn
 
 from pock_mlir.abi import Policy
-from pock_mlir.lora import Adapter, LoraError, LoraPolicy, kind_of
+from pock_mlir.layers import adapter_kind
+from pock_mlir.lora import Adapter, LoraError, LoraPolicy
 from pock_mlir.quantize import FORMATS
 
 
@@ -342,7 +343,7 @@ def lora_adapters(sparse, model: nn.Module | None) -> list[Adapter]:
                                 "pock-compile (pock-opt on bare IR takes patterns without LoRA)")
     if not rules:
         return []
-    kinds = {name: kind_of(m) for name, m in model.named_modules()}
+    kinds = {name: adapter_kind(m) for name, m in model.named_modules()}
     adaptable = [name for name, kind in kinds.items() if kind]
     chosen: dict[str, Adapter] = {}
     for pattern, policy in rules:

@@ -395,7 +395,7 @@ def test_the_lora_rows_train_the_same_tensors_in_pytorch_and_pock_mlir():
     """PyTorch's LoRA row (PEFT, built from the scheme) trains what pock-mlir's scheme trains."""
     from bench.child import with_peft_adapters
     from bench.models import MODELS, scheme_spec
-    from pock_mlir import lora
+    from pock_mlir import layers
     from pock_mlir.sparse import lora_adapters, resolve_sparse
 
     for name, scheme_name in (("bert", "lora"), ("hf-llama", "lora"), ("hf-llama", "lora-all")):
@@ -403,7 +403,7 @@ def test_the_lora_rows_train_the_same_tensors_in_pytorch_and_pock_mlir():
         scheme, _ = scheme_spec(MODELS[name], scheme_name)
         adapters = lora_adapters(scheme, model)
         shapes = {n: tuple(p.shape) for n, p in model.named_parameters()}
-        shapes.update({n: v.shape for n, v in lora.initial_values(adapters).items()})
+        shapes.update({n: v.shape for n, v in layers.initial_adapter_values(adapters).items()})
         ours = {n for n, p in resolve_sparse(scheme, model, shapes).policies.items() if p.kind != "frozen"}
         peft_model = with_peft_adapters(scheme, model)
         theirs = {n.removeprefix("base_model.model.").replace(".default.", ".").replace("modules_to_save.", "")

@@ -17,7 +17,7 @@ import torch.nn.functional as F
 
 import pock_mlir as pock
 from oracle import assert_gradients_close, torch_gradients, torch_trajectory
-from pock_mlir import lora
+from pock_mlir import layers, lora
 from pock_mlir.sparse import SparseConfigError, lora_adapters, resolve_sparse
 
 peft = pytest.importorskip("peft")  # in the dev extras; `make test` installs it
@@ -193,7 +193,7 @@ def test_adapters_start_as_peft_initialises_them(case):
         fan_in = int(np.prod(adapter.a_shape[1:]))
         assert a.shape == adapter.a_shape and 0.5 / np.sqrt(fan_in) < np.abs(a).max() <= 1 / np.sqrt(fan_in)
         assert b.shape == adapter.b_shape and not b.any()
-    again = lora.initial_values(program.signature.adapters)
+    again = layers.initial_adapter_values(program.signature.adapters)
     assert all(np.array_equal(v, program.initial_params[n]) for n, v in again.items())
 
 
@@ -249,7 +249,7 @@ def test_exported_adapters_load_into_peft_and_merge_as_peft_merges(case, tmp_pat
 def _resolve(model, sparse):
     adapters = lora_adapters(sparse, model)
     params = {n: tuple(p.shape) for n, p in model.named_parameters()}
-    params.update({n: v.shape for n, v in lora.initial_values(adapters).items()})
+    params.update({n: v.shape for n, v in layers.initial_adapter_values(adapters).items()})
     return adapters, resolve_sparse(sparse, model, params)
 
 

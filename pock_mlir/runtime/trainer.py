@@ -328,7 +328,7 @@ class Trainer:
     def merged_state_dict(self) -> dict[str, np.ndarray]:
         """state_dict() as the PyTorch model holds it: LoRA adapters merged into their base weights
         (PEFT's merge_and_unload) and left out, int8 weights dequantized."""
-        return self.signature.model_state(self.state_dict())
+        return lora.model_state(self.signature, self.state_dict())
 
     def export_adapters(self, directory) -> Path:
         """Write the LoRA adapters (and any other module the scheme trains, as PEFT's
