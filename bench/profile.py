@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 
 from pock_mlir.abi import layout
-from pock_mlir.program import trainer_module
+from pock_mlir.runtime.artifact import trainer_module
 from pock_mlir.runtime.workspace import module_transient_bytes
 
 BIN = Path(sys.executable).parent

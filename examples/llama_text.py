@@ -41,7 +41,7 @@ import numpy as np
 import torch
 import torch.nn as nn
 
-from pock_mlir.bundle import load_bundle
+from pock_mlir.runtime.bundle import load_bundle
 from pock_mlir.checkpoint import load_checkpoint
 from pock_mlir.files import atomic_save
 from pock_mlir.runtime import Trainer

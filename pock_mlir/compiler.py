@@ -15,7 +15,8 @@ from pock_mlir.layers import frozen_weights
 from pock_mlir.quantize import stored_policies
 from pock_mlir.passes.pipeline import split_top_level
 from pock_mlir.abi import FUNCTIONS
-from pock_mlir.program import METHODS, TrainingProgram, trainer_module
+from pock_mlir.program import METHODS, TrainingProgram
+from pock_mlir.runtime.artifact import trainer_module
 from pock_mlir.sparse import lora_adapters, resolve_sparse
 from pock_mlir.stages import STAGE_PIPELINES
 from pock_mlir.targets import resolve_target

@@ -14,7 +14,7 @@ from pock_mlir.abi import call_inputs
 
 import numpy as np
 
-from pock_mlir.bundle import Bundle
+from pock_mlir.runtime.bundle import Bundle
 from pock_mlir.runtime import InputError, Trainer
 from pock_mlir.runtime.trainer import check_class_indices, check_token_ids
 

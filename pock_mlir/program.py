@@ -14,47 +14,14 @@ from pock_mlir.iree_flags import (AGGRESSIVE_FUSION, CHOSEN_DATA_TILING, CHOSEN_
 from pock_mlir.targets import Target
 from pock_mlir.tuning import UNCHOSEN, BackendChoices, Choice
 from pock_mlir.abi import FUNCTIONS, StepSignature
+from pock_mlir.runtime import Trainer
+from pock_mlir.runtime.artifact import CompiledModule, Schedule, TrainingArtifact, trainer_module
 
-
-# The modules a Trainer compiles, each the first time one of its functions is called: the step
-# with the forward-only functions (which share dispatches with its forward), and gradients apart (most
-# training never calls it, and it repeats the backward).
-TRAINER_MODULES = (("train_step_into", "loss", "evaluate"), ("gradients",))
 METHODS = {"step": "train_step_into", "gradients": "gradients", "loss": "loss", "evaluate": "evaluate"}  # Trainer's
-
-
-@dataclass(frozen=True)
-class Schedule:
-    """What IREE's schedule of a module (its stream phase) fixes of the memory a Trainer holds."""
-
-    in_place: frozenset[str]  # the roles train_step_into may overwrite where it reads them (empty without it)
-    workspace_bytes: int | None  # the largest workspace its functions take (None: compiled without one)
-
-
-@dataclass(frozen=True)
-class CompiledModule:
-    vmfb: bytes
-    functions: tuple[str, ...]  # what it holds, of pock_mlir.abi's FUNCTIONS
-    in_place: frozenset[str]  # the roles train_step_into may overwrite where it reads them (empty without it)
-
-    @property
-    def schedule(self) -> Schedule:
-        import iree.runtime as rt
-
-        from pock_mlir.runtime.workspace import transient_bytes
-
-        vm_module = rt.VmModule.copy_buffer(rt.VmInstance(), self.vmfb)
-        sizes = [size for f in self.functions if (size := transient_bytes(vm_module, f)) is not None]
-        return Schedule(self.in_place, max(sizes, default=None))
 
 
 # In the stream-phase IR, each public function's reflection records the workspace it takes.
 STREAM_WORKSPACE = re.compile(r"iree\.abi\.transients\.size\.constant = (\d+)")
-
-
-def trainer_module(function: str) -> tuple[str, ...]:
-    """The functions of the TRAINER_MODULES group that holds `function`."""
-    return next(group for group in TRAINER_MODULES if function in group)
 
 
 class _IreeFailed(Exception):
@@ -320,12 +287,16 @@ class TrainingProgram:
         lines += [f"  {c.choice.form:9s} {c.op}: {c.choice.reason}" for c in chosen]
         return "\n".join([*lines, *program])
 
+    def artifact(self) -> TrainingArtifact:
+        """What a Trainer runs: the modules compiled so far (those it compiles later, from
+        compiler(), join them) and the initial parameters and buffers."""
+        return TrainingArtifact(self.signature, self.target, self.modules, self.initial_params, self.initial_buffers,
+                                compile=self.compiler().module)
+
     def trainer(self, device: str | None = None, retain_memory: bool = True, on_nonfinite: str = "raise"):
         """Load the module on the IREE runtime; parameters start at the model's values. See
         Trainer for retain_memory and on_nonfinite."""
-        from pock_mlir.runtime import Trainer
-
-        return Trainer(self, device=device, retain_memory=retain_memory, on_nonfinite=on_nonfinite)
+        return Trainer(self.artifact(), device=device, retain_memory=retain_memory, on_nonfinite=on_nonfinite)
 
 
 def iree_failure(error: str, target: str, lowered: str = "") -> str:

@@ -79,7 +79,7 @@ from pock_mlir.cost import BackwardCost
 from pock_mlir.data import Split, batch_order, evaluate
 from pock_mlir.files import OutputError, atomic_write, check_writable
 from pock_mlir.report import full_backward_shares
-from pock_mlir.program import trainer_module
+from pock_mlir.runtime.artifact import trainer_module
 from pock_mlir.runtime.trainer import to_numpy
 from pock_mlir.layers import frozen_weights
 from pock_mlir.quantize import FORMATS

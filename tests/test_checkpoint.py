@@ -18,7 +18,8 @@ from safetensors import safe_open
 from safetensors.numpy import load_file
 
 import pock_mlir as pock
-from pock_mlir.bundle import load_bundle, write_bundle
+from pock_mlir.bundle import write_bundle
+from pock_mlir.runtime.bundle import load_bundle
 from pock_mlir.files import TEMPORARY_PREFIX
 from pock_mlir.runtime import Trainer
 from pock_mlir.tools import pock_train

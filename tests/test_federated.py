@@ -21,7 +21,8 @@ from safetensors.numpy import load_file
 pytest.importorskip("flwr", reason="the federated extra (pip install 'pock-mlir[federated]')")
 
 import pock_mlir as pock  # noqa: E402
-from pock_mlir.bundle import load_bundle, write_bundle  # noqa: E402
+from pock_mlir.bundle import write_bundle  # noqa: E402
+from pock_mlir.runtime.bundle import load_bundle  # noqa: E402
 from pock_mlir.federated import launch, wire  # noqa: E402
 from pock_mlir.federated.launch import LocalFederation, process_tree  # noqa: E402
 from pock_mlir.runtime import Trainer  # noqa: E402

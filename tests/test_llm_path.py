@@ -15,7 +15,8 @@ from safetensors.torch import load_file
 
 import pock_mlir as pock
 from oracle import assert_close_to_norm
-from pock_mlir.bundle import load_bundle, write_bundle
+from pock_mlir.bundle import write_bundle
+from pock_mlir.runtime.bundle import load_bundle
 from pock_mlir.checkpoint import load_checkpoint
 from pock_mlir.runtime import Trainer
 from pock_mlir.tools import pock_train

@@ -389,7 +389,8 @@ def test_pock_train_exports_adapters_that_peft_loads_and_resumes_them(tmp_path, 
 def test_an_int8_bundle_stores_int8_and_exports_the_model_it_trains(tmp_path):
     """The bundle holds int8 values and scales (a quarter of the bytes); the exported state_dict
     loads strictly into the model and holds the dequantized weights, which reproduce evaluate."""
-    from pock_mlir.bundle import load_bundle, write_bundle
+    from pock_mlir.bundle import write_bundle
+    from pock_mlir.runtime.bundle import load_bundle
     from pock_mlir.runtime import Trainer
 
     model, (x, y) = cnn(), image_batch()
@@ -420,14 +421,12 @@ def test_an_int8_base_saves_the_float32_weights_on_the_device():
     """The int8-to-float32 cast is computed inside the matmuls (forward and input gradient), so
     the step's workspace holds no float32 copy of a weight: the device memory drops by exactly
     what the stored weights shrink (without the fusion it would hold each weight in float32)."""
-    from pock_mlir.runtime import Trainer
-
     torch.manual_seed(0)
     model = nn.Sequential(nn.Linear(256, 512), nn.ReLU(), nn.Linear(512, 256), nn.ReLU(), nn.Linear(256, 10))
     x, y = torch.randn(8, 256), torch.randint(0, 10, (8,))
     scheme = {"default": "frozen", "2": "full"}  # the backward crosses the last layer's int8 weight
-    plain = Trainer(pock.compile_training(model, x, y, sparse=scheme))
-    int8 = Trainer(pock.compile_training(model, x, y, sparse={"quantize": {"frozen": "int8"}, **scheme}))
+    plain = pock.compile_training(model, x, y, sparse=scheme).trainer()
+    int8 = pock.compile_training(model, x, y, sparse={"quantize": {"frozen": "int8"}, **scheme}).trainer()
     quantized = int8.signature.quantized
     assert [w.module for w in quantized] == ["0", "4"]
     assert int8.workspace_bytes <= plain.workspace_bytes

@@ -17,8 +17,9 @@ import torch
 import torch.nn as nn
 
 import pock_mlir as pock
-from pock_mlir.bundle import BundleError, check_destination, write_bundle
+from pock_mlir.bundle import check_destination, write_bundle
 from pock_mlir.files import OutputError, atomic_write, staging_directory
+from pock_mlir.runtime.bundle import BundleError
 from pock_mlir.tools import pock_train
 
 VENV_BIN = Path(sys.executable).parent
@@ -287,7 +288,7 @@ def test_a_second_run_on_one_checkpoint_is_refused(own_bundle, data, tmp_path):
     ([1, 2], "not pock-train's record"),
 ])
 def test_crafted_checkpoint_progress_is_refused(own_bundle, data, tmp_path, progress, message):
-    from pock_mlir.bundle import load_bundle
+    from pock_mlir.runtime.bundle import load_bundle
     from pock_mlir.checkpoint import save_checkpoint
     from pock_mlir.runtime import Trainer
 

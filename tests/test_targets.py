@@ -24,7 +24,8 @@ import torch
 import torch.nn as nn
 
 import pock_mlir as pock
-from pock_mlir.bundle import load_bundle, write_bundle
+from pock_mlir.bundle import write_bundle
+from pock_mlir.runtime.bundle import load_bundle
 from pock_mlir.runtime import Trainer
 from pock_mlir.targets import TargetError, resolve_target
 from pock_mlir.tools import pock_compile, pock_train
@@ -272,4 +273,4 @@ def test_cuda_module_compiles_with_its_manifest(bundles):
     loaded = load_bundle(bundle)
     assert loaded.target.device == "cuda"
     with pytest.raises(TargetError, match="runs on device cuda, not 'local-task'"):
-        Trainer(loaded, device="local-task")
+        Trainer.from_bundle(loaded, device="local-task")

@@ -18,7 +18,7 @@ from flwr.app import Array, ArrayRecord, Context, Message, MetricRecord, RecordD
 from flwr.clientapp import ClientApp
 from safetensors.numpy import save
 
-from pock_mlir.bundle import Bundle, load_bundle
+from pock_mlir.runtime.bundle import Bundle, load_bundle
 from pock_mlir.federated.wire import from_wire, to_wire
 from pock_mlir.files import atomic_write
 from pock_mlir.runtime import NonFiniteLossError

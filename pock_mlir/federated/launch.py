@@ -29,7 +29,7 @@ try:
 except ImportError:
     sys.exit("pock-federate needs Flower: pip install 'pock-mlir[federated]'")
 
-from pock_mlir.bundle import BundleError, load_bundle
+from pock_mlir.runtime.bundle import BundleError, load_bundle
 from pock_mlir.federated.server import RESULTS, SAY
 from pock_mlir.data import DataError, load_data
 

@@ -22,7 +22,8 @@ from flwr.serverapp import Grid, ServerApp
 from flwr.serverapp.strategy import FedAdam, FedAvg
 from flwr.supercore.inflatable.inflatable_object import get_all_nested_objects
 
-from pock_mlir.bundle import Bundle, BundleError, load_bundle, write_trained_bundle
+from pock_mlir.bundle import write_trained_bundle
+from pock_mlir.runtime.bundle import Bundle, BundleError, load_bundle
 from pock_mlir.federated.client import arrays_of, record_of
 from pock_mlir.federated.wire import WireError, check_wire, from_wire, in_bundle_dtypes, to_wire, wire_bytes
 from pock_mlir.files import atomic_write

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from pock_mlir.bundle import Bundle
+from pock_mlir.runtime.bundle import Bundle
 
 
 class WireError(ValueError):

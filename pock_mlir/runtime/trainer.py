@@ -8,6 +8,7 @@ the host between steps.
 from __future__ import annotations
 
 import math
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -16,8 +17,9 @@ import iree.runtime as rt
 from pock_mlir import lora
 from pock_mlir.quantize import dequantized
 from pock_mlir.abi import TensorSpec, layout, runs
+from pock_mlir.runtime.artifact import TRAINER_MODULES, TrainingArtifact, trainer_module
+from pock_mlir.runtime.bundle import Bundle, load_bundle
 from pock_mlir.runtime.memory import release_freed_memory, retain_freed_memory
-from pock_mlir.program import TRAINER_MODULES, TrainingProgram, trainer_module
 from pock_mlir.runtime.workspace import ModuleFunctions, Workspace
 
 CALLED = tuple(f for module in TRAINER_MODULES for f in module)  # the module functions the Trainer calls
@@ -72,19 +74,17 @@ def to_numpy(x) -> np.ndarray:
     """A numpy array of `x` (a torch tensor, an array or anything np.asarray takes), without importing torch."""
     if isinstance(x, np.ndarray):
         return x
-    try:
-        import torch
-
-        if isinstance(x, torch.Tensor):
-            return x.detach().cpu().numpy()
-    except ImportError:
-        pass
+    torch = sys.modules.get("torch")  # a torch tensor exists only where its caller imported torch
+    if torch is not None and isinstance(x, torch.Tensor):
+        return x.detach().cpu().numpy()
     return np.asarray(x)
 
 
 class Trainer:
-    def __init__(self, program, device: str | None = None, retain_memory: bool = True, on_nonfinite: str = "raise"):
-        """program: a TrainingProgram or a pock_mlir.bundle.Bundle; device: an IREE driver
+    def __init__(self, artifact: TrainingArtifact, device: str | None = None, retain_memory: bool = True,
+                 on_nonfinite: str = "raise"):
+        """artifact: what a TrainingProgram or a loaded bundle gives (program.trainer() and
+        Trainer.from_bundle make one from either); device: an IREE driver
         (local-task, local-sync, vulkan, cuda), by default the target's. retain_memory keeps
         the memory each step frees mapped for the next one (process-wide, glibc only; see
         pock_mlir/runtime/memory.py; the bench's "freed memory not retained" rows measure it,
@@ -96,25 +96,24 @@ class Trainer:
         self.on_nonfinite, self.skipped_steps = on_nonfinite, 0
         if retain_memory:
             retain_freed_memory()
-        self.signature = program.signature
-        self.device_name = device or program.target.device
-        program.target.check_runtime(self.device_name)
+        self.signature = artifact.signature
+        self.device_name = device or artifact.target.device
+        artifact.target.check_runtime(self.device_name)
         # A device of the trainer's own, freed with it: iree.runtime's shared devices live as long as
         # the process, and a Vulkan device on Mesa's lavapipe keeps two threads polling while it exists.
         self._config = rt.Config(device=rt.get_device(self.device_name, cache=False))
-        # Only the modules: a bundle's host copies of its tensors are not held once uploaded.
-        self._modules = program.modules  # compiled, by functions (a bundle's one module holds every function)
-        # A TrainingProgram compiles the rest on first call, from its compiler(): not the program
-        # itself, whose host copy of the initial values would live as long as the trainer.
-        self._compile = program.compiler().module if isinstance(program, TrainingProgram) else None
+        # Only the modules and the compiler of the rest (a program's compiler(): not the program,
+        # whose host copy of the initial values would live as long as the trainer): the host
+        # copies of the initial values are not held once uploaded.
+        self._modules, self._compile = artifact.modules, artifact.compile
         self._workspace = Workspace(self._config.device)
         self._loaded: dict[str, ModuleFunctions] = {}  # by function: the loaded module that holds it
         sig = self.signature
         # Each function's arguments as the runs of roles pock_mlir.abi lays out: a call
         # concatenates the trainer's per-role lists in that order.
         self._roles = {name: [role for role, _ in runs(layout(sig, name)[0])] for name in CALLED}
-        self._params = {p.name: self._put(program.initial_params[p.name]) for p in sig.params}
-        self._buffers = {b.name: self._put(program.initial_buffers[b.name]) for b in sig.buffers}
+        self._params = {p.name: self._put(artifact.initial_params[p.name]) for p in sig.params}
+        self._buffers = {b.name: self._put(artifact.initial_buffers[b.name]) for b in sig.buffers}
         self._state = [self._put(np.zeros(s.shape, np.float32)) for s in sig.state]
         self._step = self._put(np.zeros((), np.float32))
         # What the next step writes its new values into (see passes/pock_step_into.py), by role:
@@ -158,14 +157,12 @@ class Trainer:
 
     @classmethod
     def from_bundle(cls, bundle, device: str | None = None, on_nonfinite: str = "raise") -> Trainer:
-        """A trainer for a device bundle (its path, or a loaded pock_mlir.bundle.Bundle) starting from
-        the bundle's parameters and optimizer state; raises BundleError or TargetError when it cannot run here."""
-        from pock_mlir.bundle import Bundle, load_bundle
-
+        """A trainer for a device bundle (its path, or a loaded pock_mlir.runtime.bundle.Bundle) starting
+        from the bundle's parameters and optimizer state; raises BundleError or TargetError when it cannot run here."""
         loaded_here = not isinstance(bundle, Bundle)
         if loaded_here:
             bundle = load_bundle(bundle)
-        trainer = cls(bundle, device, on_nonfinite=on_nonfinite)
+        trainer = cls(bundle.artifact(), device, on_nonfinite=on_nonfinite)
         trainer.load_optimizer_state(bundle.optimizer_state)
         if loaded_here:  # its host copies of the parameters and optimizer state are on the device now
             del bundle

@@ -13,7 +13,7 @@ MODEL.py is a Python file defining, at module level:
     OUTPUT           optional, for a model returning a structure: the entry evaluate returns (a key,
                      attribute or index; by default `logits` where there is one, else the first entry)
 It is run with its own directory on sys.path, so it can import modules next to it. examples/ has
-ready ones. The bundle's layout is described in pock_mlir/bundle.py; run_step.sh in it runs one
+ready ones. The bundle's layout is described in pock_mlir/runtime/bundle.py; run_step.sh in it runs one
 step with the stock iree-run-module. Errors print one message and exit with code 1.
 """
 

@@ -59,7 +59,7 @@ import numpy as np
 from safetensors.numpy import save
 
 from pock_mlir import lora
-from pock_mlir.bundle import Bundle, BundleError, load_bundle
+from pock_mlir.runtime.bundle import Bundle, BundleError, load_bundle
 from pock_mlir.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
 from pock_mlir.data import DataError, Split, batch_order, evaluate, load_data
 from pock_mlir.files import OutputError, atomic_write, check_writable

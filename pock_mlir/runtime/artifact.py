@@ -1,0 +1,61 @@
+"""What a Trainer runs: the compiled modules of a training step, its signature, its target and its
+initial parameters, as a compiled TrainingProgram (`program.artifact()`) and a loaded bundle
+(`bundle.artifact()`) both give it. The runtime knows no more of the compile side than this type.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+import iree.runtime as rt
+import numpy as np
+
+from pock_mlir.abi import StepSignature
+from pock_mlir.runtime.workspace import transient_bytes
+from pock_mlir.targets import Target
+
+# The modules a Trainer compiles, each the first time one of its functions is called: the step
+# with the forward-only functions (which share dispatches with its forward), and gradients apart (most
+# training never calls it, and it repeats the backward).
+TRAINER_MODULES = (("train_step_into", "loss", "evaluate"), ("gradients",))
+
+
+def trainer_module(function: str) -> tuple[str, ...]:
+    """The functions of the TRAINER_MODULES group that holds `function`."""
+    return next(group for group in TRAINER_MODULES if function in group)
+
+
+@dataclass(frozen=True)
+class Schedule:
+    """What IREE's schedule of a module (its stream phase) fixes of the memory a Trainer holds."""
+
+    in_place: frozenset[str]  # the roles train_step_into may overwrite where it reads them (empty without it)
+    workspace_bytes: int | None  # the largest workspace its functions take (None: compiled without one)
+
+
+@dataclass(frozen=True)
+class CompiledModule:
+    vmfb: bytes
+    functions: tuple[str, ...]  # what it holds, of pock_mlir.abi's FUNCTIONS
+    in_place: frozenset[str]  # the roles train_step_into may overwrite where it reads them (empty without it)
+
+    @property
+    def schedule(self) -> Schedule:
+        vm_module = rt.VmModule.copy_buffer(rt.VmInstance(), self.vmfb)
+        sizes = [size for f in self.functions if (size := transient_bytes(vm_module, f)) is not None]
+        return Schedule(self.in_place, max(sizes, default=None))
+
+
+@dataclass(frozen=True)
+class TrainingArtifact:
+    signature: StepSignature
+    target: Target
+    # compiled, by functions: the Trainer loads a function from the module that holds it (a bundle's
+    # one module holds every function); modules compiled later are added to this dict
+    modules: dict[tuple[str, ...], CompiledModule]
+    initial_params: dict[str, np.ndarray]
+    initial_buffers: dict[str, np.ndarray]
+    # compiles a TRAINER_MODULES group the modules lack, on the first call of one of its functions
+    # (None: nothing is left to compile)
+    compile: Callable[[tuple[str, ...]], CompiledModule] | None = None
