@@ -17,12 +17,12 @@ from pathlib import Path
 
 import numpy as np
 
-from pock_mlir.abi import layout
+from pock_mlir.abi import TRAIN_STEP_INTO, layout
 from pock_mlir.runtime.artifact import trainer_module
 from pock_mlir.runtime.workspace import module_transient_bytes
 
 BIN = Path(sys.executable).parent
-STEP = "train_step_into"
+STEP = TRAIN_STEP_INTO  # the function a Trainer steps with
 
 
 def step_arguments(program, inputs, target) -> list[np.ndarray]:

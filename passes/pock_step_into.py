@@ -16,6 +16,8 @@ from dataclasses import dataclass
 from torch_mlir import ir
 from torch_mlir.dialects import func
 
+from pock_mlir.abi import TRAIN_STEP
+
 from .base import ModulePass, PassError, functions, option
 
 SUFFIX = "_into"
@@ -31,7 +33,7 @@ class StepIntoPass(ModulePass):
     name = "pock-step-into"
     description = ("Add <function>_into: the same step, writing its results after the first into "
                    "caller-given buffers and returning the first")
-    function: str = option("train_step", "the function to wrap")
+    function: str = option(TRAIN_STEP, "the function to wrap")
 
     def apply(self, module: ir.Operation) -> None:
         step = next((f for f in functions(module) if ir.StringAttr(f.attributes["sym_name"]).value == self.function),

@@ -32,8 +32,12 @@ from dataclasses import dataclass, field
 import numpy as np
 
 SEED_INPUT = "seed"
+# The module's functions, as the docstring above lays them out; FORWARD_LOSS is the imported forward
+# and loss (pock_mlir/frontend.py) they call, inlined before IREE compiles them.
+TRAIN_STEP, TRAIN_STEP_INTO, GRADIENTS, LOSS, EVALUATE = FUNCTIONS = (
+    "train_step", "train_step_into", "gradients", "loss", "evaluate")
+FORWARD_LOSS = "forward_loss"
 RESERVED_INPUT_NAMES = (SEED_INPUT, "target")  # the dropout seed's and the target's names in every function
-FUNCTIONS = ("train_step", "train_step_into", "gradients", "loss", "evaluate")
 
 
 def positional_input_name(index: int) -> str:
@@ -102,8 +106,8 @@ DTYPES = ("float32", "float16", "bfloat16", "float64", "int64", "int32", "int16"
 KINDS = ("linear", "conv1d", "conv")
 
 
-STEP = TensorSpec("step", (), "float32")  # the optimizer's step count (float32, as torch.optim keeps it)
-LOSS = TensorSpec("loss", (), "float32")
+STEP_COUNT = TensorSpec("step", (), "float32")  # the optimizer's step count (float32, as torch.optim keeps it)
+LOSS_VALUE = TensorSpec("loss", (), "float32")
 
 
 @dataclass(frozen=True)
@@ -235,7 +239,7 @@ class StepSignature:
         """By role (see written): train_step_into's (argument holding a tensor the step updates,
         argument its new value is written into), by position (pock_mlir/in_place.py checks whether
         they may be one buffer)."""
-        arguments, _ = layout(self, "train_step_into")
+        arguments, _ = layout(self, TRAIN_STEP_INTO)
         position = {(slot.role, slot.spec.name): i for i, slot in enumerate(arguments)}
         return {role: [(position[role, spec.name], position["into", spec.name]) for spec in specs]
                 for role, specs in self.written().items()}
@@ -247,23 +251,23 @@ def layout(signature: StepSignature, function: str) -> tuple[list[Slot], list[Sl
     params = [Slot("params", p) for p in signature.params]
     buffers = [Slot("buffers", b) for b in signature.buffers]
     state = [Slot("optimizer", s) for s in signature.state]
-    step = [Slot("optimizer", STEP)]
+    step = [Slot("optimizer", STEP_COUNT)]
     batch = [Slot("batch", i) for i in signature.inputs]
     target = [Slot("batch", signature.target)]
-    loss = [Slot("loss", LOSS)]
-    if function in ("train_step", "train_step_into"):
+    loss = [Slot("loss", LOSS_VALUE)]
+    if function in (TRAIN_STEP, TRAIN_STEP_INTO):
         arguments = params + buffers + state + step + batch + target
         results = (loss + [Slot("params", by_name[n]) for n in signature.trainable] + state
                    + [Slot("buffers", by_name[n]) for n in signature.updated_buffers] + step)
-        if function == "train_step":
+        if function == TRAIN_STEP:
             return arguments, results
         return arguments + [Slot("into", r.spec) for r in results[1:]], loss
-    if function == "gradients":
+    if function == GRADIENTS:
         return params + buffers + batch + target, loss + [
             Slot("grads", TensorSpec(n, signature.trainable_shape(n), "float32")) for n in signature.trainable]
-    if function == "loss":
+    if function == LOSS:
         return params + buffers + batch + target, loss
-    if function == "evaluate":
+    if function == EVALUATE:
         return params + buffers + batch, [Slot("output", signature.output)]
     raise ValueError(f"unknown function {function!r}; the module's functions are {', '.join(FUNCTIONS)}")
 

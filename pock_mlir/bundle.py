@@ -18,7 +18,7 @@ import numpy as np
 from safetensors.numpy import save
 
 from pock_mlir import lora
-from pock_mlir.abi import FUNCTIONS, SEED_INPUT, StepSignature, TensorSpec, layout
+from pock_mlir.abi import FUNCTIONS, SEED_INPUT, TRAIN_STEP, TRAIN_STEP_INTO, StepSignature, TensorSpec, layout
 from pock_mlir.files import TEMPORARY_PREFIX, fsync_directory, is_temporary, staging_directory
 from pock_mlir.runtime.bundle import (ARGS, FORMAT, FORMAT_VERSION, MANIFEST, MODULE, OPTIMIZER, PARAMS, RUN_STEP,
                                       Bundle, BundleError, file_sha256)
@@ -26,7 +26,7 @@ from pock_mlir.runtime.workspace import module_transient_bytes
 
 VERSIONED_PACKAGES = ("pock-mlir", "iree-base-compiler", "iree-base-runtime", "torch", "torch-mlir")
 
-BUNDLED_FUNCTIONS = tuple(f for f in FUNCTIONS if f != "train_step_into")  # what iree-run-module users call
+BUNDLED_FUNCTIONS = tuple(f for f in FUNCTIONS if f != TRAIN_STEP_INTO)  # what iree-run-module users call
 
 
 def function_abi(signature: StepSignature) -> dict[str, dict[str, list[tuple[str, TensorSpec]]]]:
@@ -116,10 +116,10 @@ def _manifest(program, *, model, model_file: str | None, loss, sparse) -> dict:
 
 def run_step_script(manifest: dict) -> str:
     """run_step.sh: one train_step with the stock iree-run-module, arguments from args/."""
-    step = manifest["functions"]["train_step"]
+    step = manifest["functions"][TRAIN_STEP]
     state_dirs = sorted({r["path"].split("/")[0] for r in step["results"] if "/" in r["path"]})
     inputs = "".join(f'  --input=@"$bundle/{ARGS}/{a["path"]}" \\\n' for a in step["arguments"])
-    inputs += f'  --input="&{manifest["module"]["workspace_bytes"]["train_step"]}xi8" \\\n'
+    inputs += f'  --input="&{manifest["module"]["workspace_bytes"][TRAIN_STEP]}xi8" \\\n'
     outputs = " \\\n".join(f'  --output=@"$out/{r["path"]}"' for r in step["results"])
     target = manifest["target"]
     seed_note = "".join(f"\n# args/{a['path']} seeds the dropout masks: give each step another value (pock-train "
@@ -160,7 +160,7 @@ status=0
 $runtime \\
   --device="${{IREE_DEVICE:-{target['drivers'][0]}}}" \\
   --module="$bundle/{MODULE}" \\
-  --function=train_step \\
+  --function={TRAIN_STEP} \\
 {inputs}{outputs} || status=$?
 if [ "$status" -ne 0 ]; then
   echo "run_step.sh: '$runtime' failed with exit code $status" >&2
@@ -269,7 +269,7 @@ def write_bundle(program, directory, *, example_inputs, example_target, loss, mo
         (staged / PARAMS).write_bytes(save({n: np.require(v, requirements="C") for n, v in state.items()}))
         (staged / OPTIMIZER).write_bytes(save(optimizer_state))
         values = {"params": state, "buffers": state, "optimizer": optimizer_state, "batch": batch}
-        for argument in manifest["functions"]["train_step"]["arguments"]:
+        for argument in manifest["functions"][TRAIN_STEP]["arguments"]:
             group, name = argument["path"].split("/", 1)
             path = staged / ARGS / argument["path"]
             path.parent.mkdir(parents=True, exist_ok=True)
@@ -299,7 +299,7 @@ def write_trained_bundle(bundle: Bundle, state: dict[str, np.ndarray], directory
             (staged / name).parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(bundle.path / name, staged / name)
         (staged / PARAMS).write_bytes(save({n: np.require(state[n], requirements="C") for n in names}))
-        for argument in manifest["functions"]["train_step"]["arguments"]:
+        for argument in manifest["functions"][TRAIN_STEP]["arguments"]:
             group, name = argument["path"].split("/", 1)
             if group in ("params", "buffers"):
                 np.save(staged / ARGS / argument["path"], state[name.removesuffix(".npy")])

@@ -23,7 +23,7 @@ import numpy as np
 from safetensors import SafetensorError
 from safetensors.numpy import load, save
 
-from pock_mlir.abi import STEP
+from pock_mlir.abi import STEP_COUNT
 from pock_mlir.files import atomic_write
 
 FORMAT = "pock-checkpoint-1"
@@ -96,7 +96,7 @@ def load_checkpoint(path, bundle) -> Checkpoint:
     sig = bundle.signature
     expected = {f"model/{s.name}": s for s in sig.params + sig.buffers}
     expected.update({f"optimizer/{s.name}": s for s in sig.state})
-    expected["optimizer/step"] = STEP
+    expected["optimizer/step"] = STEP_COUNT
     differences = [f"missing {n}" for n in sorted(set(expected) - set(tensors))]
     differences += [f"unexpected {n}" for n in sorted(set(tensors) - set(expected))]
     differences += [f"{n}: shape {tensors[n].shape} {tensors[n].dtype}, the bundle has {tuple(s.shape)} {s.dtype}"

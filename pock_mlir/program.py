@@ -13,11 +13,11 @@ from pock_mlir.iree_flags import (AGGRESSIVE_FUSION, CHOSEN_DATA_TILING, CHOSEN_
                                   FROM_STREAM, FUSE_MATMUL_PRODUCERS, INPUT_TORCH, TO_STREAM)
 from pock_mlir.targets import Target
 from pock_mlir.tuning import UNCHOSEN, BackendChoices, Choice
-from pock_mlir.abi import FUNCTIONS, StepSignature
+from pock_mlir.abi import EVALUATE, FUNCTIONS, GRADIENTS, LOSS, TRAIN_STEP, TRAIN_STEP_INTO, StepSignature
 from pock_mlir.runtime import Trainer
 from pock_mlir.runtime.artifact import CompiledModule, Schedule, TrainingArtifact, trainer_module
 
-METHODS = {"step": "train_step_into", "gradients": "gradients", "loss": "loss", "evaluate": "evaluate"}  # Trainer's
+METHODS = {"step": TRAIN_STEP_INTO, "gradients": GRADIENTS, "loss": LOSS, "evaluate": EVALUATE}  # Trainer's
 
 
 # In the stream-phase IR, each public function's reflection records the workspace it takes.
@@ -143,7 +143,7 @@ class TrainingProgram:
     def device_bytes(self) -> int:
         """The device memory a Trainer of this program holds once it steps (Trainer.device_bytes,
         before it loads the gradients module), from the step module's schedule (see schedule())."""
-        schedule = self.schedule(trainer_module("train_step_into"))
+        schedule = self.schedule(trainer_module(TRAIN_STEP_INTO))
         return self.signature.device_bytes(schedule.in_place, schedule.workspace_bytes)
 
     def compiler(self) -> TrainingProgram:
@@ -235,9 +235,9 @@ class TrainingProgram:
         except CompilerToolError as e:
             raise _IreeFailed(str(e)) from None
         in_place = frozenset()
-        if "train_step_into" in functions:
+        if TRAIN_STEP_INTO in functions:
             start = time.perf_counter()
-            in_place = roles_in_place(stream, "train_step_into", self.signature.written_argument_pairs())
+            in_place = roles_in_place(stream, TRAIN_STEP_INTO, self.signature.written_argument_pairs())
             self.timings[_phase("in-place check of the schedule", functions)] = time.perf_counter() - start
         sizes = [int(size) for size in STREAM_WORKSPACE.findall(stream)]
         return stream, Schedule(in_place, max(sizes, default=None))
@@ -271,10 +271,10 @@ class TrainingProgram:
         sparse BP: ops, FLOPs, saved activations, gradients (see pock_mlir.report)."""
         from pock_mlir.report import report
 
-        return report(self.stages["training"], "train_step", self.scheme.source, self.scheme.unmatched,
+        return report(self.stages["training"], TRAIN_STEP, self.scheme.source, self.scheme.unmatched,
                       self.scheme.not_requiring_grad)
 
-    def backend_report(self, function: str = "train_step") -> str:
+    def backend_report(self, function: str = TRAIN_STEP) -> str:
         """What pock-backend-switch chose for each convolution of `function` and why (the
         measurements in pock_mlir/tuning/<target>.json that decided it)."""
         chosen = self.backend.ops.get(function, ())

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from torch_mlir import ir
 from torch_mlir.dialects import func
 
+from pock_mlir.abi import TRAIN_STEP
 from pock_mlir.context import make_context
 from pock_mlir.cost import BackwardCost, GradientShares, ancestors, backward_cost, gradient_shares
 from pock_mlir.dialects.pock import GradOp
@@ -121,7 +122,7 @@ def _cost(text: str, function: str, full: bool) -> BackwardCost:
     return _backward(text, function, full, backward_cost)
 
 
-def full_backward_shares(text: str, function: str = "train_step") -> tuple[list[str], GradientShares]:
+def full_backward_shares(text: str, function: str = TRAIN_STEP) -> tuple[list[str], GradientShares]:
     """Every parameter's name and its gradient's share of the full-BP backward of `function`
     (pock_mlir.cost.GradientShares: the cost of any subset of gradients, the sparse-scheme search's
     cost model), in one run of the autodiff and sparse stages."""

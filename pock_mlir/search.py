@@ -74,7 +74,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from pock_mlir.abi import Policy
+from pock_mlir.abi import EVALUATE, LOSS, TRAIN_STEP_INTO, Policy
 from pock_mlir.cost import BackwardCost
 from pock_mlir.data import Split, batch_order, evaluate
 from pock_mlir.files import OutputError, atomic_write, check_writable
@@ -197,7 +197,7 @@ class CostModel:
         buffers = {b.name: b for b in sig.buffers}
         self.slots = len(program.optimizer.state_slots)
         # What a Trainer that steps and validates holds: the step's module (gradients has its own).
-        step_module = program.module(trainer_module("train_step_into"))
+        step_module = program.module(trainer_module(TRAIN_STEP_INTO))
         # What each step writes where it reads it (Trainer.in_place), taken to be full BP's for every scheme.
         self.copies = {role: 1 if role in step_module.in_place else 2 for role in sig.written()}
         # Parameters and buffers, and the second set of the buffers each step updates.
@@ -206,8 +206,8 @@ class CostModel:
         self.int8_savings = int8_savings or {}
         transient = {function: module_transient_bytes(step_module.vmfb, function) or 0
                      for function in step_module.functions}
-        self.forward_workspace = max(transient["loss"], transient["evaluate"])
-        self.full_workspace = transient["train_step_into"]
+        self.forward_workspace = max(transient[LOSS], transient[EVALUATE])
+        self.full_workspace = transient[TRAIN_STEP_INTO]
         full = self.shares.cost({i: 1.0 for i in range(len(self.names))})
         self.full_activity = max(full.saved_activation_bytes + full.gradient_bytes, 1)
         self.full_flops = max(self.shares.forward_flops + full.flops, 1)

@@ -11,7 +11,7 @@ import torch
 from torch_mlir import ir
 from torch_mlir.dialects import func
 
-from pock_mlir.abi import Policy, Slot, StepSignature, TensorSpec, layout
+from pock_mlir.abi import FORWARD_LOSS, GRADIENTS, LOSS, TRAIN_STEP, Policy, Slot, StepSignature, TensorSpec, layout
 from pock_mlir.dialects.pock import ChannelSliceOp, ChannelUpdateOp, GradOp, ParamOp
 from pock_mlir.frontend import ImportedModel
 from pock_mlir.passes.base import function_named
@@ -74,12 +74,12 @@ def build_training_functions(imported: ImportedModel, optimizer, policies: dict[
 
     module = imported.module
     body = module.body
-    forward_loss = function_named(module.operation, "forward_loss")
+    forward_loss = function_named(module.operation, FORWARD_LOSS)
     forward_loss.attributes["sym_visibility"] = ir.StringAttr.get("private")
-    loc = ir.Location.name("train_step")
+    loc = ir.Location.name(TRAIN_STEP)
 
     with loc:
-        ip, args = _function(body, signature, "train_step")
+        ip, args = _function(body, signature, TRAIN_STEP)
         marked = _mark_params(signature, args["params"], ip, loc)
         loss, new_buffers = _call_forward_loss(forward_loss, marked, args["buffers"], args["batch"], ip)
         grads = _grads(signature, loss, marked, ip, loc)
@@ -110,13 +110,13 @@ def build_training_functions(imported: ImportedModel, optimizer, policies: dict[
                       [by_name[n] for n in trainable] + state + [old_buffers[n] for n in signature.updated_buffers] + [step])
         func.ReturnOp([loss] + [b.aten.where.self(finite, new, old) for new, old in results], ip=ip)
 
-        ip, args = _function(body, signature, "gradients")
+        ip, args = _function(body, signature, GRADIENTS)
         marked = _mark_params(signature, args["params"], ip, loc)
         loss, _ = _call_forward_loss(forward_loss, marked, args["buffers"], args["batch"], ip)
         grads = _grads(signature, loss, marked, ip, loc)
         func.ReturnOp([loss] + [grads[n] for n in trainable], ip=ip)
 
-        ip, args = _function(body, signature, "loss")
+        ip, args = _function(body, signature, LOSS)
         loss, _ = _call_forward_loss(forward_loss, args["params"], args["buffers"], args["batch"], ip)
         func.ReturnOp([loss], ip=ip)
     return signature

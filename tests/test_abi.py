@@ -12,7 +12,7 @@ import torch.nn as nn
 from torch_mlir import ir
 
 import pock_mlir as pock
-from pock_mlir.abi import FUNCTIONS, layout
+from pock_mlir.abi import FUNCTIONS, TRAIN_STEP_INTO, layout
 from pock_mlir.context import make_context
 
 DTYPES = {"f32": "float32", "si32": "int32", "si64": "int64", "i1": "bool"}
@@ -64,7 +64,7 @@ def test_written_argument_pairs_point_at_what_a_step_updates(program):
     """Each (read, written) pair of train_step_into names one tensor twice: as its role's argument
     and as the buffer its new value goes into."""
     sig = program.signature
-    arguments, _ = layout(sig, "train_step_into")
+    arguments, _ = layout(sig, TRAIN_STEP_INTO)
     pairs = sig.written_argument_pairs()
     assert len(pairs["optimizer"]) == len(sig.state) == 2 * len(sig.trainable)  # AdamW: two slots
     assert len(pairs["params"]) == len(sig.trainable) and len(pairs["buffers"]) == len(sig.updated_buffers)

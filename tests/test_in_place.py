@@ -9,6 +9,7 @@ import torch
 import torch.nn as nn
 
 import pock_mlir as pock
+from pock_mlir.abi import TRAIN_STEP_INTO
 from pock_mlir.in_place import unsafe_in_place
 from pock_mlir.stages import STAGE_PIPELINES
 
@@ -86,14 +87,14 @@ def test_parameters_and_momentum_are_updated_in_place():
     program, stream = momentum_step()
     assert program.in_place == {"params", "optimizer"}  # the MLP has no buffers
     pairs = program.signature.written_argument_pairs()
-    assert unsafe_in_place(stream, "train_step_into", pairs["params"] + pairs["optimizer"]) == []
+    assert unsafe_in_place(stream, TRAIN_STEP_INTO, pairs["params"] + pairs["optimizer"]) == []
 
 
 def test_parameters_are_not_without_ordering_their_reads():
     lowered = STAGE_PIPELINES["lowered"].replace("pock-order-param-reads,", "")
     program, stream = momentum_step({"lowered": lowered})
     assert program.in_place == {"optimizer"}
-    problems = unsafe_in_place(stream, "train_step_into", program.signature.written_argument_pairs()["params"])
+    problems = unsafe_in_place(stream, TRAIN_STEP_INTO, program.signature.written_argument_pairs()["params"])
     # the second layer's weight (argument 2) is read for its input's gradient while or after the
     # fused weight-gradient-and-update dispatch writes the new weight
     assert any(problem.startswith("argument 2 is read by") for problem in problems), problems

@@ -10,6 +10,7 @@ import torch
 import torch.nn as nn
 
 import pock_mlir as pock
+from pock_mlir.abi import EVALUATE, GRADIENTS, LOSS, TRAIN_STEP_INTO
 from oracle import assert_close_to_norm, torch_gradients, torch_trajectory
 
 STEPS = 20
@@ -99,8 +100,8 @@ def test_evaluate_is_the_step_forward_without_the_loss(compiled):
     """One export serves both: evaluate calls forward_loss on a zero target, and by the lowered
     stage nothing of the loss (nor the zero target) is left in it."""
     _, _, program = compiled
-    assert "call @forward_loss" in function_text(program.ir("imported"), "evaluate")
-    evaluate = function_text(program.ir("lowered"), "evaluate")
+    assert "call @forward_loss" in function_text(program.ir("imported"), EVALUATE)
+    evaluate = function_text(program.ir("lowered"), EVALUATE)
     assert re.search(r"torch\.aten\.(linear|mm|addmm|matmul)\b", evaluate), evaluate  # the model's forward
     assert not re.findall(r"torch\.aten\.(_log_softmax|nll_loss\w*|full)\b", evaluate), evaluate
 
@@ -136,7 +137,7 @@ def test_a_trainer_compiles_what_it_calls(batch):
     x, y = batch
     model = make_mlp()
     program = pock.compile_training(model, x, y, optimizer=OPTIMIZERS["adamw"])
-    step_module, gradients_module = ("train_step_into", "loss", "evaluate"), ("gradients",)
+    step_module, gradients_module = (TRAIN_STEP_INTO, LOSS, EVALUATE), (GRADIENTS,)
     assert list(program.modules) == [step_module]
     trainer = program.trainer()
     losses = [trainer.step(x, y) for _ in range(2)]
@@ -158,7 +159,7 @@ def test_a_trainer_compiles_what_it_calls(batch):
     assert trainer.step(x, y) == pytest.approx(want_losses[0], rel=1e-5) and list(modules)[1] == step_module
 
     both = pock.compile_training(make_mlp(), x, y, optimizer=OPTIMIZERS["adamw"], functions=("step", "gradients"))
-    assert list(both.modules) == [("train_step_into", "gradients", "loss", "evaluate")]  # one module of both
+    assert list(both.modules) == [(TRAIN_STEP_INTO, GRADIENTS, LOSS, EVALUATE)]  # one module of both
     trainer = both.trainer()
     assert trainer.gradients(x, y)[0] == pytest.approx(want_losses[0], rel=1e-5)
     assert trainer.step(x, y) == pytest.approx(want_losses[0], rel=1e-5) and len(both.modules) == 1

@@ -12,6 +12,7 @@ import pytest
 import torch
 
 import pock_mlir as pock
+from pock_mlir.abi import EVALUATE
 from oracle import assert_gradients_close, assert_trajectory_close, torch_gradients
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "examples"))
@@ -116,8 +117,8 @@ def test_strided_pointwise_convs_are_right_without_measurements():
     # it as im2col + matmul, also where no tuning table chooses forms (pock_mlir/tuning).
     model, (x, y) = resnet(), batch()
     program = pock.compile_training(model, x, y, optimizer=OPTIMIZER, target="x86-64", functions=())
-    program.module(("evaluate",))  # a module of evaluate alone: the forward is what this checks
-    assert "im2col    convolution dense 1x1/s2" in program.backend_report("evaluate")
+    program.module((EVALUATE,))  # a module of evaluate alone: the forward is what this checks
+    assert "im2col    convolution dense 1x1/s2" in program.backend_report(EVALUATE)
     np.testing.assert_allclose(program.trainer().evaluate(x), copy.deepcopy(model)(x).detach().numpy(),
                                rtol=1e-4, atol=1e-5)
 

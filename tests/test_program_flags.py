@@ -21,6 +21,8 @@ import torch
 import torch.nn as nn
 
 import pock_mlir as pock
+from pock_mlir.abi import TRAIN_STEP_INTO
+from pock_mlir.runtime.artifact import trainer_module
 import pock_mlir.tuning as tuning
 from oracle import assert_gradients_close, assert_trajectory_close, torch_gradients
 from pock_mlir.iree_flags import (AGGRESSIVE_FUSION, AGGRESSIVE_FUSION_SET, BASELINE_SET,
@@ -261,7 +263,7 @@ def test_a_program_iree_fails_to_compile_with_the_aggressive_fusion_chosen_compi
     # asked for by the caller, aggressive fusion stays, and IREE's failure is the error
     asked = dataclasses.replace(program, extra_flags=(AGGRESSIVE_FUSION,), modules={}, streams={}, replaced={})
     with pytest.raises(RuntimeError, match="IREE failed to compile the training program for target x86-64"):
-        asked.module(("train_step_into", "loss", "evaluate"))
+        asked.module(trainer_module(TRAIN_STEP_INTO))
 
 
 def test_a_program_iree_fails_to_compile_with_either_fusion_fails_with_iree_error_alone(pipelines, tmp_path,
@@ -278,7 +280,7 @@ def test_a_program_iree_fails_to_compile_with_either_fusion_fails_with_iree_erro
         warnings.simplefilter("always")
         with pytest.raises(RuntimeError, match="(?s)IREE failed to compile the training program for target host:.*"
                                                "iree-no-such-flag"):
-            program.module(("train_step_into", "loss", "evaluate"))
+            program.module(trainer_module(TRAIN_STEP_INTO))
     assert not [w for w in caught if "fusion" in str(w.message)], [str(w.message) for w in caught]
     assert program.fusion.form == "aggressive" and not list((tmp_path / "cache").rglob("*.failed.json"))
 

@@ -2,6 +2,7 @@
 
 import pytest
 
+from pock_mlir.abi import TRAIN_STEP
 from pock_mlir.cost import BackwardCost
 from pock_mlir.report import ReportError, report
 from pock_mlir.tools.pock_opt import main as pock_opt
@@ -138,4 +139,4 @@ def test_report_needs_a_training_stage_module(tmp_path, capsys):
     assert pock_opt([str(path), "-p", "pock-autodiff", "--pock-report"]) == 1
     assert "the module has no pock.grad ops; the report reads a training-stage module" in capsys.readouterr().err
     with pytest.raises(ReportError, match=r"no function @train_step with pock.grad ops.*training functions: step"):
-        report(BIAS_ONLY, "train_step")
+        report(BIAS_ONLY, TRAIN_STEP)

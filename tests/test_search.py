@@ -18,7 +18,7 @@ import yaml
 import pock_mlir as pock
 from docs_blocks import doc_commands
 from oracle import torch_trajectory
-from pock_mlir.abi import Policy
+from pock_mlir.abi import EVALUATE, LOSS, TRAIN_STEP, TRAIN_STEP_INTO, Policy
 from pock_mlir.context import make_context
 from pock_mlir.passes.pock_apply_sparse_config import reannotate
 from pock_mlir.report import report
@@ -142,7 +142,7 @@ def test_a_scheduled_scheme_holds_what_its_trainer_holds(planted):
     x, y = planted_data(informative, BATCH, 1)
     program = pock.compile_training(Planted(), x, y, optimizer=pock.SGD(lr=0.5), sparse=result.sparse, functions=(),
                                     cache=False)
-    step_module = ("train_step_into", "loss", "evaluate")
+    step_module = (TRAIN_STEP_INTO, LOSS, EVALUATE)
     scheduled, planned = program.schedule(step_module), program.device_bytes
     assert not program.modules and set(program.streams) == {step_module}
     assert scheduled.workspace_bytes > 0
@@ -178,7 +178,7 @@ def compiler_cost(training_text: str, scheme: dict):
         module = ir.Module.parse(training_text)
         reannotate(module.operation, scheme)
         text = str(module)
-    return report(text, "train_step").sparse
+    return report(text, TRAIN_STEP).sparse
 
 
 @pytest.mark.parametrize("scheme", [

@@ -24,6 +24,7 @@ import torch
 import torch.nn as nn
 
 import pock_mlir as pock
+from pock_mlir.abi import EVALUATE, GRADIENTS, LOSS, TRAIN_STEP
 from pock_mlir.bundle import write_bundle
 from pock_mlir.runtime.bundle import load_bundle
 from pock_mlir.runtime import Trainer
@@ -223,7 +224,7 @@ def run_step(bundle: Path, out: Path, run_module: str) -> dict[str, np.ndarray]:
     env = dict(os.environ, IREE_RUN_MODULE=run_module)
     subprocess.run(["sh", bundle / "run_step.sh", out], env=env, check=True, capture_output=True, timeout=300)
     manifest = json.loads((bundle / "manifest.json").read_text())
-    return {r["path"]: np.load(out / r["path"]) for r in manifest["functions"]["train_step"]["results"]}
+    return {r["path"]: np.load(out / r["path"]) for r in manifest["functions"][TRAIN_STEP]["results"]}
 
 
 def test_aarch64_module_under_qemu_matches_host(bundles, tmp_path):
@@ -264,11 +265,11 @@ def test_cuda_module_compiles_with_its_manifest(bundles):
     assert manifest["target"]["name"] == "cuda:sm_87"
     assert manifest["target"]["drivers"] == ["cuda"] and manifest["target"]["arch"] is None
     assert {"--iree-hal-target-device=cuda", "--iree-cuda-target=sm_87"} <= set(manifest["target"]["iree_compile_flags"])
-    assert set(manifest["functions"]) == {"train_step", "gradients", "loss", "evaluate"}
+    assert set(manifest["functions"]) == {TRAIN_STEP, GRADIENTS, LOSS, EVALUATE}
     assert "IREE_DEVICE:-cuda" in (bundle / "run_step.sh").read_text()
     dump = subprocess.run([VENV_BIN / "iree-dump-module", bundle / "module.vmfb"], capture_output=True, text=True).stdout
     assert "cuda-nvptx-fb" in dump and 'arch = "sm_87"' in dump
-    for function in ("train_step", "gradients", "evaluate"):
+    for function in (TRAIN_STEP, GRADIENTS, EVALUATE):
         assert re.search(rf"\] {function}\(", dump), function
     loaded = load_bundle(bundle)
     assert loaded.target.device == "cuda"

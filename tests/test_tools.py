@@ -17,6 +17,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
+from pock_mlir.abi import EVALUATE, GRADIENTS, LOSS, TRAIN_STEP
 from pock_mlir.frontend import resolve_loss
 from pock_mlir.runtime import Trainer
 from pock_mlir.tools import pock_compile, pock_train
@@ -84,12 +85,12 @@ def test_manifest_describes_the_module(bundle):
     assert manifest["sparse"]["policies"]["4.bias"]["kind"] == "full"
     assert manifest["batch"]["inputs"] == [{"name": "input0", "shape": [64, 64], "dtype": "float32"}]
     assert manifest["batch"]["target"] == {"name": "target", "shape": [64], "dtype": "int32"}
-    step = manifest["functions"]["train_step"]
+    step = manifest["functions"][TRAIN_STEP]
     assert [a["path"] for a in step["arguments"]][:6] == [f"params/{n}.npy" for n in (
         "0.weight", "0.bias", "2.weight", "2.bias", "4.weight", "4.bias")]
     assert [a["path"] for a in step["arguments"]][-3:] == ["optimizer/step.npy", "batch/input0.npy", "batch/target.npy"]
     assert [r["path"] for r in step["results"]][:2] == ["loss.npy", "params/2.weight.npy"]
-    assert set(manifest["functions"]) == {"train_step", "gradients", "loss", "evaluate"}
+    assert set(manifest["functions"]) == {TRAIN_STEP, GRADIENTS, LOSS, EVALUATE}
     for argument in step["arguments"]:  # what iree-run-module reads
         array = np.load(bundle / "args" / argument["path"])
         assert list(array.shape) == argument["shape"] and str(array.dtype) == argument["dtype"], argument["path"]

@@ -28,7 +28,7 @@ from safetensors import SafetensorError
 from safetensors.numpy import load_file
 
 from pock_mlir import lora
-from pock_mlir.abi import FUNCTIONS, STEP, Policy, StepSignature, TensorSpec
+from pock_mlir.abi import FUNCTIONS, STEP_COUNT, TRAIN_STEP, Policy, StepSignature, TensorSpec
 from pock_mlir.quantize import QuantizedWeight
 from pock_mlir.runtime.artifact import CompiledModule, TrainingArtifact
 from pock_mlir.targets import Target, TargetError, resolve_target
@@ -139,7 +139,7 @@ def _check_files(path: Path, manifest: dict) -> None:
     if not isinstance(hashes, dict) or not all(isinstance(v, str) for v in hashes.values()):
         raise BundleError(f"{path / MANIFEST}: sha256 must map file names to hashes")
     needed = {MODULE, PARAMS, OPTIMIZER, RUN_STEP} | {
-        f"{ARGS}/{a['path']}" for a in manifest["functions"]["train_step"]["arguments"]}
+        f"{ARGS}/{a['path']}" for a in manifest["functions"][TRAIN_STEP]["arguments"]}
     unlisted = sorted(needed - set(hashes))
     if unlisted:
         raise BundleError(f"{path / MANIFEST} lists no sha256 for {', '.join(unlisted)}; rewrite the bundle with pock-compile")
@@ -223,7 +223,7 @@ def load_bundle(directory) -> Bundle:
         raise BundleError(f"{path / MANIFEST}: its state_dict names tensors the module does not take: "
                           f"{', '.join(sorted(unknown_sources))}")
     state = _load_tensors(path / PARAMS, signature.params + signature.buffers, "parameters and buffers")
-    optimizer_state = _load_tensors(path / OPTIMIZER, signature.state + [STEP], "optimizer state")
+    optimizer_state = _load_tensors(path / OPTIMIZER, signature.state + [STEP_COUNT], "optimizer state")
     return Bundle(path=path, manifest=manifest, signature=signature, target=target,
                   initial_params={p.name: state[p.name] for p in signature.params},
                   initial_buffers={b.name: state[b.name] for b in signature.buffers},
