@@ -160,7 +160,8 @@ class Rewrites:
         """The model computes with the rewrites, their tensors read from `state`; yields the
         entries of `state` that are the model's own."""
         added = lora.names(self.adapters) | {n for w in self.quantized for n in (w.values, w.scale)}
-        with layers.adapters_attached(model, list(self.adapters), state), layers.int8_attached(model, list(self.quantized), state):
+        with (layers.adapters_attached(model, list(self.adapters), state),
+              layers.int8_attached(model, list(self.quantized), state)):
             yield {name: value for name, value in state.items() if name not in added}
 
 

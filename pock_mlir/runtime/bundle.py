@@ -81,7 +81,8 @@ class Bundle:
         """What a Trainer runs: its one module, which holds every function the Trainer calls
         (nothing is left to compile), and the parameters and buffers it holds."""
         module = CompiledModule(self.vmfb, FUNCTIONS, self.in_place)
-        return TrainingArtifact(self.signature, self.target, {FUNCTIONS: module}, self.initial_params, self.initial_buffers)
+        return TrainingArtifact(self.signature, self.target, {FUNCTIONS: module}, self.initial_params,
+                                self.initial_buffers)
 
     @property
     def module_sha256(self) -> str:
