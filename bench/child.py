@@ -129,8 +129,7 @@ def compile_pock(spec) -> dict:
     with open(spec["program"], "wb") as f:
         pickle.dump(runnable, f)
     if spec.get("bundle"):  # for pock-mlir-deployed (bench/deployed_child.py)
-        write_bundle(program, spec["bundle"], example_inputs=inputs, example_target=target, loss=model_def.loss,
-                     model=module)
+        write_bundle(program, spec["bundle"], example_inputs=inputs, example_target=target, loss=model_def.loss)
     return {"scheme_used": label, "compile_s": compile_s, "compile_breakdown_s": dict(program.timings),
             "iree_flags": program.iree_flags(), "vector_tails": tails or program.vector_tails.form,
             "trainable_params": program.signature.trained_values}

@@ -11,6 +11,11 @@ needs neither PyTorch nor torch-mlir, so devices load it.
     gradients(params..., buffers..., inputs..., target) -> (loss, grads of trainable params...)
     loss(params..., buffers..., inputs..., target) -> loss       (forward only: validation)
     evaluate(params..., buffers..., inputs...) -> output
+    loss_train, evaluate_train: loss and evaluate in train mode
+
+loss and evaluate run the forward pass as the model in eval mode does (`model.eval()`: dropout
+off, BatchNorm on its running statistics); loss_train and evaluate_train, as train_step does, in
+the mode the model was compiled in.
 
 The updated buffers are those the forward pass changes (the running statistics and batch counts
 of train-mode BatchNorm), in `StepSignature.updated_buffers` order; gradients, loss and evaluate
@@ -34,8 +39,10 @@ import numpy as np
 SEED_INPUT = "seed"
 # The module's functions, as the docstring above lays them out; FORWARD_LOSS is the imported forward
 # and loss (pock_mlir/frontend.py) they call, inlined before IREE compiles them.
-TRAIN_STEP, TRAIN_STEP_INTO, GRADIENTS, LOSS, EVALUATE = FUNCTIONS = (
-    "train_step", "train_step_into", "gradients", "loss", "evaluate")
+# LOSS_TRAIN and EVALUATE_TRAIN are loss and evaluate with the train-mode forward (dropout on,
+# BatchNorm on the batch's statistics); loss and evaluate are the model's eval-mode ones.
+TRAIN_STEP, TRAIN_STEP_INTO, GRADIENTS, LOSS, EVALUATE, LOSS_TRAIN, EVALUATE_TRAIN = FUNCTIONS = (
+    "train_step", "train_step_into", "gradients", "loss", "evaluate", "loss_train", "evaluate_train")
 FORWARD_LOSS = "forward_loss"
 RESERVED_INPUT_NAMES = (SEED_INPUT, "target")  # the dropout seed's and the target's names in every function
 
@@ -157,6 +164,42 @@ class StepSignature:
     by_keyword: int = 0  # the last this many model_inputs are keyword arguments of the model, named by keyword
     # model input -> rows of the embeddings its ids index (pock_mlir/frontend.py: embedding_vocabularies)
     vocabularies: dict[str, int] = field(default_factory=dict)
+    # The model's state_dict keys, in its order, each with the tensor holding it as model_state
+    # names it: a tied weight is one parameter under each of its keys, a non-persistent buffer is
+    # under none (recorded by the frontend; by default the parameters and buffers themselves)
+    state_dict: dict[str, str] | None = None
+
+    def __post_init__(self):
+        if self.state_dict is None:
+            stored_only = self.stored_only
+            self.state_dict = {s.name: s.name for s in self.params + self.buffers if s.name not in stored_only}
+            self.state_dict.update({w.weight: w.weight for w in self.quantized})
+
+    @property
+    def stored_only(self) -> set[str]:
+        """The parameters the model does not hold: LoRA adapters, int8 weights and their scales."""
+        return {n for a in self.adapters for n in (a.a, a.b)} | {n for w in self.quantized for n in (w.values, w.scale)}
+
+    def keyed_state(self, state: dict) -> dict:
+        """The parameters and buffers `state` holds by name, under the model's state_dict keys (every
+        key of a tied weight, no non-persistent buffer), then the parameters the model does not hold
+        (stored_only) under their own names: what Trainer.state_dict() returns."""
+        keyed = {key: state[source] for key, source in self.state_dict.items() if source in state}
+        keyed.update({name: state[name] for name in sorted(self.stored_only)})
+        return keyed
+
+    @property
+    def keyed_specs(self) -> dict[str, TensorSpec]:
+        """The specs of keyed_state's entries, by key."""
+        by_name = {spec.name: spec for spec in self.params + self.buffers}
+        return {key: by_name[name] for key, name in self.keyed_state({n: n for n in by_name}).items()}
+
+    def keys_of(self) -> dict[str, list[str]]:
+        """Each parameter and buffer -> the keyed_state keys that hold it (none for a non-persistent buffer)."""
+        keys: dict[str, list[str]] = {spec.name: [] for spec in self.params + self.buffers}
+        for key, name in self.keyed_state({n: n for n in keys}).items():
+            keys[name].append(key)
+        return keys
 
     def trainable_shape(self, name: str) -> tuple[int, ...]:
         spec = next(p for p in self.params if p.name == name)
@@ -265,9 +308,9 @@ def layout(signature: StepSignature, function: str) -> tuple[list[Slot], list[Sl
     if function == GRADIENTS:
         return params + buffers + batch + target, loss + [
             Slot("grads", TensorSpec(n, signature.trainable_shape(n), "float32")) for n in signature.trainable]
-    if function == LOSS:
+    if function in (LOSS, LOSS_TRAIN):
         return params + buffers + batch + target, loss
-    if function == EVALUATE:
+    if function in (EVALUATE, EVALUATE_TRAIN):
         return params + buffers + batch, [Slot("output", signature.output)]
     raise ValueError(f"unknown function {function!r}; the module's functions are {', '.join(FUNCTIONS)}")
 

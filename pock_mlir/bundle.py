@@ -58,23 +58,7 @@ def _as_array(value, spec) -> np.ndarray:
     return np.require(array.astype(spec.dtype, copy=False), requirements="C")
 
 
-def _state_dict_sources(model, signature) -> dict[str, str]:
-    """PyTorch state_dict name -> the parameter or buffer holding it, in the model's own state
-    (lora.model_state: no adapters, int8 weights dequantized): a tied weight appears under
-    each of its names, a non-persistent buffer under none."""
-    stored_only = lora.names(signature.adapters) | {n for w in signature.quantized for n in (w.values, w.scale)}
-    known = [s.name for s in signature.params + signature.buffers if s.name not in stored_only] + [
-        w.weight for w in signature.quantized]
-    if model is None:
-        return {name: name for name in known}
-    first_name: dict[int, str] = {}
-    for name, tensor in [*model.named_parameters(remove_duplicate=False), *model.named_buffers(remove_duplicate=False)]:
-        first_name.setdefault(id(tensor), name)
-    return {name: first_name[id(tensor)] for name, tensor in model.state_dict(keep_vars=True).items()
-            if first_name.get(id(tensor)) in known}
-
-
-def _manifest(program, *, model, model_file: str | None, loss, sparse) -> dict:
+def _manifest(program, *, model_file: str | None, loss, sparse) -> dict:
     sig, target, optimizer = program.signature, program.target, program.optimizer
     vmfb = program.vmfb  # compiled before the flags are read: a fallback in compiling changes them (program.fusion)
     policies = {p.name: sig.policies.get(p.name) for p in sig.params}
@@ -100,7 +84,7 @@ def _manifest(program, *, model, model_file: str | None, loss, sparse) -> dict:
         "params": [p.to_json() for p in sig.params],
         "buffers": [b.to_json() for b in sig.buffers],
         "updated_buffers": list(sig.updated_buffers),
-        "state_dict": _state_dict_sources(model, sig),
+        "state_dict": dict(sig.state_dict),
         "trainable": list(sig.trainable),
         "optimizer_state": [s.to_json() for s in sig.state],
         # the last by_keyword model inputs are the model's keyword arguments, named by keyword
@@ -240,19 +224,16 @@ def _publish(staged: Path, manifest: dict, destination: Path) -> None:
     _replace_directory(staged, destination)
 
 
-def write_bundle(program, directory, *, example_inputs, example_target, loss, model=None, model_file=None,
-                 sparse=None) -> Path:
+def write_bundle(program, directory, *, example_inputs, example_target, loss, model_file=None, sparse=None) -> Path:
     """Write `program` as a device bundle into `directory` (see the module docstring).
 
     example_inputs/example_target: the batch the program was compiled for, written to args/batch/
-    so that run_step.sh runs as it is. model: the nn.Module compiled, whose state_dict layout (tied
-    weights, non-persistent buffers) the manifest records for exporting trained weights; without
-    it, the state_dict is the parameters and buffers. Nothing appears at `directory` unless the
-    whole bundle was written."""
+    so that run_step.sh runs as it is. Nothing appears at `directory` unless the whole bundle was
+    written."""
     destination = check_destination(directory)
     destination.parent.mkdir(parents=True, exist_ok=True)
     sig = program.signature
-    manifest = _manifest(program, model=model, model_file=model_file, loss=loss, sparse=sparse)
+    manifest = _manifest(program, model_file=model_file, loss=loss, sparse=sparse)
     try:
         inputs = sig.flat_inputs(example_inputs)
     except ValueError as e:
@@ -283,25 +264,28 @@ def write_bundle(program, directory, *, example_inputs, example_target, loss, mo
 def write_trained_bundle(bundle: Bundle, state: dict[str, np.ndarray], directory) -> Path:
     """A copy of `bundle` at `directory` that starts from `state` (a Trainer.state_dict(), e.g. a
     federation's global model) instead of the compiled weights: params.safetensors and args/
-    rewritten, the hashes recomputed, the optimizer state as compiled. Staged and moved into place
-    as write_bundle does, so nothing appears at `directory` unless the whole bundle was written."""
+    rewritten (non-persistent buffers, which the state_dict does not hold, as compiled), the hashes
+    recomputed, the optimizer state as compiled. Staged and moved into place as write_bundle does,
+    so nothing appears at `directory` unless the whole bundle was written."""
     destination = check_destination(directory)
     if destination.resolve() == bundle.path.resolve():
         raise BundleError(f"{destination} is the bundle being copied; give another directory")
     destination.parent.mkdir(parents=True, exist_ok=True)
     sig = bundle.signature
+    if sorted(state) != sorted(sig.keyed_specs):
+        raise BundleError("the state to write does not hold exactly the bundle's state_dict keys (Trainer.state_dict())")
+    compiled = {**bundle.initial_params, **bundle.initial_buffers}
+    held = {name: state[keys[0]] if keys else compiled[name] for name, keys in sig.keys_of().items()}
     names = [s.name for s in sig.params + sig.buffers]
-    if sorted(state) != sorted(names):
-        raise BundleError("the state to write does not hold exactly the bundle's parameters and buffers")
     manifest = json.loads(json.dumps(bundle.manifest))
     with _staged_bundle(destination) as staged:
         for name in manifest["sha256"]:
             (staged / name).parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(bundle.path / name, staged / name)
-        (staged / PARAMS).write_bytes(save({n: np.require(state[n], requirements="C") for n in names}))
+        (staged / PARAMS).write_bytes(save({n: np.require(held[n], requirements="C") for n in names}))
         for argument in manifest["functions"][TRAIN_STEP]["arguments"]:
             group, name = argument["path"].split("/", 1)
             if group in ("params", "buffers"):
-                np.save(staged / ARGS / argument["path"], state[name.removesuffix(".npy")])
+                np.save(staged / ARGS / argument["path"], held[name.removesuffix(".npy")])
         _publish(staged, manifest, destination)
     return destination

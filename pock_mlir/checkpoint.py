@@ -1,6 +1,7 @@
 """Training checkpoints: one safetensors file holding everything a resumed run needs.
 
-tensors   "model/<name>"            parameters and buffers (the state_dict)
+tensors   "model/<key>"             parameters and buffers (Trainer.state_dict(): the model's
+                                    state_dict keys, tied weights under each key)
           "optimizer/<param>.<slot>" the optimizer state, and "optimizer/step" (steps taken)
 metadata  format, module_sha256     the bundle module the state belongs to
           tensors_sha256            over every tensor's name and bytes: detects corruption that
@@ -26,7 +27,10 @@ from safetensors.numpy import load, save
 from pock_mlir.abi import STEP_COUNT
 from pock_mlir.files import atomic_write
 
-FORMAT = "pock-checkpoint-1"
+FORMAT = "pock-checkpoint-2"
+# Its "model/" tensors were the parameters and buffers by name (non-persistent buffers included,
+# a tied weight under its first key only): read and given the model's keys.
+FORMAT_BY_NAME = "pock-checkpoint-1"
 MAX_HEADER_BYTES = 100 << 20  # safetensors' own limit: a larger header is not a checkpoint
 
 
@@ -86,7 +90,7 @@ def load_checkpoint(path, bundle) -> Checkpoint:
         progress = json.loads(metadata.get("progress", "{}"))
     except (SafetensorError, ValueError, UnicodeDecodeError, RecursionError) as e:  # JSONDecodeError is a ValueError
         raise CheckpointError(f"{path} is corrupt or not a checkpoint (unreadable safetensors: {e})") from None
-    if metadata.get("format") != FORMAT:
+    if metadata.get("format") not in (FORMAT, FORMAT_BY_NAME):
         raise CheckpointError(f"{path} is not a pock checkpoint (format {metadata.get('format')!r}, expected {FORMAT!r})")
     if metadata.get("tensors_sha256") != _tensors_sha256(tensors):
         raise CheckpointError(f"{path} is corrupt: its tensors do not match the checksum written with them")
@@ -94,7 +98,9 @@ def load_checkpoint(path, bundle) -> Checkpoint:
         raise CheckpointError(f"{path} was written while training another bundle (module sha256 "
                               f"{metadata.get('module_sha256', '?')[:12]}…, this bundle's is {bundle.module_sha256[:12]}…)")
     sig = bundle.signature
-    expected = {f"model/{s.name}": s for s in sig.params + sig.buffers}
+    by_name = metadata["format"] == FORMAT_BY_NAME
+    model = {s.name: s for s in sig.params + sig.buffers} if by_name else sig.keyed_specs
+    expected = {f"model/{name}": s for name, s in model.items()}
     expected.update({f"optimizer/{s.name}": s for s in sig.state})
     expected["optimizer/step"] = STEP_COUNT
     differences = [f"missing {n}" for n in sorted(set(expected) - set(tensors))]
@@ -104,7 +110,8 @@ def load_checkpoint(path, bundle) -> Checkpoint:
                     and (tensors[n].shape != tuple(s.shape) or str(tensors[n].dtype) != s.dtype)]
     if differences:
         raise CheckpointError(f"{path} does not fit this bundle: {'; '.join(differences)}")
+    state_dict = {n.removeprefix("model/"): v for n, v in tensors.items() if n.startswith("model/")}
     return Checkpoint(
-        state_dict={n.removeprefix("model/"): v for n, v in tensors.items() if n.startswith("model/")},
+        state_dict=sig.keyed_state(state_dict) if by_name else state_dict,
         optimizer_state={n.removeprefix("optimizer/"): v for n, v in tensors.items() if n.startswith("optimizer/")},
         progress=progress)

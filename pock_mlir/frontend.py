@@ -10,9 +10,13 @@ the model and the loss see the dtypes the user gave, as in eager PyTorch.
 Buffers the forward pass updates in place (BatchNorm running statistics and batch counts in
 train mode) are found by running the model once on copies of its buffers; `forward_loss`
 returns their new values after the loss, in `ImportedModel.updated_buffers` order, and the
-model's (selected) output last. `evaluate` calls it on a zero target and returns that output, so
-one export serves both: it runs the model in the mode it had when compiled (train-mode BatchNorm
-normalizes with the batch's statistics) and discards the loss and the buffer updates.
+model's (selected) output last. The step trains with the model in the mode it has when compiled.
+`evaluate` and the loss of validation run it as `model.eval()` does (dropout off, BatchNorm on its
+running statistics): `forward_loss_eval`, the same function exported with the model in eval mode,
+on a zero target for `evaluate`. A model whose train-mode forward draws no dropout masks, updates
+no buffers and gives the eval-mode output on the example batch computes alike in both modes: it is
+exported once, and `forward_loss` serves both (exporting is most of the frontend's time).
+`evaluate_train` is evaluate in the compiled mode (ImportedModel.eval_function).
 
 Dropout and stochastic depth in training mode stay on and are reproducible: when the model draws
 such masks, its functions take one more input after the model's own, `seed` (an int32 scalar),
@@ -49,13 +53,17 @@ from torch_mlir.extras.fx_decomp_util import get_decomposition_table
 from torch_mlir.extras.fx_importer import FxImporter
 
 from pock_mlir import layers, lora, quantize
-from pock_mlir.abi import RESERVED_INPUT_NAMES, SEED_INPUT, TensorSpec, positional_input_name, split_call
+from pock_mlir.abi import (EVALUATE, EVALUATE_TRAIN, FORWARD_LOSS, RESERVED_INPUT_NAMES, SEED_INPUT, TensorSpec,
+                           positional_input_name, split_call)
 from pock_mlir.dropout import SeededDropout
 
 LOSSES: dict[str, Callable] = {  # on what evaluate returns of a structured output (select_output)
     "cross_entropy": lambda output, target: F.cross_entropy(select_output(output), target.long()),
     "mse": lambda output, target: F.mse_loss(select_output(output), target),
 }
+
+
+EVAL_FORWARD_LOSS = "forward_loss_eval"  # the eval-mode forward and loss, where its modes differ
 
 
 class FrontendError(ValueError):
@@ -68,7 +76,8 @@ def spec_of(name: str, t: torch.Tensor) -> TensorSpec:
 
 @dataclass
 class ImportedModel:
-    """The imported module (functions `forward_loss` and `evaluate`) and what its arguments are."""
+    """The imported module (functions `forward_loss`, perhaps `forward_loss_eval`, `evaluate` and
+    `evaluate_train`) and what its arguments are."""
 
     module: ir.Module
     params: list[TensorSpec]
@@ -79,6 +88,8 @@ class ImportedModel:
     output: TensorSpec
     initial_params: dict[str, np.ndarray]
     initial_buffers: dict[str, np.ndarray]
+    state_dict: dict[str, str]  # the model's state_dict keys -> the tensor holding each (state_dict_sources)
+    eval_function: str  # the eval-mode forward and loss: EVAL_FORWARD_LOSS, or FORWARD_LOSS where the modes agree
     vocabularies: dict[str, int] = field(default_factory=dict)  # see embedding_vocabularies
     timings: dict[str, float] = field(default_factory=dict)  # seconds per import step
     by_keyword: int = 0  # the last this many model inputs are keyword arguments (StepSignature.by_keyword)
@@ -174,6 +185,18 @@ def parameter_shapes(model, adapters: list[lora.Adapter]) -> dict[str, tuple[int
     return shapes
 
 
+def state_dict_sources(model: torch.nn.Module) -> dict[str, str]:
+    """The model's state_dict keys, in its order, each with the parameter or buffer holding it as
+    named_parameters and named_buffers name it (its first name): a tied weight is one parameter
+    under each of its keys; a non-persistent buffer is under none. An extra state that is no
+    parameter or buffer (get_extra_state) is not a tensor the program holds, and is left out."""
+    first_name: dict[int, str] = {}
+    for name, tensor in [*model.named_parameters(remove_duplicate=False), *model.named_buffers(remove_duplicate=False)]:
+        first_name.setdefault(id(tensor), name)
+    return {key: first_name[id(tensor)] for key, tensor in model.state_dict(keep_vars=True).items()
+            if id(tensor) in first_name}
+
+
 def _call_model(model, state: dict, inputs: tuple, by_keyword: tuple[str, ...], seeded: bool, rewrites: Rewrites):
     """model(*args, **kwargs) with `state` (the rewrites' tensors included), kwargs the last inputs,
     named by `by_keyword`; a seeded call's last input is the seed of its dropout masks."""
@@ -255,26 +278,38 @@ class _ForwardLoss(torch.nn.Module):
                 select_output(output, self.selector))
 
 
-def _add_evaluate(module: ir.Module) -> None:
-    """evaluate(params..., buffers..., inputs...) -> the selected output: forward_loss on a zero
-    target, its last result. The loss and buffer updates it drops are dead once inlined (pock-dce)."""
+def _add_evaluate(module: ir.Module, name: str, forward: str) -> None:
+    """name(params..., buffers..., inputs...) -> the selected output: the function `forward` (a
+    forward and loss) on a zero target, its last result. The loss and buffer updates it drops are
+    dead once inlined (pock-dce)."""
     from torch_mlir.dialects import func
 
     from pock_mlir.passes.base import function_named
     from pock_mlir.torch_builder import TorchBuilder
 
-    forward_loss = function_named(module.operation, "forward_loss")
+    forward_loss = function_named(module.operation, forward)
     arguments = list(forward_loss.regions[0].blocks[0].arguments)
-    loc = ir.Location.name("evaluate")
+    loc = ir.Location.name(name)
     with loc, ir.InsertionPoint(module.body):
-        evaluate = func.FuncOp("evaluate", ([a.type for a in arguments[:-1]],
-                                            [ir.FunctionType(forward_loss.type).results[-1]]))
+        evaluate = func.FuncOp(name, ([a.type for a in arguments[:-1]], [ir.FunctionType(forward_loss.type).results[-1]]))
         block = evaluate.add_entry_block()
     with loc, ir.InsertionPoint(block) as ip:
         target = TorchBuilder.type_of(arguments[-1])
         zeros = TorchBuilder(ip, loc).full(target.shape, 0, target.dtype)
         results = func.CallOp(forward_loss, [*block.arguments, zeros]).results
         func.ReturnOp([results[-1]])
+
+
+@contextlib.contextmanager
+def _in_eval_mode(model: torch.nn.Module):
+    """model.eval() for the block; then every module back in the mode it had."""
+    modes = [(module, module.training) for module in model.modules()]
+    model.eval()
+    try:
+        yield
+    finally:
+        for module, training in modes:
+            module.training = training
 
 
 def _split_into_slices(x, split_sizes, dim=0):
@@ -483,6 +518,16 @@ def _check_modules(model: torch.nn.Module) -> None:
                                 f"momentum (torch's default is 0.1) or put it in eval mode")
 
 
+def _eval_output_equals(model, params: dict, buffers: dict, inputs: tuple, by_keyword: tuple[str, ...],
+                        rewrites: Rewrites, selector, output: torch.Tensor) -> bool:
+    """Whether the model in eval mode gives `output` (its train-mode output) on `inputs`, run on
+    copies of its buffers: a layer that computes otherwise in eval mode shows here."""
+    with torch.no_grad(), _in_eval_mode(model):
+        copies = {n: b.clone() for n, b in buffers.items()}
+        evaluated = select_output(_call_model(model, {**params, **copies}, inputs, by_keyword, False, rewrites), selector)
+    return evaluated.shape == output.shape and bool(torch.equal(evaluated, output))
+
+
 def import_model(model: torch.nn.Module, example_inputs, example_target, loss, context: ir.Context,
                  output_selector=None, adapters: list[lora.Adapter] = (),
                  quantized: list[quantize.QuantizedWeight] = ()) -> ImportedModel:
@@ -529,6 +574,8 @@ def import_model(model: torch.nn.Module, example_inputs, example_target, loss, c
             raise FrontendError("the loss must return a scalar tensor (use a mean or sum reduction)")
         updated = [n for n, copy in copies.items() if not torch.equal(copy, buffers[n])]
         seeded = dropout_probe.calls > 0
+        modes_differ = seeded or bool(updated) or not _eval_output_equals(
+            model, params, buffers, user_inputs, by_keyword, rewrites, output_selector, evaluated)
         if seeded:
             inputs += (torch.zeros((), dtype=torch.int32),)
             input_names.append(SEED_INPUT)
@@ -538,10 +585,17 @@ def import_model(model: torch.nn.Module, example_inputs, example_target, loss, c
         traced = _ForwardLoss(model, names, updated, dtypes + [user_target.dtype], by_keyword, seeded, rewrites,
                               loss_fn, output_selector)
         forward_loss = _export(traced, state + inputs + (target,), "forward and loss", timings)
+        if modes_differ:
+            with _in_eval_mode(model):
+                eval_forward_loss = _export(traced, state + inputs + (target,), "eval-mode forward and loss", timings)
     start = time.perf_counter()
     importer = FxImporter(context=context)
-    importer.import_frozen_program(forward_loss, func_name="forward_loss")
-    _add_evaluate(importer.module)
+    importer.import_frozen_program(forward_loss, func_name=FORWARD_LOSS)
+    if modes_differ:
+        importer.import_frozen_program(eval_forward_loss, func_name=EVAL_FORWARD_LOSS)
+    eval_function = EVAL_FORWARD_LOSS if modes_differ else FORWARD_LOSS
+    _add_evaluate(importer.module, EVALUATE, eval_function)
+    _add_evaluate(importer.module, EVALUATE_TRAIN, FORWARD_LOSS)
     timings["FX import into MLIR"] = time.perf_counter() - start
     return ImportedModel(
         module=importer.module,
@@ -554,6 +608,8 @@ def import_model(model: torch.nn.Module, example_inputs, example_target, loss, c
         initial_params={n: t.numpy().copy() for n, t in params.items()},
         initial_buffers={n: t.numpy().copy() for n, t in buffers.items()},
         vocabularies=embedding_vocabularies(forward_loss, len(state), input_names),
+        state_dict=state_dict_sources(model),
+        eval_function=eval_function,
         timings=timings,
         by_keyword=len(by_keyword),
     )

@@ -153,6 +153,13 @@ def model_state(signature, state: dict[str, np.ndarray]) -> dict[str, np.ndarray
     return merged(dequantized(state, signature.quantized), signature.adapters)
 
 
+def torch_state_dict(signature, state: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """The PyTorch model's state_dict, exactly its keys (signature.state_dict), from the parameters
+    and buffers of `signature` by name: LoRA adapters merged, int8 weights dequantized."""
+    held = model_state(signature, state)
+    return {key: held[source] for key, source in signature.state_dict.items()}
+
+
 def _module_of(params, adapters: list[Adapter]) -> dict[str, str]:
     return {name: name.rpartition(".")[0] for name in params if name not in names(adapters)}
 

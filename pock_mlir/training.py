@@ -1,6 +1,8 @@
 """Building the training program in pock IR around the imported forward_loss function: the
-functions train_step, gradients and loss, whose arguments and results are laid out as
-pock_mlir/abi.py says (evaluate comes from the frontend, train_step_into from pock-step-into).
+functions train_step, gradients, loss and loss_train, whose arguments and results are laid out as
+pock_mlir/abi.py says (evaluate and evaluate_train come from the frontend, train_step_into from
+pock-step-into). loss runs the eval-mode forward (ImportedModel.eval_function), the others the
+forward in the mode the model was compiled in.
 """
 
 from __future__ import annotations
@@ -11,7 +13,7 @@ import torch
 from torch_mlir import ir
 from torch_mlir.dialects import func
 
-from pock_mlir.abi import FORWARD_LOSS, GRADIENTS, LOSS, TRAIN_STEP, Policy, Slot, StepSignature, TensorSpec, layout
+from pock_mlir.abi import FORWARD_LOSS, GRADIENTS, LOSS, LOSS_TRAIN, TRAIN_STEP, Policy, Slot, StepSignature, TensorSpec, layout
 from pock_mlir.dialects.pock import ChannelSliceOp, ChannelUpdateOp, GradOp, ParamOp
 from pock_mlir.frontend import ImportedModel
 from pock_mlir.passes.base import function_named
@@ -66,16 +68,18 @@ def build_training_functions(imported: ImportedModel, optimizer, policies: dict[
         params=imported.params, buffers=imported.buffers, updated_buffers=imported.updated_buffers,
         trainable=trainable, state=[],
         inputs=imported.inputs, target=imported.target, output=imported.output, policies=dict(policies),
-        by_keyword=imported.by_keyword,
-        adapters=list(adapters), quantized=list(quantized), vocabularies=dict(imported.vocabularies))
+        by_keyword=imported.by_keyword, adapters=list(adapters), quantized=list(quantized),
+        vocabularies=dict(imported.vocabularies), state_dict=dict(imported.state_dict))
     signature.state = [
         TensorSpec(f"{name}.{slot}", signature.trainable_shape(name), "float32")
         for name in trainable for slot in optimizer.state_slots]
 
     module = imported.module
     body = module.body
-    forward_loss = function_named(module.operation, FORWARD_LOSS)
-    forward_loss.attributes["sym_visibility"] = ir.StringAttr.get("private")
+    forward_loss, eval_forward_loss = (function_named(module.operation, name)
+                                       for name in (FORWARD_LOSS, imported.eval_function))
+    for function in (forward_loss, eval_forward_loss):
+        function.attributes["sym_visibility"] = ir.StringAttr.get("private")
     loc = ir.Location.name(TRAIN_STEP)
 
     with loc:
@@ -116,9 +120,10 @@ def build_training_functions(imported: ImportedModel, optimizer, policies: dict[
         grads = _grads(signature, loss, marked, ip, loc)
         func.ReturnOp([loss] + [grads[n] for n in trainable], ip=ip)
 
-        ip, args = _function(body, signature, LOSS)
-        loss, _ = _call_forward_loss(forward_loss, args["params"], args["buffers"], args["batch"], ip)
-        func.ReturnOp([loss], ip=ip)
+        for name, forward in ((LOSS, eval_forward_loss), (LOSS_TRAIN, forward_loss)):
+            ip, args = _function(body, signature, name)
+            loss, _ = _call_forward_loss(forward, args["params"], args["buffers"], args["batch"], ip)
+            func.ReturnOp([loss], ip=ip)
     return signature
 
 

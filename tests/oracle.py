@@ -67,10 +67,10 @@ def torch_gradients(model: torch.nn.Module, inputs, target, loss="cross_entropy"
 
 def torch_trajectory(model: torch.nn.Module, inputs, target, optimizer, steps: int, loss="cross_entropy",
                      trainable=None, float64: bool = False, seed: int | None = None):
-    """Losses over `steps` torch.optim updates and the final parameters and buffers (BatchNorm's
-    running statistics), on a copy of the model; float64 runs it in double precision (see
-    assert_trajectory_close); with a seed, each step draws its masks as a Trainer's steps from
-    that seed do (the seed counts steps)."""
+    """Losses over `steps` torch.optim updates and the final state_dict (parameters, BatchNorm's
+    running statistics; a tied weight under each key), on a copy of the model; float64 runs it in
+    double precision (see assert_trajectory_close); with a seed, each step draws its masks as a
+    Trainer's steps from that seed do (the seed counts steps)."""
     model = copy.deepcopy(model)
     if float64:
         model, inputs, target = _double(model, inputs, target)
@@ -87,8 +87,7 @@ def torch_trajectory(model: torch.nn.Module, inputs, target, optimizer, steps: i
         value.backward()
         opt.step()
         losses.append(value.item())
-    state = list(model.named_parameters()) + list(model.named_buffers())
-    return losses, {n: t.detach().numpy().copy() for n, t in state}
+    return losses, {n: t.detach().numpy().copy() for n, t in model.state_dict().items()}
 
 
 def torch_sparse_trajectory(model: torch.nn.Module, inputs, target, optimizer, steps: int, rows: dict,

@@ -74,8 +74,9 @@ def test_written_argument_pairs_point_at_what_a_step_updates(program):
             assert arguments[read].spec == arguments[written].spec
 
 
-def test_loss_function_is_the_forward_loss(program):
-    """Trainer.loss runs the forward-only `loss` function: the loss gradients computes, no update."""
+def test_train_mode_loss_function_is_the_forward_loss(program):
+    """Trainer.loss(train_mode=True) runs the forward-only `loss_train` function: the loss gradients
+    computes (dropout masks of the same seed, batch statistics), no update."""
     trainer = program.trainer()
     g = torch.Generator().manual_seed(3)
     x, y = torch.randn(2, 3, 6, 6, generator=g), torch.tensor([0, 2])
@@ -83,7 +84,7 @@ def test_loss_function_is_the_forward_loss(program):
     want, _ = trainer.gradients(x, y)
     trainer.seed = 5
     before = trainer.state_dict()
-    assert trainer.loss(x, y) == pytest.approx(want, rel=1e-6)
+    assert trainer.loss(x, y, train_mode=True) == pytest.approx(want, rel=1e-6)
     for name, value in trainer.state_dict().items():
         np.testing.assert_array_equal(value, before[name], err_msg=name)
 

@@ -76,7 +76,7 @@ def test_checkpoint_layout(bundle, data, tmp_path):
     assert train(bundle, data, "--max-steps", 4, "--checkpoint", tmp_path / "c.ckpt", "--export", tmp_path / "t") == 0
     with safe_open(tmp_path / "c.ckpt", "np") as f:
         metadata, names = f.metadata(), set(f.keys())
-    assert metadata["format"] == "pock-checkpoint-1"
+    assert metadata["format"] == "pock-checkpoint-2"
     assert metadata["module_sha256"] == load_bundle(bundle).module_sha256
     assert names == {"model/0.weight", "model/0.bias", "model/3.weight", "model/3.bias", "optimizer/step"} | {
         f"optimizer/{p}.{slot}" for p in ("0.weight", "0.bias", "3.weight", "3.bias") for slot in ("exp_avg", "exp_avg_sq")}

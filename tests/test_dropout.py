@@ -52,7 +52,7 @@ def dropouts():
 
     def masks(seed):
         trainer.seed = seed
-        out = trainer.evaluate(x)
+        out = trainer.evaluate(x, train_mode=True)
         return out[:SHAPE[0]], out[SHAPE[0]:2 * SHAPE[0]], out[2 * SHAPE[0]:]
 
     return model, x, program, trainer, masks
@@ -145,7 +145,7 @@ ROWS = 4096
 @pytest.fixture(scope="module")
 def stochastic_depths():
     model, x = StochasticDepths(), torch.ones(ROWS, 4)
-    program = pock.compile_training(model, x, torch.zeros(3 * ROWS, 4), loss="mse", functions=("evaluate",))
+    program = pock.compile_training(model, x, torch.zeros(3 * ROWS, 4), loss="mse", functions=("gradients",))
     return model, x, program.trainer()
 
 
@@ -153,7 +153,7 @@ def test_stochastic_depth_drops_whole_samples_with_torchs_probability_and_scale(
     _, x, trainer = stochastic_depths
     for seed in (0, 1):
         trainer.seed = seed
-        row, batch, drop_path = np.split(trainer.evaluate(x), 3)
+        row, batch, drop_path = np.split(trainer.evaluate(x, train_mode=True), 3)
         for out in (row, drop_path):
             assert np.all(out.min(-1) == out.max(-1))  # one decision per sample
             kept = out[:, 0] != 0
@@ -161,9 +161,9 @@ def test_stochastic_depth_drops_whole_samples_with_torchs_probability_and_scale(
             within(kept.mean(), 1 - P, ROWS, f"sample keep fraction, seed {seed}")
         assert np.all(batch == 0) or np.allclose(batch, 1 / (1 - P), rtol=1e-6)  # all or nothing
     trainer.seed = 0
-    first = np.split(trainer.evaluate(x), 3)
+    first = np.split(trainer.evaluate(x, train_mode=True), 3)
     trainer.seed = 1
-    second = np.split(trainer.evaluate(x), 3)
+    second = np.split(trainer.evaluate(x, train_mode=True), 3)
     within(((first[0] != 0) == (second[0] != 0))[:, 0].mean(), P * P + (1 - P) ** 2, ROWS, "seeds 0 and 1")
     within(((first[0] != 0) == (first[2] != 0))[:, 0].mean(), P * P + (1 - P) ** 2, ROWS, "two calls in one step")
 
@@ -174,7 +174,7 @@ def test_stochastic_depth_masks_equal_the_eager_scheme(stochastic_depths):
     with SeededDropout(torch.tensor(77, dtype=torch.int32)) as dropout:
         want = model(x).detach().numpy()
     assert dropout.calls == 3
-    got = trainer.evaluate(x)
+    got = trainer.evaluate(x, train_mode=True)
     np.testing.assert_array_equal(got != 0, want != 0)
     np.testing.assert_allclose(got, want, rtol=1e-6)
 

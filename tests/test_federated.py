@@ -38,8 +38,7 @@ def compile_bundle(directory: Path, sparse) -> Path:
     inputs, target = example.example_batch()
     program = pock.compile_training(example.model(), inputs, target, loss="cross_entropy",
                                     optimizer=pock.SGD(lr=0.1, momentum=0.9), sparse=sparse, functions="all")
-    return write_bundle(program, directory, example_inputs=inputs, example_target=target, loss="cross_entropy",
-                        model=example.model())
+    return write_bundle(program, directory, example_inputs=inputs, example_target=target, loss="cross_entropy")
 
 
 @pytest.fixture(scope="session")

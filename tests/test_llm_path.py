@@ -52,7 +52,7 @@ def bundle(tmp_path_factory):
                                     optimizer=pock.AdamW(lr=LR, weight_decay=WEIGHT_DECAY), sparse="transformer-last-1",
                                     functions="all")
     return write_bundle(program, tmp_path_factory.mktemp("llm") / "bundle", example_inputs=x, example_target=y,
-                        loss=token_cross_entropy, model=model)
+                        loss=token_cross_entropy)
 
 
 @pytest.fixture(scope="module")
@@ -192,7 +192,7 @@ def classifier_bundle(tmp_path_factory):
     x, y = torch.zeros(BATCH, 4), torch.zeros(BATCH, dtype=torch.long)
     program = pock.compile_training(model, x, y, functions="all")
     return write_bundle(program, tmp_path_factory.mktemp("classifier") / "bundle", example_inputs=x, example_target=y,
-                        loss="cross_entropy", model=model)
+                        loss="cross_entropy")
 
 
 def refused(bundle, path, tmp_path, capsys) -> str:

@@ -397,7 +397,7 @@ def test_an_int8_bundle_stores_int8_and_exports_the_model_it_trains(tmp_path):
     program = pock.compile_training(model, x, y, sparse={"quantize": {"frozen": "int8"}, "head": "full"}, functions="all")
     layers = ["stem", "expand", "depthwise", "project"]
     assert [w.module for w in program.signature.quantized] == layers
-    write_bundle(program, tmp_path / "bundle", example_inputs=x, example_target=y, loss="cross_entropy", model=model)
+    write_bundle(program, tmp_path / "bundle", example_inputs=x, example_target=y, loss="cross_entropy")
     bundle = load_bundle(tmp_path / "bundle")
     stored = {n: v for n, v in bundle.initial_params.items() if n.endswith("weight_int8")}
     assert len(stored) == 4 and all(v.dtype == np.int8 for v in stored.values())
@@ -409,7 +409,7 @@ def test_an_int8_bundle_stores_int8_and_exports_the_model_it_trains(tmp_path):
     trainer = Trainer.from_bundle(tmp_path / "bundle")
     trainer.step(x.numpy(), y.numpy())
     tuned = cnn()
-    tuned.load_state_dict({n: torch.from_numpy(v) for n, v in bundle.torch_state_dict(trainer.state_dict()).items()})
+    tuned.load_state_dict({n: torch.from_numpy(v) for n, v in trainer.merged_state_dict().items()})
     want = int8_base(model, layers)
     for n in layers:
         assert torch.equal(tuned.get_submodule(n).weight, want.get_submodule(n).weight)

@@ -10,7 +10,7 @@ import torch
 import torch.nn as nn
 
 import pock_mlir as pock
-from pock_mlir.abi import EVALUATE, GRADIENTS, LOSS, TRAIN_STEP_INTO
+from pock_mlir.abi import EVALUATE, EVALUATE_TRAIN, GRADIENTS, LOSS, LOSS_TRAIN, TRAIN_STEP_INTO
 from oracle import assert_close_to_norm, torch_gradients, torch_trajectory
 
 STEPS = 20
@@ -127,8 +127,8 @@ def test_wrong_batch_shape_is_a_clear_error(compiled, batch):
 
 
 def test_a_trainer_compiles_what_it_calls(batch):
-    """compile_training compiles the step's module (with loss and evaluate); gradients' module
-    compiles the first time it is called, and the workspace grows to the largest function of the
+    """compile_training compiles the step's module (with loss and evaluate); gradients' module (with
+    the train-mode loss and evaluate) compiles the first time it is called, and the workspace grows to the largest function of the
     two; a program compiled for gradients alone compiles the step's module on the first step, and
     one compiled for both holds them in one module. A trainer keeps what compiling needs, not the
     program: dropping it frees the program's copy of the initial values."""
@@ -137,7 +137,7 @@ def test_a_trainer_compiles_what_it_calls(batch):
     x, y = batch
     model = make_mlp()
     program = pock.compile_training(model, x, y, optimizer=OPTIMIZERS["adamw"])
-    step_module, gradients_module = (TRAIN_STEP_INTO, LOSS, EVALUATE), (GRADIENTS,)
+    step_module, gradients_module = (TRAIN_STEP_INTO, LOSS, EVALUATE), (GRADIENTS, LOSS_TRAIN, EVALUATE_TRAIN)
     assert list(program.modules) == [step_module]
     trainer = program.trainer()
     losses = [trainer.step(x, y) for _ in range(2)]
@@ -159,7 +159,7 @@ def test_a_trainer_compiles_what_it_calls(batch):
     assert trainer.step(x, y) == pytest.approx(want_losses[0], rel=1e-5) and list(modules)[1] == step_module
 
     both = pock.compile_training(make_mlp(), x, y, optimizer=OPTIMIZERS["adamw"], functions=("step", "gradients"))
-    assert list(both.modules) == [(TRAIN_STEP_INTO, GRADIENTS, LOSS, EVALUATE)]  # one module of both
+    assert list(both.modules) == [(TRAIN_STEP_INTO, GRADIENTS, LOSS, EVALUATE, LOSS_TRAIN, EVALUATE_TRAIN)]  # one module
     trainer = both.trainer()
     assert trainer.gradients(x, y)[0] == pytest.approx(want_losses[0], rel=1e-5)
     assert trainer.step(x, y) == pytest.approx(want_losses[0], rel=1e-5) and len(both.modules) == 1

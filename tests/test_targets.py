@@ -24,7 +24,7 @@ import torch
 import torch.nn as nn
 
 import pock_mlir as pock
-from pock_mlir.abi import EVALUATE, GRADIENTS, LOSS, TRAIN_STEP
+from pock_mlir.abi import EVALUATE, EVALUATE_TRAIN, GRADIENTS, LOSS, LOSS_TRAIN, TRAIN_STEP
 from pock_mlir.bundle import write_bundle
 from pock_mlir.runtime.bundle import load_bundle
 from pock_mlir.runtime import Trainer
@@ -265,7 +265,7 @@ def test_cuda_module_compiles_with_its_manifest(bundles):
     assert manifest["target"]["name"] == "cuda:sm_87"
     assert manifest["target"]["drivers"] == ["cuda"] and manifest["target"]["arch"] is None
     assert {"--iree-hal-target-device=cuda", "--iree-cuda-target=sm_87"} <= set(manifest["target"]["iree_compile_flags"])
-    assert set(manifest["functions"]) == {TRAIN_STEP, GRADIENTS, LOSS, EVALUATE}
+    assert set(manifest["functions"]) == {TRAIN_STEP, GRADIENTS, LOSS, EVALUATE, LOSS_TRAIN, EVALUATE_TRAIN}
     assert "IREE_DEVICE:-cuda" in (bundle / "run_step.sh").read_text()
     dump = subprocess.run([VENV_BIN / "iree-dump-module", bundle / "module.vmfb"], capture_output=True, text=True).stdout
     assert "cuda-nvptx-fb" in dump and 'arch = "sm_87"' in dump

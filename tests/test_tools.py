@@ -17,7 +17,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from pock_mlir.abi import EVALUATE, GRADIENTS, LOSS, TRAIN_STEP
+from pock_mlir.abi import EVALUATE, EVALUATE_TRAIN, GRADIENTS, LOSS, LOSS_TRAIN, TRAIN_STEP
 from pock_mlir.frontend import resolve_loss
 from pock_mlir.runtime import Trainer
 from pock_mlir.tools import pock_compile, pock_train
@@ -90,7 +90,7 @@ def test_manifest_describes_the_module(bundle):
         "0.weight", "0.bias", "2.weight", "2.bias", "4.weight", "4.bias")]
     assert [a["path"] for a in step["arguments"]][-3:] == ["optimizer/step.npy", "batch/input0.npy", "batch/target.npy"]
     assert [r["path"] for r in step["results"]][:2] == ["loss.npy", "params/2.weight.npy"]
-    assert set(manifest["functions"]) == {TRAIN_STEP, GRADIENTS, LOSS, EVALUATE}
+    assert set(manifest["functions"]) == {TRAIN_STEP, GRADIENTS, LOSS, EVALUATE, LOSS_TRAIN, EVALUATE_TRAIN}
     for argument in step["arguments"]:  # what iree-run-module reads
         array = np.load(bundle / "args" / argument["path"])
         assert list(array.shape) == argument["shape"] and str(array.dtype) == argument["dtype"], argument["path"]

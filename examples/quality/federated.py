@@ -80,7 +80,7 @@ def compile_bundle(name: str, lr: float, checkpoint: Path, seed: int, x, y, work
                                     optimizer=pock.SGD(lr=lr, momentum=0.9), sparse=SCHEMES[COMPARED[name]],
                                     functions="all")
     return write_bundle(program, work / "bundles" / name, example_inputs=x[:BATCH], example_target=y[:BATCH],
-                        loss="cross_entropy", model=model)
+                        loss="cross_entropy")
 
 
 def federate(name: str, bundle: Path, clients: list[Path], test: Path, rounds: int, epochs: int, work: Path) -> dict:

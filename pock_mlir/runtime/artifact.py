@@ -11,14 +11,14 @@ from typing import Callable
 import iree.runtime as rt
 import numpy as np
 
-from pock_mlir.abi import EVALUATE, GRADIENTS, LOSS, TRAIN_STEP_INTO, StepSignature
+from pock_mlir.abi import EVALUATE, EVALUATE_TRAIN, GRADIENTS, LOSS, LOSS_TRAIN, TRAIN_STEP_INTO, StepSignature
 from pock_mlir.runtime.workspace import transient_bytes
 from pock_mlir.targets import Target
 
 # The modules a Trainer compiles, each the first time one of its functions is called: the step
-# with the forward-only functions (which share dispatches with its forward), and gradients apart (most
-# training never calls it, and it repeats the backward).
-TRAINER_MODULES = ((TRAIN_STEP_INTO, LOSS, EVALUATE), (GRADIENTS,))
+# with the eval-mode forwards, and gradients with the train-mode forwards (which share dispatches
+# with its forward) apart: most training never calls them, and gradients repeats the backward.
+TRAINER_MODULES = ((TRAIN_STEP_INTO, LOSS, EVALUATE), (GRADIENTS, LOSS_TRAIN, EVALUATE_TRAIN))
 
 
 def trainer_module(function: str) -> tuple[str, ...]:

@@ -34,7 +34,8 @@ from pock_mlir.runtime.artifact import CompiledModule, TrainingArtifact
 from pock_mlir.targets import Target, TargetError, resolve_target
 
 FORMAT = "pock-bundle"
-# 2: the module has a `loss` function; 3: every file's sha256; 4: LoRA adapters, int8 weights; 5: keyword inputs
+# 2: the module has a `loss` function; 3: every file's sha256; 4: LoRA adapters, int8 weights; 5: keyword
+# inputs, loss and evaluate in eval mode beside loss_train and evaluate_train
 FORMAT_VERSION = 5
 MANIFEST, MODULE, PARAMS, OPTIMIZER, ARGS, RUN_STEP = (
     "manifest.json", "module.vmfb", "params.safetensors", "optimizer.safetensors", "args", "run_step.sh")
@@ -87,12 +88,6 @@ class Bundle:
     @property
     def module_sha256(self) -> str:
         return self.manifest["sha256"][MODULE]
-
-    def torch_state_dict(self, state: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-        """Trainer.state_dict() in the layout the PyTorch model's load_state_dict expects, LoRA
-        adapters merged into their weights, int8 weights dequantized."""
-        state = lora.model_state(self.signature, state)
-        return {name: state[source] for name, source in self.manifest["state_dict"].items()}
 
     @property
     def batch_size(self) -> int:
@@ -205,7 +200,7 @@ def load_bundle(directory) -> Bundle:
             policies={name: Policy(**p) for name, p in manifest["sparse"]["policies"].items()},
             adapters=[lora.Adapter.from_json(entry) for entry in manifest["lora"]],
             quantized=[QuantizedWeight.from_json(entry) for entry in manifest["quantized"]],
-            vocabularies=dict(manifest["batch"]["vocabularies"]))
+            vocabularies=dict(manifest["batch"]["vocabularies"]), state_dict=dict(manifest["state_dict"]))
         target = dataclasses.replace(resolve_target(manifest["target"]["name"]), arch=manifest["target"]["arch"])
         unknown_sources = set(manifest["state_dict"].values()) - {s.name for s in signature.params + signature.buffers} - {
             w.weight for w in signature.quantized}

@@ -307,25 +307,34 @@ class Trainer:
                  if names is None or name in names}
         return float(self._host(results[0])), grads
 
-    def loss(self, inputs, target) -> float:
-        """The loss on a batch, without updating anything (for validation): the forward pass only."""
-        return float(self._host(self._call("loss", batch=self._batch(inputs, target))[0]))
+    def loss(self, inputs, target, train_mode: bool = False) -> float:
+        """The loss on a batch, without updating anything (for validation): the forward pass only,
+        as the model in eval mode computes it (see evaluate), or with train_mode=True as a step does."""
+        function = "loss_train" if train_mode else "loss"
+        return float(self._host(self._call(function, batch=self._batch(inputs, target))[0]))
 
-    def evaluate(self, inputs) -> np.ndarray:
-        """The model's output for a batch of the compiled shape (in the mode the model was compiled
-        in: a model in training mode applies dropout, with `self.seed`)."""
-        return self._host(self._call("evaluate", batch=self._inputs(inputs))[0])
+    def evaluate(self, inputs, train_mode: bool = False) -> np.ndarray:
+        """The model's output for a batch of the compiled shape, as the PyTorch model in eval mode
+        gives it (`model.eval()`: dropout off, BatchNorm on its running statistics). train_mode=True:
+        in the mode the model was compiled in, as a step computes it (a model in training mode
+        applies dropout, with `self.seed`)."""
+        function = "evaluate_train" if train_mode else "evaluate"
+        return self._host(self._call(function, batch=self._inputs(inputs))[0])
+
+    def _held(self) -> dict[str, np.ndarray]:
+        """Every parameter and buffer by its name in the signature, copied to the host."""
+        return {name: self._host(v) for name, v in (*self._params.items(), *self._buffers.items())}
 
     def state_dict(self) -> dict[str, np.ndarray]:
-        """Parameters and buffers by state_dict name, copied to the host."""
-        state = {name: self._host(v) for name, v in self._params.items()}
-        state.update({name: self._host(v) for name, v in self._buffers.items()})
-        return state
+        """Parameters and buffers under the model's state_dict keys (as PyTorch's state_dict: a tied
+        weight under each of its keys, no non-persistent buffer), then any LoRA adapters and int8
+        weights by name, copied to the host."""
+        return self.signature.keyed_state(self._held())
 
     def merged_state_dict(self) -> dict[str, np.ndarray]:
-        """state_dict() as the PyTorch model holds it: LoRA adapters merged into their base weights
-        (PEFT's merge_and_unload) and left out, int8 weights dequantized."""
-        return lora.model_state(self.signature, self.state_dict())
+        """The PyTorch model's state_dict, exactly its keys: LoRA adapters merged into their base
+        weights (PEFT's merge_and_unload), int8 weights dequantized."""
+        return lora.torch_state_dict(self.signature, self._held())
 
     def export_adapters(self, directory) -> Path:
         """Write the LoRA adapters (and any other module the scheme trains, as PEFT's
@@ -336,16 +345,28 @@ class Trainer:
         return lora.write_peft_adapter(directory, tensors, config)
 
     def load_state_dict(self, state: dict, strict: bool = True) -> None:
-        """Replace parameters and buffers by state_dict name. strict (as in PyTorch): every one
-        must be given; strict=False loads a subset. Everything is checked before anything changes."""
-        known = {s.name: s for s in self.signature.params + self.signature.buffers}
-        unknown, missing = sorted(set(state) - set(known)), sorted(set(known) - set(state))
+        """Replace parameters and buffers by state_dict key (the keys state_dict() returns). strict
+        (as in PyTorch): every key must be given; strict=False loads a subset. The keys of one tied
+        weight must hold one value. Everything is checked before anything changes."""
+        specs, keys_of = self.signature.keyed_specs, self.signature.keys_of()
+        unknown, missing = sorted(set(state) - set(specs)), sorted(set(specs) - set(state))
         if unknown:
-            raise InputError(f"unknown state_dict entries: {', '.join(unknown)}")
+            hidden = [n for n in unknown if n in keys_of]
+            why = (f" ({', '.join(hidden)}: not in the model's state_dict, a non-persistent buffer, which keeps its "
+                   f"compiled value)" if hidden else "")
+            raise InputError(f"unknown state_dict entries: {', '.join(unknown)}{why}")
         if strict and missing:
             raise InputError(f"state_dict lacks {', '.join(missing)} (load_state_dict(state, strict=False) loads a subset)")
-        names = sorted(state)
-        arrays = self._check([state[n] for n in names], [known[n] for n in names], batch=False)
+        given = {name: [key for key in keys if key in state] for name, keys in keys_of.items()}
+        given = {name: keys for name, keys in given.items() if keys}
+        names = sorted(given)
+        for name in names:
+            first, *others = given[name]
+            differing = [key for key in others if not np.array_equal(to_numpy(state[key]), to_numpy(state[first]))]
+            if differing:
+                raise InputError(f"{first} and {', '.join(differing)} are one tied weight of the model but hold "
+                                 f"different values; give them one value")
+        arrays = self._check([state[given[n][0]] for n in names], [specs[given[n][0]] for n in names], batch=False)
         for name, array in zip(names, arrays):
             (self._params if name in self._params else self._buffers)[name] = array
         release_freed_memory()  # the arrays replaced

@@ -119,7 +119,7 @@ def _run(args) -> int:
                                sparse=args.sparse, target=args.target, output=file.output, cache=not args.no_cache,
                                verbose=args.verbose or sys.stderr.isatty(), functions="all")
     bundle = write_bundle(program, args.output, example_inputs=file.inputs, example_target=file.target, loss=file.loss,
-                          model=file.model, model_file=Path(args.model).name, sparse=args.sparse)
+                          model_file=Path(args.model).name, sparse=args.sparse)
     sig = program.signature
     print(f"wrote {bundle}/ for target {program.target.name} in {time.perf_counter() - start:.1f}s: "
           f"{len(program.vmfb) / 1024:.0f} KiB module, {len(sig.trainable)} of {len(sig.params)} parameter tensors "

@@ -160,14 +160,14 @@ def interrupt_after():
         raise KeyboardInterrupt
 
 
-def export_state_dict(bundle: Bundle, state: dict[str, np.ndarray], path: Path) -> None:
-    """Write `state` (a Trainer.state_dict()) as the PyTorch model's state_dict, atomically:
+def export_state_dict(state: dict[str, np.ndarray], path: Path) -> None:
+    """Write `state` (a Trainer.merged_state_dict(): the PyTorch model's state_dict) atomically:
     model.load_state_dict(safetensors.torch.load_file(path))."""
-    atomic_write(path, save(bundle.torch_state_dict(state), metadata={"format": "pt"}))
+    atomic_write(path, save(state, metadata={"format": "pt"}))
 
 
-def _export(trainer: Trainer, bundle: Bundle, path: Path, adapters: str | None) -> None:
-    export_state_dict(bundle, trainer.state_dict(), path)
+def _export(trainer: Trainer, path: Path, adapters: str | None) -> None:
+    export_state_dict(trainer.merged_state_dict(), path)
     if adapters:
         trainer.export_adapters(adapters)
 
@@ -314,14 +314,14 @@ def _train(args, bundle: Bundle, device: str, train: Split, val: Split | None, c
             epoch += 1
             write_checkpoint(epoch, 0)
         try:
-            _export(trainer, bundle, export, args.export_adapters)
+            _export(trainer, export, args.export_adapters)
         except OSError as e:
             raise OutputError(f"{e}; {_where_the_state_is(args, saved_at, export)}") from None
     except KeyboardInterrupt:
         print(f"\npock-train: interrupted at step {steps}; exporting its weights (Ctrl-C again to skip)",
               file=sys.stderr, flush=True)
         try:
-            _export(trainer, bundle, export, args.export_adapters)
+            _export(trainer, export, args.export_adapters)
             weights = f"the tuned weights of step {steps} are in {export}"
         except KeyboardInterrupt:
             weights = f"the weights were not exported ({export} is as it was)"
