@@ -98,15 +98,20 @@ def test_training_matches_torch_optim(compiled):
         assert trained_stats == [] and program.signature.updated_buffers == []
 
 
-def test_evaluate_runs_in_the_compiled_mode(compiled):
-    """Train-mode BatchNorm normalises with the batch's statistics in evaluate too; evaluate
-    never changes the buffers."""
+def test_evaluate_runs_as_model_eval(compiled):
+    """evaluate normalises with BatchNorm's running statistics, as model.eval() does; with
+    train_mode=True, train-mode BatchNorm normalises with the batch's statistics; neither changes
+    the buffers."""
     name, model, _, program = compiled
     x, _ = batch()
     trainer = program.trainer()
-    np.testing.assert_allclose(trainer.evaluate(x), copy.deepcopy(model)(x).detach().numpy(), rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(trainer.evaluate(x), copy.deepcopy(model).eval()(x).detach().numpy(), rtol=1e-4,
+                               atol=1e-5)
+    np.testing.assert_allclose(trainer.evaluate(x, train_mode=True), copy.deepcopy(model)(x).detach().numpy(),
+                               rtol=1e-4, atol=1e-5)
     stats = trainer.state_dict()
     trainer.evaluate(x)
+    trainer.evaluate(x, train_mode=True)
     for key, value in trainer.state_dict().items():
         np.testing.assert_array_equal(value, stats[key])
 
@@ -119,7 +124,7 @@ def test_strided_pointwise_convs_are_right_without_measurements():
     program = pock.compile_training(model, x, y, optimizer=OPTIMIZER, target="x86-64", functions=())
     program.module((EVALUATE,))  # a module of evaluate alone: the forward is what this checks
     assert "im2col    convolution dense 1x1/s2" in program.backend_report(EVALUATE)
-    np.testing.assert_allclose(program.trainer().evaluate(x), copy.deepcopy(model)(x).detach().numpy(),
+    np.testing.assert_allclose(program.trainer().evaluate(x), copy.deepcopy(model).eval()(x).detach().numpy(),
                                rtol=1e-4, atol=1e-5)
 
 

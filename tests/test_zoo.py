@@ -21,6 +21,7 @@ model and checked to train exactly what it says."""
 
 import copy
 
+import numpy as np
 import pytest
 import torch
 import torch.nn as nn
@@ -234,17 +235,50 @@ def test_three_sgd_momentum_steps_match_torch_optim(compiled):
                             loss=MODELS[name][1], slack=slack, seed=0)
 
 
-def test_evaluate_returns_the_logits(compiled):
-    name, model, program = compiled
-    inputs, _ = batch(name)
-    # In the compiled mode (vision: train, BatchNorm on the batch's statistics, the masks of a new Trainer's
-    # seed), on a copy, as a train-mode forward updates the running statistics.
-    with torch.no_grad(), seeded(0):
-        out = copy.deepcopy(model)(inputs)
-    want = (out.logits if hasattr(out, "logits") else out).numpy()
-    got = program.trainer().evaluate(inputs)
+def logits(model, inputs, seed=None):
+    """The model's logits; with a seed, its dropout masks as a Trainer with that seed draws them."""
+    with torch.no_grad(), seeded(seed):
+        out = model(inputs)
+    return (out.logits if hasattr(out, "logits") else out).numpy()
+
+
+def assert_logits_close(got, want):
     assert got.shape == want.shape
     assert abs(got - want).max() <= 1e-4 * abs(want).max()
+
+
+def test_evaluate_returns_the_logits(compiled):
+    """evaluate as model.eval() computes (vision: BatchNorm on its running statistics);
+    train_mode=True in the compiled mode (vision: on the batch's statistics, the masks of a new
+    Trainer's seed, on a copy of the model, as a train-mode forward updates the running statistics)."""
+    name, model, program = compiled
+    inputs, _ = batch(name)
+    trainer = program.trainer()
+    assert_logits_close(trainer.evaluate(inputs), logits(copy.deepcopy(model).eval(), inputs))
+    assert_logits_close(trainer.evaluate(inputs, train_mode=True), logits(copy.deepcopy(model), inputs, seed=0))
+
+
+def test_trained_state_dict_loads_strictly_and_evaluates_as_the_model(compiled):
+    """After two steps (vision: running statistics moved), state_dict() has exactly the model's
+    state_dict keys (tied weights under each key, no non-persistent buffer), loads into the model
+    with strict=True, and the model in eval mode gives evaluate's output and the loss."""
+    name, model, program = compiled
+    inputs, target = batch(name)
+    trainer = program.trainer()
+    for _ in range(2):
+        trainer.step(inputs, target)
+    state = trainer.state_dict()
+    tuned = copy.deepcopy(model)
+    assert list(state) == list(tuned.state_dict())
+    tuned.load_state_dict({key: torch.from_numpy(value) for key, value in state.items()})
+    tuned.eval()
+    want = logits(tuned, inputs)
+    if name in VISION:
+        assert not np.array_equal(want, logits(copy.deepcopy(model).eval(), inputs))  # the statistics moved
+    assert_logits_close(trainer.evaluate(inputs), want)
+    with torch.no_grad():
+        want_loss = MODELS[name][1](tuned(inputs), target).item()
+    assert trainer.loss(inputs, target) == pytest.approx(want_loss, rel=1e-4)
 
 
 @pytest.mark.parametrize("name", list(PRESETS))
@@ -293,7 +327,6 @@ def test_pock_compile_and_pock_train_take_a_library_model_file(tmp_path, capsys)
     state_dict loads into the library's model, whose validation loss pock-train reported."""
     import json
 
-    import numpy as np
     from safetensors.torch import load_file
 
     from pock_mlir.tools import pock_compile, pock_train
