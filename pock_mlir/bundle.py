@@ -273,7 +273,8 @@ def write_trained_bundle(bundle: Bundle, state: dict[str, np.ndarray], directory
     destination.parent.mkdir(parents=True, exist_ok=True)
     sig = bundle.signature
     if sorted(state) != sorted(sig.keyed_specs):
-        raise BundleError("the state to write does not hold exactly the bundle's state_dict keys (Trainer.state_dict())")
+        raise BundleError("the state to write does not hold exactly the bundle's state_dict keys "
+                          "(Trainer.state_dict())")
     compiled = {**bundle.initial_params, **bundle.initial_buffers}
     held = {name: state[keys[0]] if keys else compiled[name] for name, keys in sig.keys_of().items()}
     names = [s.name for s in sig.params + sig.buffers]

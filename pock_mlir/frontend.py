@@ -291,7 +291,8 @@ def _add_evaluate(module: ir.Module, name: str, forward: str) -> None:
     arguments = list(forward_loss.regions[0].blocks[0].arguments)
     loc = ir.Location.name(name)
     with loc, ir.InsertionPoint(module.body):
-        evaluate = func.FuncOp(name, ([a.type for a in arguments[:-1]], [ir.FunctionType(forward_loss.type).results[-1]]))
+        evaluate = func.FuncOp(name, ([a.type for a in arguments[:-1]],
+                                      [ir.FunctionType(forward_loss.type).results[-1]]))
         block = evaluate.add_entry_block()
     with loc, ir.InsertionPoint(block) as ip:
         target = TorchBuilder.type_of(arguments[-1])

@@ -128,9 +128,9 @@ def test_wrong_batch_shape_is_a_clear_error(compiled, batch):
 
 def test_a_trainer_compiles_what_it_calls(batch):
     """compile_training compiles the step's module (with loss and evaluate); gradients' module (with
-    the train-mode loss and evaluate) compiles the first time it is called, and the workspace grows to the largest function of the
-    two; a program compiled for gradients alone compiles the step's module on the first step, and
-    one compiled for both holds them in one module. A trainer keeps what compiling needs, not the
+    the train-mode loss and evaluate) compiles the first time it is called, and the workspace grows
+    to the largest function of the two; a program compiled for gradients alone compiles the step's
+    module on the first step, and one compiled for both holds them in one module. A trainer keeps what compiling needs, not the
     program: dropping it frees the program's copy of the initial values."""
     from pock_mlir.runtime.workspace import module_transient_bytes
 
