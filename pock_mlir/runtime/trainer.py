@@ -16,7 +16,8 @@ import iree.runtime as rt
 
 from pock_mlir import lora
 from pock_mlir.quantize import dequantized
-from pock_mlir.abi import TensorSpec, layout, runs
+from pock_mlir.abi import (EVALUATE, EVALUATE_TRAIN, GRADIENTS, LOSS, LOSS_TRAIN, TRAIN_STEP_INTO, TensorSpec, layout,
+                           runs)
 from pock_mlir.runtime.artifact import TRAINER_MODULES, TrainingArtifact, trainer_module
 from pock_mlir.runtime.bundle import Bundle, load_bundle
 from pock_mlir.runtime.memory import release_freed_memory, retain_freed_memory
@@ -124,7 +125,7 @@ class Trainer:
         self._spare: dict[str, list] = {}
         self._spare_step = self._put(np.zeros((), np.float32))
         self.seed = 0  # the dropout seed of the next call; step() increments it
-        self._functions_for("train_step_into", compile=False)  # what is compiled already loads now
+        self._functions_for(TRAIN_STEP_INTO, compile=False)  # what is compiled already loads now
         release_freed_memory()  # the host arrays set-up allocated and dropped
 
     def _functions_for(self, function: str, compile: bool = True) -> ModuleFunctions | None:
@@ -148,7 +149,7 @@ class Trainer:
                               f"(IREE: {str(e).strip().splitlines()[-1][:200] if str(e).strip() else type(e).__name__}); "
                               f"recompile it") from None
         self._loaded.update(dict.fromkeys(loaded.names, loaded))
-        if "train_step_into" in compiled.functions:
+        if TRAIN_STEP_INTO in compiled.functions:
             written = self.signature.written()
             self._in_place = compiled.in_place & set(written)
             self._spare = {role: [self._put(np.zeros(spec.shape, spec.dtype)) for spec in specs]
@@ -174,7 +175,7 @@ class Trainer:
         """What each step overwrites where it is (one copy on the device) rather than writing it into
         a second set, by role: params (the trained ones), optimizer (its state), buffers (those the
         forward updates); see pock_mlir/in_place.py."""
-        self._functions_for("train_step_into")
+        self._functions_for(TRAIN_STEP_INTO)
         return self._in_place
 
     @property
@@ -182,7 +183,7 @@ class Trainer:
         """The device memory the trainer holds: parameters, buffers, optimizer state, the second
         set of what each step writes where it is not written in place (see __init__) and the
         workspace (see workspace_bytes)."""
-        self._functions_for("train_step_into")
+        self._functions_for(TRAIN_STEP_INTO)
         return self.signature.device_bytes(self._in_place, self._workspace.bytes)
 
     @property
@@ -191,7 +192,7 @@ class Trainer:
         pock_mlir/runtime/workspace.py), the largest the step's module and any other loaded so far
         need (gradients has a module of its own, loaded when first called); None for modules
         compiled without a workspace."""
-        self._functions_for("train_step_into")
+        self._functions_for(TRAIN_STEP_INTO)
         return self._workspace.bytes
 
     # -- data movement --------------------------------------------------------------------
@@ -273,11 +274,11 @@ class Trainer:
         loss leaves parameters, buffers and optimizer state as they were and raises
         NonFiniteLossError (or, with on_nonfinite="skip", counts the batch in skipped_steps)."""
         sig = self.signature
-        self._functions_for("train_step_into")  # which sets _in_place and _spare
+        self._functions_for(TRAIN_STEP_INTO)  # which sets _in_place and _spare
         current = {"params": [self._params[name] for name in sig.trainable], "optimizer": self._state,
                    "buffers": [self._buffers[name] for name in sig.updated_buffers]}
         into = {role: self._spare.get(role, current[role]) for role in current}
-        (loss,) = self._call("train_step_into", optimizer=[*self._state, self._step], batch=self._batch(inputs, target),
+        (loss,) = self._call(TRAIN_STEP_INTO, optimizer=[*self._state, self._step], batch=self._batch(inputs, target),
                              into=[*into["params"], *into["optimizer"], *into["buffers"], self._spare_step])
         # a step that raised above changed nothing here (what it writes in place aside)
         for role, old in current.items():
@@ -302,7 +303,7 @@ class Trainer:
         unknown = sorted(set(names or ()) - set(self.signature.trainable))
         if unknown:
             raise InputError(f"no gradient for {', '.join(unknown)}: trainable are {', '.join(self.signature.trainable)}")
-        results = self._call("gradients", batch=self._batch(inputs, target))
+        results = self._call(GRADIENTS, batch=self._batch(inputs, target))
         grads = {name: self._host(g) for name, g in zip(self.signature.trainable, results[1:])
                  if names is None or name in names}
         return float(self._host(results[0])), grads
@@ -310,7 +311,7 @@ class Trainer:
     def loss(self, inputs, target, train_mode: bool = False) -> float:
         """The loss on a batch, without updating anything (for validation): the forward pass only,
         as the model in eval mode computes it (see evaluate), or with train_mode=True as a step does."""
-        function = "loss_train" if train_mode else "loss"
+        function = LOSS_TRAIN if train_mode else LOSS
         return float(self._host(self._call(function, batch=self._batch(inputs, target))[0]))
 
     def evaluate(self, inputs, train_mode: bool = False) -> np.ndarray:
@@ -318,7 +319,7 @@ class Trainer:
         gives it (`model.eval()`: dropout off, BatchNorm on its running statistics). train_mode=True:
         in the mode the model was compiled in, as a step computes it (a model in training mode
         applies dropout, with `self.seed`)."""
-        function = "evaluate_train" if train_mode else "evaluate"
+        function = EVALUATE_TRAIN if train_mode else EVALUATE
         return self._host(self._call(function, batch=self._inputs(inputs))[0])
 
     def _held(self) -> dict[str, np.ndarray]:
