@@ -8,7 +8,7 @@ STAMP := $(VENV)/.installed
 # No CPU build of torchvision for torch 2.13 is to be had here, and PyPI's (a CUDA build, which timm
 # needs and transformers then imports) dies at import beside the CPU torch: where it does, the venv
 # gets tools/torchvision_without_ops.pth (its comment says what it does), so that torchvision, timm
-# and transformers import in every script run in the venv, as the README's examples are written.
+# and transformers import in every script run in the venv, as the guides' examples are written.
 TORCHVISION_PTH := tools/torchvision_without_ops.pth
 
 $(STAMP): pyproject.toml $(TORCHVISION_PTH)
@@ -23,18 +23,21 @@ $(STAMP): pyproject.toml $(TORCHVISION_PTH)
 demo: $(STAMP)
 	$(PY) examples/demo.py
 
+# Lint and format are checked first (ruff, configured in pyproject.toml: docs/CONTRIBUTING.md).
 # The device tests need qemu, lavapipe and IREE's aarch64 runtime; the script installs them or says
 # why not (those tests then skip; -rs prints the reasons). Two workers, each test file in one of them
 # (its compiled-once fixtures stay in one process): most of the suite's time is single-threaded
 # export and passes, which the second core would otherwise leave idle. Files start in the order
 # tests/conftest.py sets (longest first), not xdist's default of the most tests first; the slowest
-# tests are listed, for keeping the run within its time budget (README).
+# tests are listed, for keeping the run within its time budget (docs/CONTRIBUTING.md).
 test: $(STAMP)
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
 	sh tools/setup_device_deps.sh $(PY)
 	$(PY) -m pytest -rs -n 2 --dist loadfile --no-loadscope-reorder --durations=15 tests
 
 # Sparse and full-model FedAvg of the vision task on a local Flower federation, against centralised
-# fine-tuning (README: Federated fine-tuning); the README's table is examples/quality/federated.py's.
+# fine-tuning (docs/federated.md); that guide's table is examples/quality/federated.py's.
 federated-demo: $(STAMP)
 	$(PY) examples/quality/federated.py --out federated_demo
 

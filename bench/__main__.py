@@ -34,28 +34,61 @@ from pock_mlir.stages import pipelines_with_switch, pipelines_without
 from pock_mlir.tuning import host_cpu
 
 ROOT = Path(__file__).resolve().parent.parent
-SYSTEMS = ("eager", "torch.compile", "ort-training", "jax", "pock-mlir", "pock-mlir-deployed",
-           "pock-mlir-deployed-ort-optimizer", "pock-mlir-no-reorder", "pock-mlir-no-param-order", "pock-mlir-no-retain",
-           "pock-mlir-other-tails", "pock-mlir-no-factor-reductions", "pock-mlir-no-per-image", "pock-mlir-no-flipped")
-QUICK_SYSTEMS = ("eager", "pock-mlir", "pock-mlir-no-reorder", "pock-mlir-no-param-order", "pock-mlir-no-retain",
-                 "pock-mlir-other-tails")
+SYSTEMS = (
+    "eager",
+    "torch.compile",
+    "ort-training",
+    "jax",
+    "pock-mlir",
+    "pock-mlir-deployed",
+    "pock-mlir-deployed-ort-optimizer",
+    "pock-mlir-no-reorder",
+    "pock-mlir-no-param-order",
+    "pock-mlir-no-retain",
+    "pock-mlir-other-tails",
+    "pock-mlir-no-factor-reductions",
+    "pock-mlir-no-per-image",
+    "pock-mlir-no-flipped",
+)
+QUICK_SYSTEMS = (
+    "eager",
+    "pock-mlir",
+    "pock-mlir-no-reorder",
+    "pock-mlir-no-param-order",
+    "pock-mlir-no-retain",
+    "pock-mlir-other-tails",
+)
 # The pipelines of the pipeline ablations: a pass left out of the lowered stage, or a form pock-backend-switch
 # may not choose.
-ABLATED_PIPELINES = {"pock-mlir-no-reorder": pipelines_without("pock-reorder-updates"),
-                     "pock-mlir-no-param-order": pipelines_without("pock-order-param-reads"),
-                     "pock-mlir-no-factor-reductions": pipelines_without("pock-factor-reductions"),
-                     "pock-mlir-no-per-image": pipelines_with_switch("exclude=per-image"),
-                     "pock-mlir-no-flipped": pipelines_with_switch("exclude=flipped")}
+ABLATED_PIPELINES = {
+    "pock-mlir-no-reorder": pipelines_without("pock-reorder-updates"),
+    "pock-mlir-no-param-order": pipelines_without("pock-order-param-reads"),
+    "pock-mlir-no-factor-reductions": pipelines_without("pock-factor-reductions"),
+    "pock-mlir-no-per-image": pipelines_with_switch("exclude=per-image"),
+    "pock-mlir-no-flipped": pipelines_with_switch("exclude=flipped"),
+}
 # pock-reorder-updates' effect is shown on these full-BP steps only: each ablation is one more
 # IREE compile (minutes for the CNNs), and the pass measured no effect under IREE so far.
 REORDER_ABLATION = (("mlp", "full"), ("mlp", "sparse"), ("bert", "full"))
 # The Trainer's retained freed memory (pock_mlir/runtime/memory.py) trades peak memory for step time;
 # these rows show both sides, on the models whose steps allocate the most.
-RETAIN_ABLATION = (("mlp", "full"), ("resnet18", "full"), ("resnet18", "sparse"), ("bert", "sparse"),
-                   ("llama", "full"), ("llama", "sparse"))
+RETAIN_ABLATION = (
+    ("mlp", "full"),
+    ("resnet18", "full"),
+    ("resnet18", "sparse"),
+    ("bert", "sparse"),
+    ("llama", "full"),
+    ("llama", "sparse"),
+)
 # Without pock-order-param-reads the parameters fail the in-place check and take a second set:
 # these rows show what that costs in memory and what the added order costs in step time.
-PARAM_ORDER_ABLATION = (("mlp", "full"), ("mobilenetv2", "full"), ("resnet18", "full"), ("bert", "full"), ("kws", "full"))
+PARAM_ORDER_ABLATION = (
+    ("mlp", "full"),
+    ("mobilenetv2", "full"),
+    ("resnet18", "full"),
+    ("bert", "full"),
+    ("kws", "full"),
+)
 # pock-backend-switch chooses per program whether vectorized loops' remainders are masked or
 # peeled (tuning.choose_vector_tails); these rows compile the same program with the other one, on
 # the models with loops of odd lengths (the ViT's 65 tokens, the keyword spotter's 98 frames,
@@ -63,15 +96,25 @@ PARAM_ORDER_ABLATION = (("mlp", "full"), ("mobilenetv2", "full"), ("resnet18", "
 OTHER_TAILS = "pock-mlir-other-tails"
 OTHER_TAILS_ABLATION = (("mlp", "full"), ("tiny-vit", "full"), ("kws", "full"), ("mobilenetv2", "full"))
 # pock-factor-reductions halves a batch norm's backward sums: the full steps of the CNNs with batch norms.
-FACTOR_REDUCTIONS_ABLATION = (("mobilenetv2", "full"), ("resnet18", "full"), ("tv-mobilenetv2", "full"), ("kws", "full"))
+FACTOR_REDUCTIONS_ABLATION = (
+    ("mobilenetv2", "full"),
+    ("resnet18", "full"),
+    ("tv-mobilenetv2", "full"),
+    ("kws", "full"),
+)
 # The per-image form of 1x1 convolutions, where the tuning table chooses it: the MobileNetV2s' full steps.
 PER_IMAGE_ABLATION = (("mobilenetv2", "full"), ("tv-mobilenetv2", "full"))
 # The flipped form of stride-1 input gradients, where the tuning table chooses it: the ResNet-18-like's full step.
 FLIPPED_ABLATION = (("resnet18", "full"),)
-ABLATIONS = {"pock-mlir-no-reorder": REORDER_ABLATION, "pock-mlir-no-param-order": PARAM_ORDER_ABLATION,
-             "pock-mlir-no-retain": RETAIN_ABLATION, OTHER_TAILS: OTHER_TAILS_ABLATION,
-             "pock-mlir-no-factor-reductions": FACTOR_REDUCTIONS_ABLATION, "pock-mlir-no-per-image": PER_IMAGE_ABLATION,
-             "pock-mlir-no-flipped": FLIPPED_ABLATION}
+ABLATIONS = {
+    "pock-mlir-no-reorder": REORDER_ABLATION,
+    "pock-mlir-no-param-order": PARAM_ORDER_ABLATION,
+    "pock-mlir-no-retain": RETAIN_ABLATION,
+    OTHER_TAILS: OTHER_TAILS_ABLATION,
+    "pock-mlir-no-factor-reductions": FACTOR_REDUCTIONS_ABLATION,
+    "pock-mlir-no-per-image": PER_IMAGE_ABLATION,
+    "pock-mlir-no-flipped": FLIPPED_ABLATION,
+}
 ORT_SCHEMES = ("full", "sparse")  # ONNX Runtime trains or freezes whole parameters: no LoRA adapters
 JAX_SCHEMES = ("full", "sparse")  # the JAX port differentiates the trained parameters only: no LoRA adapters
 DEPLOYED_SCHEMES = ("full", "sparse")  # pock-mlir's bundle in a torch-free process, beside ONNX Runtime's
@@ -92,13 +135,18 @@ def pock_flags() -> list[str]:
 
 
 def _child_command(spec: dict) -> list[str]:
-    return [sys.executable, "-m", CHILD_MODULES.get(spec["task"], "bench.child"), json.dumps({"threads": THREADS, **spec})]
+    return [
+        sys.executable,
+        "-m",
+        CHILD_MODULES.get(spec["task"], "bench.child"),
+        json.dumps({"threads": THREADS, **spec}),
+    ]
 
 
 def _result(stdout: str, stderr: str, returncode) -> dict:
     for line in stdout.splitlines():
         if line.startswith("RESULT "):
-            return json.loads(line[len("RESULT "):])
+            return json.loads(line[len("RESULT ") :])
     tail = (stderr.strip().splitlines() or ["no output"])[-1]
     return {"status": f"failed: child exited with {returncode}: {tail[:300]}"}
 
@@ -141,8 +189,9 @@ class TrainingChild:
     def __init__(self, spec: dict, timeout: float):
         self.timeout, self.failure, self.stdout = timeout, None, []
         self.stderr = tempfile.TemporaryFile(mode="w+")  # a pipe nobody reads could fill and stall the child
-        self.process = subprocess.Popen(_child_command(spec), cwd=ROOT, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                        stderr=self.stderr, text=True)
+        self.process = subprocess.Popen(
+            _child_command(spec), cwd=ROOT, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.stderr, text=True
+        )
         self.lines = queue.Queue()
         threading.Thread(target=self._read, daemon=True).start()
         if self._expect("READY"):
@@ -187,7 +236,7 @@ class TrainingChild:
             line = self._expect("RESULT ")
             if line is not None:
                 self.process.wait()
-                return json.loads(line[len("RESULT "):])
+                return json.loads(line[len("RESULT ") :])
         return self.failure
 
 
@@ -210,39 +259,70 @@ def measure(model: str, scheme: str, systems, args, workdir: Path) -> dict[str, 
             rows[system] = run_child({**common, "task": export, "artifacts": str(artifacts)}, args.timeout)
             if rows[system]["status"] == "ok":
                 learning_rate = {k: v for k, v in rows[system].items() if k == "learning_rate"}
-                children[system] = TrainingChild({**common, "task": run, "artifacts": str(artifacts), **learning_rate},
-                                                 args.timeout)
+                children[system] = TrainingChild(
+                    {**common, "task": run, "artifacts": str(artifacts), **learning_rate}, args.timeout
+                )
             continue
         if system == ORT_OPTIMIZER:  # a program and bundle of its own, trained by the deployed child
-            own_bundle, program = workdir / f"{model}-{scheme}-{system}-bundle", workdir / f"{model}-{scheme}-{system}.pickle"
+            own_bundle, program = (
+                workdir / f"{model}-{scheme}-{system}-bundle",
+                workdir / f"{model}-{scheme}-{system}.pickle",
+            )
             outputs += [own_bundle, program]
-            rows[system] = run_child({**common, "task": "pock-compile", "program": str(program), "iree_flags": args.iree_flags,
-                                      "ort_optimizer": True, "bundle": str(own_bundle)}, args.timeout)
+            rows[system] = run_child(
+                {
+                    **common,
+                    "task": "pock-compile",
+                    "program": str(program),
+                    "iree_flags": args.iree_flags,
+                    "ort_optimizer": True,
+                    "bundle": str(own_bundle),
+                },
+                args.timeout,
+            )
             if rows[system]["status"] == "ok":
-                children[system] = TrainingChild({**common, "task": "pock-deployed", "bundle": str(own_bundle)},
-                                                 args.timeout)
+                children[system] = TrainingChild(
+                    {**common, "task": "pock-deployed", "bundle": str(own_bundle)}, args.timeout
+                )
             continue
         if system == "pock-mlir-deployed":  # pock-mlir's own program, from the bundle its compilation wrote
             compiled = rows.get("pock-mlir", {"status": "not run: it deploys the pock-mlir row's bundle"})
-            rows[system] = {k: v for k, v in compiled.items()
-                            if k in ("status", "scheme_used", "compile_s", "trainable_params")}
+            rows[system] = {
+                k: v for k, v in compiled.items() if k in ("status", "scheme_used", "compile_s", "trainable_params")
+            }
             if compiled["status"] == "ok":
-                children[system] = TrainingChild({**common, "task": "pock-deployed", "bundle": str(bundle)},
-                                                 args.timeout)
+                children[system] = TrainingChild(
+                    {**common, "task": "pock-deployed", "bundle": str(bundle)}, args.timeout
+                )
             continue
         program = workdir / f"{model}-{scheme}-{system}.pickle"
         outputs.append(program)
         deployed = system == "pock-mlir" and "pock-mlir-deployed" in systems
         outputs += [bundle] if deployed else []
         pipelines = ABLATED_PIPELINES.get(system)
-        rows[system] = run_child({**common, "task": "pock-compile", "program": str(program), "iree_flags": args.iree_flags,
-                                  "other_tails": system == OTHER_TAILS,
-                                  "pipelines": pipelines, **({"bundle": str(bundle)} if deployed else {})},
-                                 args.timeout)
+        rows[system] = run_child(
+            {
+                **common,
+                "task": "pock-compile",
+                "program": str(program),
+                "iree_flags": args.iree_flags,
+                "other_tails": system == OTHER_TAILS,
+                "pipelines": pipelines,
+                **({"bundle": str(bundle)} if deployed else {}),
+            },
+            args.timeout,
+        )
         if rows[system]["status"] == "ok":
-            children[system] = TrainingChild({**common, "task": "pock-run", "program": str(program),
-                                              "retain_memory": system != "pock-mlir-no-retain",
-                                              "profile": args.profile and system == "pock-mlir"}, args.timeout)
+            children[system] = TrainingChild(
+                {
+                    **common,
+                    "task": "pock-run",
+                    "program": str(program),
+                    "retain_memory": system != "pock-mlir-no-retain",
+                    "profile": args.profile and system == "pock-mlir",
+                },
+                args.timeout,
+            )
     for _ in range(args.rounds):
         for child in children.values():
             child.round()
@@ -258,26 +338,46 @@ def measure(model: str, scheme: str, systems, args, workdir: Path) -> dict[str, 
 
 def parse_args(argv):
     parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help=f"only {', '.join(QUICK_MODELS)}, 5 steps, no torch.compile")
+    parser.add_argument(
+        "--quick", action="store_true", help=f"only {', '.join(QUICK_MODELS)}, 5 steps, no torch.compile"
+    )
     parser.add_argument("--models", help=f"comma-separated subset of {','.join(MODELS)}")
     parser.add_argument("--schemes", help=f"comma-separated subset of {','.join(SCHEMES)}")
     parser.add_argument("--systems", help=f"comma-separated subset of {','.join(SYSTEMS)}")
     parser.add_argument("--steps", type=int, help="timed steps per measurement (default 20; 5 with --quick)")
-    parser.add_argument("--rounds", type=int, help="rounds of timed steps; the steadiest counts (default 5; 1 with --quick)")
+    parser.add_argument(
+        "--rounds", type=int, help="rounds of timed steps; the steadiest counts (default 5; 1 with --quick)"
+    )
     parser.add_argument("--warmup", type=int, help="untimed steps first (default 3; 2 with --quick)")
     parser.add_argument("--timeout", type=float, default=900, help="seconds one child may take")
-    parser.add_argument("--iree-flags", default=None,
-                        help="extra IREE compile flags for pock-mlir, space-separated (the host target's flags always apply)")
-    parser.add_argument("--profile", action=argparse.BooleanOptionalAction, default=None,
-                        help="per-dispatch profile of each pock-mlir step (default: on, off with --quick)")
-    parser.add_argument("--rewrite-report", action="store_true",
-                        help="only rewrite results.md and results.png from the results.json in --out")
-    parser.add_argument("--update", action="store_true",
-                        help="re-measure every system of the --models (and --schemes) given and replace their rows in "
-                             "the results.json in --out, keeping the other rows; its settings must be the same")
-    parser.add_argument("--recount-flops", action="store_true",
-                        help="only count again the FLOPs of PyTorch's step of each model (or of the --models) and "
-                             "scheme in the results.json in --out, and rewrite its GFLOP/s and reports; times nothing")
+    parser.add_argument(
+        "--iree-flags",
+        default=None,
+        help="extra IREE compile flags for pock-mlir, space-separated (the host target's flags always apply)",
+    )
+    parser.add_argument(
+        "--profile",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="per-dispatch profile of each pock-mlir step (default: on, off with --quick)",
+    )
+    parser.add_argument(
+        "--rewrite-report",
+        action="store_true",
+        help="only rewrite results.md and results.png from the results.json in --out",
+    )
+    parser.add_argument(
+        "--update",
+        action="store_true",
+        help="re-measure every system of the --models (and --schemes) given and replace their rows in "
+        "the results.json in --out, keeping the other rows; its settings must be the same",
+    )
+    parser.add_argument(
+        "--recount-flops",
+        action="store_true",
+        help="only count again the FLOPs of PyTorch's step of each model (or of the --models) and "
+        "scheme in the results.json in --out, and rewrite its GFLOP/s and reports; times nothing",
+    )
     parser.add_argument("--out", default=str(ROOT / "bench"), help="directory for results.json/.md/.png")
     args = parser.parse_args(argv)
 
@@ -318,14 +418,25 @@ def previous_results(parser, args) -> dict:
     try:
         previous = json.loads(path.read_text())
         settings = previous["settings"]
-        kept = {"cpu": previous["machine"]["cpu"], **{k: settings[k] for k in ("steps", "rounds", "warmup")},
-                "pock_iree_flags": settings["pock_iree_flags"], "rounds_start_idle": settings.get("rounds_start_idle", False)}
+        kept = {
+            "cpu": previous["machine"]["cpu"],
+            **{k: settings[k] for k in ("steps", "rounds", "warmup")},
+            "pock_iree_flags": settings["pock_iree_flags"],
+            "rounds_start_idle": settings.get("rounds_start_idle", False),
+        }
         if "cpu_id" in previous["machine"]:  # runs before it was recorded have the model name alone
             kept["cpu_id"] = previous["machine"]["cpu_id"]
     except (OSError, ValueError, KeyError, TypeError) as e:
         parser.error(f"--update needs the results.json of an earlier run in {args.out} ({e}); run the bench without it")
-    now = {"cpu": _cpu_name(), "cpu_id": host_cpu(), "steps": args.steps, "rounds": args.rounds, "warmup": args.warmup,
-           "pock_iree_flags": pock_flags() + args.iree_flags, "rounds_start_idle": True}
+    now = {
+        "cpu": _cpu_name(),
+        "cpu_id": host_cpu(),
+        "steps": args.steps,
+        "rounds": args.rounds,
+        "warmup": args.warmup,
+        "pock_iree_flags": pock_flags() + args.iree_flags,
+        "rounds_start_idle": True,
+    }
     differ = [f"{k} {kept[k]!r} there, {now[k]!r} here" for k in kept if kept[k] != now[k]]
     if differ:
         parser.error(f"--update keeps rows measured otherwise ({'; '.join(differ)}); run the whole bench instead")
@@ -340,9 +451,12 @@ def updated(previous: dict, rows: list[dict], update: dict) -> dict:
     order = {name: i for i, name in enumerate(MODELS)}
     merged = sorted(kept + rows, key=lambda r: (order.get(r["model"], len(order)), SCHEMES.index(r["scheme"])))
     models = {**previous["settings"]["models"], **{m: MODELS[m].title for m in update["models"]}}
-    return {**previous, "settings": {**previous["settings"], "models": models},
-            "rows": add_ratios(merged, MODELS, previous["machine"].get("peak_gflops")),
-            "updates": [*previous.get("updates", []), update]}
+    return {
+        **previous,
+        "settings": {**previous["settings"], "models": models},
+        "rows": add_ratios(merged, MODELS, previous["machine"].get("peak_gflops")),
+        "updates": [*previous.get("updates", []), update],
+    }
 
 
 def recounted(previous: dict, models, timeout: float) -> dict:
@@ -355,10 +469,12 @@ def recounted(previous: dict, models, timeout: float) -> dict:
             counted = run_child({"task": "count-flops", "model": row["model"], "scheme": row["scheme"]}, timeout)
             if counted["status"] != "ok":
                 raise SystemExit(f"counting the FLOPs of {row['model']} {row['scheme']} failed: {counted['status']}")
-            print(f"{row['model']:12s} {row['scheme']:9s} {row['flops'] / 1e9:8.2f} -> {counted['flops'] / 1e9:8.2f} GFLOP",
-                  flush=True)
+            print(
+                f"{row['model']:12s} {row['scheme']:9s} {row['flops'] / 1e9:8.2f} -> {counted['flops'] / 1e9:8.2f} GFLOP",
+                flush=True,
+            )
             row["flops"] = counted["flops"]
-    now = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+    now = datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")
     return {**previous, "rows": add_ratios(rows, MODELS, previous["machine"].get("peak_gflops")), "flops_counted": now}
 
 
@@ -392,32 +508,64 @@ def main(argv=None) -> int:
             for scheme in args.schemes:
                 if not runs_scheme(MODELS[model], scheme):
                     continue
-                systems = [s for s in args.systems if (s not in ABLATIONS or (model, scheme) in ABLATIONS[s])
-                           and (s != "jax" or MODELS[model].jax_port)
-                           and (s != ORT_OPTIMIZER or ort_optimizer(MODELS[model].optimizer) != MODELS[model].optimizer)
-                           and scheme in {"ort-training": ORT_SCHEMES, "jax": JAX_SCHEMES,
-                                          "pock-mlir-deployed": DEPLOYED_SCHEMES, ORT_OPTIMIZER: DEPLOYED_SCHEMES}.get(
-                               s, SCHEMES if s.startswith("pock-mlir") else ("full", "sparse", *PEFT_SCHEMES))]
+                systems = [
+                    s
+                    for s in args.systems
+                    if (s not in ABLATIONS or (model, scheme) in ABLATIONS[s])
+                    and (s != "jax" or MODELS[model].jax_port)
+                    and (s != ORT_OPTIMIZER or ort_optimizer(MODELS[model].optimizer) != MODELS[model].optimizer)
+                    and scheme
+                    in {
+                        "ort-training": ORT_SCHEMES,
+                        "jax": JAX_SCHEMES,
+                        "pock-mlir-deployed": DEPLOYED_SCHEMES,
+                        ORT_OPTIMIZER: DEPLOYED_SCHEMES,
+                    }.get(s, SCHEMES if s.startswith("pock-mlir") else ("full", "sparse", *PEFT_SCHEMES))
+                ]
                 for system, measured in measure(model, scheme, systems, args, Path(workdir)).items():
                     row = {"model": model, "scheme": scheme, "system": system, **measured}
                     rows.append(row)
-                    shown = f"{row['step_ms']:.2f} ms, {row['peak_mb']:.0f} MB, loss {row['loss']:.4f}" \
-                        if row["status"] == "ok" else row["status"]
+                    shown = (
+                        f"{row['step_ms']:.2f} ms, {row['peak_mb']:.0f} MB, loss {row['loss']:.4f}"
+                        if row["status"] == "ok"
+                        else row["status"]
+                    )
                     print(f"{model:12s} {scheme:7s} {system:22s} {shown}", flush=True)
-    now = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+    now = datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")
     if args.update:
-        results = updated(args.previous, rows, {"date": now, "models": list(args.models), "schemes": list(args.schemes),
-                                                "load_before": load_before, "load_after": os.getloadavg(),
-                                                "wall_s": time.time() - started})
+        results = updated(
+            args.previous,
+            rows,
+            {
+                "date": now,
+                "models": list(args.models),
+                "schemes": list(args.schemes),
+                "load_before": load_before,
+                "load_after": os.getloadavg(),
+                "wall_s": time.time() - started,
+            },
+        )
     else:
         results = {
             "date": now,
-            "machine": {"cpu": _cpu_name(), "cpu_id": host_cpu(), "cores": os.cpu_count(), "threads": THREADS,
-                        "python": platform.python_version(), "load_before": load_before, "load_after": os.getloadavg(),
-                        **machine},
-            "settings": {"steps": args.steps, "rounds": args.rounds, "warmup": args.warmup,
-                         "pock_iree_flags": pock_flags() + args.iree_flags, "rounds_start_idle": True,
-                         "models": {m: MODELS[m].title for m in args.models}},
+            "machine": {
+                "cpu": _cpu_name(),
+                "cpu_id": host_cpu(),
+                "cores": os.cpu_count(),
+                "threads": THREADS,
+                "python": platform.python_version(),
+                "load_before": load_before,
+                "load_after": os.getloadavg(),
+                **machine,
+            },
+            "settings": {
+                "steps": args.steps,
+                "rounds": args.rounds,
+                "warmup": args.warmup,
+                "pock_iree_flags": pock_flags() + args.iree_flags,
+                "rounds_start_idle": True,
+                "models": {m: MODELS[m].title for m in args.models},
+            },
             "rows": add_ratios(rows, MODELS, machine.get("peak_gflops")),
             "wall_s": time.time() - started,
         }

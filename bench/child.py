@@ -46,14 +46,18 @@ def _setup(spec):
 def with_peft_adapters(scheme: dict, module):
     """`module` under PEFT's LoRA, with the adapters and the other trained modules the pock-mlir
     scheme names (PyTorch's LoRA baseline)."""
-    from pock_mlir.sparse import lora_adapters
-
     import peft  # only this row's child needs it (it imports transformers)
+
+    from pock_mlir.sparse import lora_adapters
 
     adapters = lora_adapters(scheme, module)
     others = trainable_names({k: v for k, v in scheme.items() if not str(v).startswith("lora")}, module)
-    config = peft.LoraConfig(r=adapters[0].r, lora_alpha=adapters[0].alpha, target_modules=[a.module for a in adapters],
-                             modules_to_save=sorted({n.rpartition(".")[0] for n in others}) or None)
+    config = peft.LoraConfig(
+        r=adapters[0].r,
+        lora_alpha=adapters[0].alpha,
+        target_modules=[a.module for a in adapters],
+        modules_to_save=sorted({n.rpartition(".")[0] for n in others}) or None,
+    )
     return peft.get_peft_model(module, config)
 
 
@@ -113,8 +117,13 @@ def compile_pock(spec) -> dict:
     model_def, module, inputs, target, scheme, label = _setup(spec)
     # "ort_optimizer": the optimizer ONNX Runtime runs in its place (pock-mlir-deployed-ort-optimizer)
     optimizer = ort_optimizer(model_def.optimizer) if spec.get("ort_optimizer") else model_def.optimizer
-    options = dict(loss=model_def.loss, optimizer=optimizer, sparse=None if scheme == "full" else scheme,
-                   pipelines=spec.get("pipelines"), cache=False)  # time the compilation itself
+    options = dict(
+        loss=model_def.loss,
+        optimizer=optimizer,
+        sparse=None if scheme == "full" else scheme,
+        pipelines=spec.get("pipelines"),
+        cache=False,
+    )  # time the compilation itself
     flags, tails = tuple(spec["iree_flags"]), None
     if spec.get("other_tails"):  # pock-mlir-other-tails: the vector tails pock-backend-switch did not choose
         chosen = pock.compile_training(module, inputs, target, functions=(), **options).vector_tails.form
@@ -130,9 +139,14 @@ def compile_pock(spec) -> dict:
         pickle.dump(runnable, f)
     if spec.get("bundle"):  # for pock-mlir-deployed (bench/deployed_child.py)
         write_bundle(program, spec["bundle"], example_inputs=inputs, example_target=target, loss=model_def.loss)
-    return {"scheme_used": label, "compile_s": compile_s, "compile_breakdown_s": dict(program.timings),
-            "iree_flags": program.iree_flags(), "vector_tails": tails or program.vector_tails.form,
-            "trainable_params": program.signature.trained_values}
+    return {
+        "scheme_used": label,
+        "compile_s": compile_s,
+        "compile_breakdown_s": dict(program.timings),
+        "iree_flags": program.iree_flags(),
+        "vector_tails": tails or program.vector_tails.form,
+        "trainable_params": program.signature.trained_values,
+    }
 
 
 def run_pock(spec) -> dict:
@@ -204,9 +218,17 @@ def export_ort(spec) -> dict:
     np.savez(directory / "batch.npz", *(x.numpy() for x in (*inputs, target)))  # positional: the graph's inputs
     start = time.perf_counter()
     exported = io.BytesIO()
-    torch.onnx.export(_ModelAndLoss(module, resolve_loss(model_def.loss)), (*inputs, target), exported, dynamo=False,
-                      training=torch.onnx.TrainingMode.TRAINING, do_constant_folding=False, export_params=True,
-                      input_names=[*(f"input{i}" for i in range(len(inputs))), "target"], output_names=["loss"])
+    torch.onnx.export(
+        _ModelAndLoss(module, resolve_loss(model_def.loss)),
+        (*inputs, target),
+        exported,
+        dynamo=False,
+        training=torch.onnx.TrainingMode.TRAINING,
+        do_constant_folding=False,
+        export_params=True,
+        input_names=[*(f"input{i}" for i in range(len(inputs))), "target"],
+        output_names=["loss"],
+    )
     graph = onnx.load_from_string(exported.getvalue())
     _layer_norms_with_statistics(graph)
     trainable = trainable_names(scheme, module)
@@ -216,11 +238,20 @@ def export_ort(spec) -> dict:
     if lost:  # the exporter folded or renamed them: ONNX Runtime would leave them untrained
         raise RuntimeError(f"trainable parameters missing from the exported graph: {', '.join(lost)}")
     optimizer, optimizer_note = _ort_optimizer(model_def.optimizer)
-    artifacts.generate_artifacts(graph, requires_grad=[n for n in initializers if parameters[n]],
-                                 frozen_params=[n for n in initializers if not parameters[n]], loss=None,
-                                 optimizer=optimizer, artifact_directory=directory)
-    result = {"scheme_used": label, "compile_s": time.perf_counter() - start, "learning_rate": model_def.optimizer.lr,
-              "trainable_params": sum(p.numel() for n, p in module.named_parameters() if n in trainable)}
+    artifacts.generate_artifacts(
+        graph,
+        requires_grad=[n for n in initializers if parameters[n]],
+        frozen_params=[n for n in initializers if not parameters[n]],
+        loss=None,
+        optimizer=optimizer,
+        artifact_directory=directory,
+    )
+    result = {
+        "scheme_used": label,
+        "compile_s": time.perf_counter() - start,
+        "learning_rate": model_def.optimizer.lr,
+        "trainable_params": sum(p.numel() for n, p in module.named_parameters() if n in trainable),
+    }
     return {**result, "optimizer_differs": optimizer_note} if optimizer_note else result
 
 
@@ -239,10 +270,16 @@ def export_jax(spec) -> dict:
     np.savez(directory / "arrays.npz", **arrays)
     (ids,) = inputs
     np.savez(directory / "batch.npz", ids=ids.numpy().astype(np.int32), target=target.numpy().astype(np.int32))
-    exported = {"config": dataclasses.asdict(module.cfg), "trained": sorted(trained),
-                "optimizer": dataclasses.asdict(optimizer)}
+    exported = {
+        "config": dataclasses.asdict(module.cfg),
+        "trained": sorted(trained),
+        "optimizer": dataclasses.asdict(optimizer),
+    }
     (directory / "model.json").write_text(json.dumps(exported))
-    return {"scheme_used": label, "trainable_params": sum(p.numel() for n, p in module.named_parameters() if n in trained)}
+    return {
+        "scheme_used": label,
+        "trainable_params": sum(p.numel() for n, p in module.named_parameters() if n in trained),
+    }
 
 
 def measure_sgemm(spec) -> dict:
@@ -257,7 +294,7 @@ def measure_sgemm(spec) -> dict:
             start = time.perf_counter()
             mm(x, y)
             times.append(time.perf_counter() - start)
-        best[name] = 2 * n ** 3 / min(times) / 1e9
+        best[name] = 2 * n**3 / min(times) / 1e9
     return {"sgemm_gflops": best, "peak_gflops": max(best.values())}
 
 

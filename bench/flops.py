@@ -11,14 +11,27 @@ so that is what the backward adds per gradient it computes.
 from __future__ import annotations
 
 import math
-from typing import Callable
+from collections.abc import Callable
 
 import torch
 from torch.utils.flop_counter import FlopCounterMode
 
 
-def convolution_backward_flops(grad_out_shape, x_shape, w_shape, _bias, _stride, _padding, _dilation, transposed,
-                               _output_padding, _groups, output_mask, out_shape=None, **kwargs) -> int:
+def convolution_backward_flops(
+    grad_out_shape,
+    x_shape,
+    w_shape,
+    _bias,
+    _stride,
+    _padding,
+    _dilation,
+    transposed,
+    _output_padding,
+    _groups,
+    output_mask,
+    out_shape=None,
+    **kwargs,
+) -> int:
     """aten.convolution_backward's FLOPs: the forward's, once per gradient asked for (input, weight).
     The weight is (out, in / groups, *kernel), or (in, out / groups, *kernel) when transposed, so the
     forward multiplies each output element (each input element when transposed) by w_shape[1:]."""
@@ -29,8 +42,9 @@ def convolution_backward_flops(grad_out_shape, x_shape, w_shape, _bias, _stride,
 
 def step_flops(run: Callable[[], object]) -> int:
     """The FLOPs `run` (a forward and backward) performs."""
-    counter = FlopCounterMode(display=False,
-                              custom_mapping={torch.ops.aten.convolution_backward: convolution_backward_flops})
+    counter = FlopCounterMode(
+        display=False, custom_mapping={torch.ops.aten.convolution_backward: convolution_backward_flops}
+    )
     with counter:
         run()
     return counter.get_total_flops()

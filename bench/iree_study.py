@@ -37,8 +37,8 @@ import torch.nn.functional as F
 
 from pock_mlir.conv_forms import CONV_OPS, FORM_NAMES, FORMS, GRADIENTS, ConvShape, Window
 from pock_mlir.files import atomic_write
-from pock_mlir.runtime.workspace import ModuleFunctions
 from pock_mlir.iree_flags import CPU_NAME, FLAG_SETS, IM2COL, INPUT_TORCH, flag
+from pock_mlir.runtime.workspace import ModuleFunctions
 from pock_mlir.targets import resolve_target
 from pock_mlir.tuning import own_table_path
 
@@ -60,24 +60,24 @@ def line(n, c, w, o, k, stride, pad) -> ConvShape:
 # The conv shape classes of the bench CNNs at batch 8 (MobileNetV2 x0.5 and torchvision's at 96 px,
 # ResNet-18-like at 64 px, the keyword spotter's Conv1d layers).
 CONV_CASES = [
-    square(8, 3, 96, 16, 3, 2, 1, 1),     # stem
-    square(8, 16, 48, 48, 1, 1, 0, 1),    # pointwise expand, early
-    square(8, 48, 48, 48, 3, 2, 1, 48),   # depthwise, stride 2
-    square(8, 96, 12, 96, 3, 1, 1, 96),   # depthwise, late
-    square(8, 96, 12, 32, 1, 1, 0, 1),    # pointwise project, late
-    square(8, 24, 24, 144, 1, 1, 0, 1),   # pointwise expand, middle
+    square(8, 3, 96, 16, 3, 2, 1, 1),  # stem
+    square(8, 16, 48, 48, 1, 1, 0, 1),  # pointwise expand, early
+    square(8, 48, 48, 48, 3, 2, 1, 48),  # depthwise, stride 2
+    square(8, 96, 12, 96, 3, 1, 1, 96),  # depthwise, late
+    square(8, 96, 12, 32, 1, 1, 0, 1),  # pointwise project, late
+    square(8, 24, 24, 144, 1, 1, 0, 1),  # pointwise expand, middle
     square(8, 320, 3, 1280, 1, 1, 0, 1),  # pointwise, last (a large weight)
-    square(8, 3, 64, 64, 7, 2, 3, 1),     # ResNet stem
-    square(8, 64, 16, 64, 3, 1, 1, 1),    # ResNet stage 1
-    square(8, 64, 16, 128, 3, 2, 1, 1),   # ResNet stage 2 entry
-    square(8, 128, 8, 128, 3, 1, 1, 1),   # ResNet stage 2
-    square(8, 128, 8, 256, 3, 2, 1, 1),   # ResNet stage 3 entry
-    square(8, 256, 4, 256, 3, 1, 1, 1),   # ResNet stage 3
-    square(8, 256, 4, 512, 3, 2, 1, 1),   # ResNet stage 4 entry
-    square(8, 512, 2, 512, 3, 1, 1, 1),   # ResNet stage 4
-    square(8, 256, 4, 512, 1, 2, 0, 1),   # ResNet strided 1x1 shortcut
-    line(8, 40, 98, 64, 3, 1, 1),         # keyword spotter, first layer
-    line(8, 64, 98, 64, 3, 2, 1),         # keyword spotter, strided
+    square(8, 3, 64, 64, 7, 2, 3, 1),  # ResNet stem
+    square(8, 64, 16, 64, 3, 1, 1, 1),  # ResNet stage 1
+    square(8, 64, 16, 128, 3, 2, 1, 1),  # ResNet stage 2 entry
+    square(8, 128, 8, 128, 3, 1, 1, 1),  # ResNet stage 2
+    square(8, 128, 8, 256, 3, 2, 1, 1),  # ResNet stage 3 entry
+    square(8, 256, 4, 256, 3, 1, 1, 1),  # ResNet stage 3
+    square(8, 256, 4, 512, 3, 2, 1, 1),  # ResNet stage 4 entry
+    square(8, 512, 2, 512, 3, 1, 1, 1),  # ResNet stage 4
+    square(8, 256, 4, 512, 1, 2, 0, 1),  # ResNet strided 1x1 shortcut
+    line(8, 40, 98, 64, 3, 1, 1),  # keyword spotter, first layer
+    line(8, 64, 98, 64, 3, 2, 1),  # keyword spotter, strided
 ]
 
 
@@ -98,8 +98,12 @@ def form_function(shape: ConvShape, op: str, form: str) -> str:
     arguments = [shape.input_shape(), shape.weight_shape()]
     if op != "forward":
         arguments.insert(0, shape.output_shape())
-    results = {"forward": [shape.output_shape()], "weight_grad": [shape.weight_shape()],
-               "input_grad": [shape.input_shape()], GRADIENTS: [shape.input_shape(), shape.weight_shape()]}[op]
+    results = {
+        "forward": [shape.output_shape()],
+        "weight_grad": [shape.weight_shape()],
+        "input_grad": [shape.input_shape()],
+        GRADIENTS: [shape.input_shape(), shape.weight_shape()],
+    }[op]
     with make_context(), ir.Location.unknown() as loc:
         module = ir.Module.create()
         with ir.InsertionPoint(module.body):
@@ -110,8 +114,10 @@ def form_function(shape: ConvShape, op: str, form: str) -> str:
         b = TorchBuilder(ir.InsertionPoint(entry), loc)
         if op == GRADIENTS:
             g = b.mul(g, g)
-            values = [FORMS[name, part](b, shape, g, x, w)
-                      for name, part in zip(("input_grad", "weight_grad"), form.split("+"))]
+            values = [
+                FORMS[name, part](b, shape, g, x, w)
+                for name, part in zip(("input_grad", "weight_grad"), form.split("+"))
+            ]
         else:
             values = [FORMS[op, form](b, shape, g, x, w)]
         with ir.InsertionPoint(entry):
@@ -119,7 +125,7 @@ def form_function(shape: ConvShape, op: str, form: str) -> str:
         return str(module)
 
 
-@functools.lru_cache(maxsize=None)  # the study checks a form's values, then times it
+@functools.cache  # the study checks a form's values, then times it
 def load_function(text: str, flags: tuple[str, ...], function="main"):
     import iree.compiler as ic
     import iree.runtime as rt
@@ -169,7 +175,9 @@ def study_convs(flags: list[str], cases=CONV_CASES) -> list[dict]:
                 gots = fn(*(rt.asdevicearray(config.device, a.numpy()) for a in args))
                 for got, want in zip(gots, wants, strict=True):
                     scale = float(want.abs().max())
-                    assert np.abs(got - want.numpy()).max() <= 1e-4 * scale, f"{shape.kind()} {op} {form} disagrees with torch"
+                    assert np.abs(got - want.numpy()).max() <= 1e-4 * scale, (
+                        f"{shape.kind()} {op} {form} disagrees with torch"
+                    )
                 variants[f"{op}/{form}"] = (text, flags, args)
                 if form == "direct" and IM2COL in flags:  # what IREE's global im2col flag is worth here
                     variants[f"{op}/direct-without-im2col-flag"] = (text, [f for f in flags if f != IM2COL], args)
@@ -184,12 +192,23 @@ def _reference(shape: ConvShape, op: str, g, x, w) -> list:
     """torch's results of `op` (GRADIENTS: of g * g, as form_function's)."""
     window = shape.window
     if op == "forward":
-        return [F.conv2d(x, w, stride=window.stride, padding=window.padding, dilation=window.dilation,
-                         groups=shape.groups)]
+        return [
+            F.conv2d(x, w, stride=window.stride, padding=window.padding, dilation=window.dilation, groups=shape.groups)
+        ]
     mask = [op in ("input_grad", GRADIENTS), op in ("weight_grad", GRADIENTS), False]
-    grads = torch.ops.aten.convolution_backward(g * g if op == GRADIENTS else g, x, w, None, list(window.stride),
-                                                list(window.padding), list(window.dilation), False, [0, 0],
-                                                shape.groups, mask)
+    grads = torch.ops.aten.convolution_backward(
+        g * g if op == GRADIENTS else g,
+        x,
+        w,
+        None,
+        list(window.stride),
+        list(window.padding),
+        list(window.dilation),
+        False,
+        [0, 0],
+        shape.groups,
+        mask,
+    )
     return [grad for grad, wanted in zip(grads, mask) if wanted]
 
 
@@ -232,22 +251,29 @@ def study_flags(models: list[str], flag_sets=FLAG_SETS, steps=20) -> tuple[dict,
         results[name], trainers = {}, {}
         for label, flags in flag_sets.items():
             # compiled afresh with these flags: no modules of the program's own, no cached ones
-            variant = dataclasses.replace(program, target=base_target, extra_flags=tuple(flags), modules={}, cache=False)
+            variant = dataclasses.replace(
+                program, target=base_target, extra_flags=tuple(flags), modules={}, cache=False
+            )
             try:
                 start = time.perf_counter()
                 trainer = variant.trainer()
                 trainer.step(inputs, target)  # the first step compiles the step's module
-                results[name][label] = {"compile_s": time.perf_counter() - start,
-                                        "device_mb": variant.device_bytes / 2**20}
+                results[name][label] = {
+                    "compile_s": time.perf_counter() - start,
+                    "device_mb": variant.device_bytes / 2**20,
+                }
                 for _ in range(2):
                     trainer.step(inputs, target)
                 trainers[label] = trainer  # timed below only once it compiled and ran
             except Exception as e:  # a flag set this IREE cannot compile is a result too
                 results[name][label] = {"error": str(e).strip().splitlines()[-1][:300]}
-        times = time_in_turns({label: functools.partial(trainer.step, inputs, target)
-                               for label, trainer in trainers.items()}, steps)
+        times = time_in_turns(
+            {label: functools.partial(trainer.step, inputs, target) for label, trainer in trainers.items()}, steps
+        )
         for label, measured in times.items():
-            results[name][label].update(step_ms_min=1000 * min(measured), step_ms_median=1000 * statistics.median(measured))
+            results[name][label].update(
+                step_ms_min=1000 * min(measured), step_ms_median=1000 * statistics.median(measured)
+            )
         for label, result in results[name].items():
             print(name, label, result, flush=True)
     return results, programs
@@ -255,10 +281,10 @@ def study_flags(models: list[str], flag_sets=FLAG_SETS, steps=20) -> tuple[dict,
 
 def program_matmul_flops(program) -> dict:
     """What pock-backend-switch's per-program choices read of a program (its input: the sparse stage)."""
+    from pock_mlir.passes.pock_backend_switch import module_matmul_flops
     from torch_mlir import ir
 
     from pock_mlir.context import make_context
-    from pock_mlir.passes.pock_backend_switch import module_matmul_flops
 
     with make_context():
         return dataclasses.asdict(module_matmul_flops(ir.Module.parse(program.ir("sparse")).operation))
@@ -281,11 +307,17 @@ def _convs_with(parser, study: dict | None, forms: list[str], flags: list[str]) 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.iree_study", description=__doc__.splitlines()[0])
     parser.add_argument("study", choices=("convs", "flags"))
-    parser.add_argument("--models", default="mlp,bert,llama,resnet18,mobilenetv2,tiny-vit,tiny-llama,kws",
-                        help="for flags: bench models to compile")
+    parser.add_argument(
+        "--models",
+        default="mlp,bert,llama,resnet18,mobilenetv2,tiny-vit,tiny-llama,kws",
+        help="for flags: bench models to compile",
+    )
     parser.add_argument("--sets", default=",".join(FLAG_SETS), help="for flags: which flag sets to compare")
-    parser.add_argument("--forms", help="for convs: only the cases where one of these forms (comma-separated) is "
-                                         "implemented, each measured whole; the table keeps its other cases")
+    parser.add_argument(
+        "--forms",
+        help="for convs: only the cases where one of these forms (comma-separated) is "
+        "implemented, each measured whole; the table keeps its other cases",
+    )
     parser.add_argument("--target", default="host")
     args = parser.parse_args(argv)
     torch.set_num_threads(os.cpu_count() or 1)
@@ -294,8 +326,9 @@ def main(argv=None) -> int:
     load = os.getloadavg()[0]
     if args.study == "convs":
         flags = target_flags(args.target)
-        cases = (_convs_with(parser, table.get("convs"), args.forms.split(","), flags) if args.forms
-                 else study_convs(flags))
+        cases = (
+            _convs_with(parser, table.get("convs"), args.forms.split(","), flags) if args.forms else study_convs(flags)
+        )
         table["convs"] = {"load_average": load, "iree_flags": flags, "cases": cases}
     else:
         unknown = [name for name in args.sets.split(",") if name not in FLAG_SETS]
@@ -305,9 +338,12 @@ def main(argv=None) -> int:
         step_ms, programs = study_flags(args.models.split(","), sets)
         # a study of some models replaces their rows and keeps the other models' (a row names its sets)
         study = table.get("flags", {})
-        table["flags"] = {"load_average": load, "sets": {**study.get("sets", {}), **sets},
-                          "step_ms": {**study.get("step_ms", {}), **step_ms},
-                          "programs": {**study.get("programs", {}), **programs}}
+        table["flags"] = {
+            "load_average": load,
+            "sets": {**study.get("sets", {}), **sets},
+            "step_ms": {**study.get("step_ms", {}), **step_ms},
+            "programs": {**study.get("programs", {}), **programs},
+        }
     path.parent.mkdir(parents=True, exist_ok=True)
     atomic_write(path, json.dumps(table, indent=1) + "\n")
     print(f"wrote {path}")

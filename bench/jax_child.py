@@ -58,8 +58,9 @@ def llama_forward(p, ids, config):
     x = p["tokens.weight"][ids]
     for i in range(config["layers"]):
         block = f"blocks.{i}"
-        x = x + attention(p, f"{block}.attention", rms_norm(x, p[f"{block}.attention_norm.weight"], eps), cos, sin,
-                          config)
+        x = x + attention(
+            p, f"{block}.attention", rms_norm(x, p[f"{block}.attention_norm.weight"], eps), cos, sin, config
+        )
         h = rms_norm(x, p[f"{block}.ffn_norm.weight"], eps)
         gate, up = h @ p[f"{block}.gate.weight"].T, h @ p[f"{block}.up.weight"].T
         x = x + (jax.nn.silu(gate) * up) @ p[f"{block}.down.weight"].T
@@ -85,10 +86,12 @@ def adamw(optimizer):
         t = state["step"] + 1
         m = {n: beta1 * state["exp_avg"][n] + (1 - beta1) * g for n, g in grads.items()}
         v = {n: beta2 * state["exp_avg_sq"][n] + (1 - beta2) * g * g for n, g in grads.items()}
-        step_size = lr / (1 - beta1 ** t)
-        root_correction = jnp.sqrt(1 - beta2 ** t)
-        new = {n: p * (1 - lr * decay) - step_size * m[n] / (jnp.sqrt(v[n]) / root_correction + eps)
-               for n, p in params.items()}
+        step_size = lr / (1 - beta1**t)
+        root_correction = jnp.sqrt(1 - beta2**t)
+        new = {
+            n: p * (1 - lr * decay) - step_size * m[n] / (jnp.sqrt(v[n]) / root_correction + eps)
+            for n, p in params.items()
+        }
         return new, {"step": t, "exp_avg": m, "exp_avg_sq": v}
 
     return init, update
@@ -136,8 +139,14 @@ def run_jax(spec) -> dict:
     one_step()  # compiles; it is also the first warm-up step, as torch.compile's row does
     compile_s = time.perf_counter() - start
     result = timed_rounds(one_step, {**spec, "warmup": max(spec["warmup"] - 1, 0)})
-    return {**result, "compile_s": compile_s, "trainable_params": sum(math.prod(a.shape) for a in trained.values()),
-            "torch_loaded": torch_loaded(), "jax": jax.__version__, "jax_device": str(jax.devices()[0])}
+    return {
+        **result,
+        "compile_s": compile_s,
+        "trainable_params": sum(math.prod(a.shape) for a in trained.values()),
+        "torch_loaded": torch_loaded(),
+        "jax": jax.__version__,
+        "jax_device": str(jax.devices()[0]),
+    }
 
 
 def main() -> None:

@@ -11,9 +11,9 @@ import functools
 import importlib
 import json
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Callable
 
 import torch
 import torch.nn as nn
@@ -64,8 +64,12 @@ def _tokens(batch: int, seq: int, vocab: int, target_shape):
     def make():
         g = torch.Generator().manual_seed(1)
         ids = torch.randint(1, vocab, (batch, seq), generator=g)
-        return (ids,), torch.randint(0, vocab if target_shape == "tokens" else 2, (batch, seq) if target_shape == "tokens"
-                                     else (batch,), generator=g)
+        return (ids,), torch.randint(
+            0,
+            vocab if target_shape == "tokens" else 2,
+            (batch, seq) if target_shape == "tokens" else (batch,),
+            generator=g,
+        )
 
     return make
 
@@ -93,14 +97,18 @@ LLAMA_SEQ, LLAMA_BATCH, LLAMA_VOCAB, LLAMA_LAYERS = 256, 4, 8000, 6
 
 def _bert():
     t = _examples("transformer")
-    return t.BertLike(t.BertConfig(vocab=BERT_VOCAB, max_len=BERT_SEQ, dim=256, heads=4, layers=BERT_LAYERS, hidden=1024,
-                                   classes=2))
+    return t.BertLike(
+        t.BertConfig(vocab=BERT_VOCAB, max_len=BERT_SEQ, dim=256, heads=4, layers=BERT_LAYERS, hidden=1024, classes=2)
+    )
 
 
 def _llama():
     t = _examples("transformer")
-    return t.LlamaLike(t.LlamaConfig(vocab=LLAMA_VOCAB, max_len=LLAMA_SEQ, dim=384, heads=6, kv_heads=2, layers=LLAMA_LAYERS,
-                                     hidden=1024))
+    return t.LlamaLike(
+        t.LlamaConfig(
+            vocab=LLAMA_VOCAB, max_len=LLAMA_SEQ, dim=384, heads=6, kv_heads=2, layers=LLAMA_LAYERS, hidden=1024
+        )
+    )
 
 
 QUALITY_RESULTS = Path(__file__).resolve().parent.parent / "examples" / "quality" / "results"
@@ -137,17 +145,26 @@ def quality_searched(search: QualitySearch, layers: int) -> tuple[dict, str]:
         entries = yaml.safe_load(Path(searched.file).read_text())
         value, reference = rows[search.prefix + searched.name][search.metric], rows[REFERENCE][search.metric]
     except (OSError, KeyError, ValueError) as e:
-        raise RuntimeError(f"the searched scheme is the {search.task} task's (missing: {e}); run "
-                           f"python examples/quality/{search.task}.py --search presets") from None
+        raise RuntimeError(
+            f"the searched scheme is the {search.task} task's (missing: {e}); run "
+            f"python examples/quality/{search.task}.py --search presets"
+        ) from None
     shift = layers - task["config"]["layers"]
-    scheme = {re.sub(r"^blocks\.(\d+)\.", lambda m: f"blocks.{int(m.group(1)) + shift}.", name): policy
-              for name, policy in entries.items()}
+    scheme = {
+        re.sub(r"^blocks\.(\d+)\.", lambda m: f"blocks.{int(m.group(1)) + shift}.", name): policy
+        for name, policy in entries.items()
+    }
     trained = sum(policy != "frozen" for name, policy in entries.items() if name != "default")
-    quality = (f"test loss {value / reference - 1:+.1%}" if search.metric == "test_loss"
-               else f"test accuracy {100 * (value - reference):+.1f} points")
+    quality = (
+        f"test loss {value / reference - 1:+.1%}"
+        if search.metric == "test_loss"
+        else f"test accuracy {100 * (value - reference):+.1f} points"
+    )
     moved = f", blocks moved up {shift}" if shift else ""
-    return scheme, (f"the {search.task} task's search at its sparse preset's memory{moved}: {trained} tensors; "
-                    f"{quality} vs PyTorch full BP there")
+    return scheme, (
+        f"the {search.task} task's search at its sparse preset's memory{moved}: {trained} tensors; "
+        f"{quality} vs PyTorch full BP there"
+    )
 
 
 def _token_loss(logits, target):
@@ -163,9 +180,18 @@ def _torchvision_mobilenet():
 
 def _hf_llama():
     transformers = importlib.import_module("transformers")
-    return transformers.LlamaForCausalLM(transformers.LlamaConfig(
-        vocab_size=HF_LLAMA_VOCAB, hidden_size=256, intermediate_size=688, num_hidden_layers=2, num_attention_heads=4,
-        num_key_value_heads=2, max_position_embeddings=HF_LLAMA_SEQ, tie_word_embeddings=True))
+    return transformers.LlamaForCausalLM(
+        transformers.LlamaConfig(
+            vocab_size=HF_LLAMA_VOCAB,
+            hidden_size=256,
+            intermediate_size=688,
+            num_hidden_layers=2,
+            num_attention_heads=4,
+            num_key_value_heads=2,
+            max_position_embeddings=HF_LLAMA_SEQ,
+            tie_word_embeddings=True,
+        )
+    )
 
 
 class KeywordSpotter(nn.Module):
@@ -176,8 +202,11 @@ class KeywordSpotter(nn.Module):
         super().__init__()
         layers, channels = [], mfcc
         for stride in (1, 2, 2, 2):
-            layers += [nn.Conv1d(channels, width, 3, stride=stride, padding=1, bias=False), nn.BatchNorm1d(width),
-                       nn.ReLU()]
+            layers += [
+                nn.Conv1d(channels, width, 3, stride=stride, padding=1, bias=False),
+                nn.BatchNorm1d(width),
+                nn.ReLU(),
+            ]
             channels = width
         self.features = nn.Sequential(*layers)
         self.classifier = nn.Linear(width, keywords)
@@ -196,7 +225,8 @@ def _spectrograms(batch: int, mfcc: int, frames: int, keywords: int):
 
 def _tiny_vit():
     return importlib.import_module("timm").models.vision_transformer.VisionTransformer(
-        img_size=32, patch_size=4, embed_dim=96, depth=4, num_heads=3, num_classes=10)
+        img_size=32, patch_size=4, embed_dim=96, depth=4, num_heads=3, num_classes=10
+    )
 
 
 TINY_LLAMA_SEQ, TINY_LLAMA_BATCH, TINY_LLAMA_VOCAB = 64, 4, 512
@@ -204,8 +234,11 @@ TINY_LLAMA_SEQ, TINY_LLAMA_BATCH, TINY_LLAMA_VOCAB = 64, 4, 512
 
 def _tiny_llama():
     t = _examples("transformer")
-    return t.LlamaLike(t.LlamaConfig(vocab=TINY_LLAMA_VOCAB, max_len=TINY_LLAMA_SEQ, dim=128, heads=4, kv_heads=2,
-                                     layers=2, hidden=256))
+    return t.LlamaLike(
+        t.LlamaConfig(
+            vocab=TINY_LLAMA_VOCAB, max_len=TINY_LLAMA_SEQ, dim=128, heads=4, kv_heads=2, layers=2, hidden=256
+        )
+    )
 
 
 def _next_token_loss(output, target):
@@ -220,46 +253,127 @@ LORA = "lora:r=8,alpha=16"  # PockEngine's LoRA baseline: r = 8 on the attention
 # Sparse schemes: PockEngine's presets, with the blocks before the updated ones frozen entirely
 # (the presets also train every bias and norm, which keeps the backward running through the
 # whole network; freezing them lets it stop at the first updated block).
-MODELS = {m.name: m for m in (
-    BenchModel("mlp", "MLP 256-512-512-10, batch 64", _seeded(_mlp), _mlp_batch, "cross_entropy", MOMENTUM_SGD,
-               {"preset": "bias-only"}),
-    BenchModel("mobilenetv2", "MobileNetV2 x0.5, 96 px, batch 8", _seeded(_mobilenet), _images(8, 96, 10),
-               "cross_entropy", MOMENTUM_SGD,
-               {"preset": "mobilenet-last-4", "features.[0-9]": "frozen", "features.1[0-3]": "frozen"}),
-    BenchModel("resnet18", "ResNet-18-like, 64 px, batch 8", _seeded(_resnet), _images(8, 64, 10), "cross_entropy",
-               MOMENTUM_SGD, {"preset": "last-4"}),
-    BenchModel("bert", f"BERT-like, {BERT_LAYERS} layers, d=256, seq {BERT_SEQ}, batch {BERT_BATCH}", _seeded(_bert),
-               _tokens(BERT_BATCH, BERT_SEQ, BERT_VOCAB, "class"), "cross_entropy", ADAMW,
-               {"preset": "transformer-last-2", "tokens": "frozen", "positions": "frozen", "norm": "frozen",
-                "blocks.0": "frozen", "blocks.1": "frozen"},
-               lora={"blocks.*.attention": LORA, "classifier": "full"}, lora_all={"blocks": LORA, "classifier": "full"},
-               searched=functools.partial(quality_searched, TEXT_SEARCH, BERT_LAYERS)),
-    BenchModel("llama", f"LLaMA-like, {LLAMA_LAYERS} layers, d=384, seq {LLAMA_SEQ}, batch {LLAMA_BATCH}", _seeded(_llama),
-               _tokens(LLAMA_BATCH, LLAMA_SEQ, LLAMA_VOCAB, "tokens"), _token_loss, ADAMW,
-               {"preset": "transformer-last-2", "tokens": "frozen", "blocks.[0-3]": "frozen"},
-               lora={"blocks.*.attention": LORA}, lora_all={"blocks": LORA}, tokens_per_step=LLAMA_BATCH * LLAMA_SEQ,
-               jax_port=True, searched=functools.partial(quality_searched, LANGUAGE_SEARCH, LLAMA_LAYERS)),
-    # Library models as users have them (random init): compile time is what these rows are for.
-    BenchModel("tv-mobilenetv2", "torchvision MobileNetV2, 96 px, batch 8", _seeded(_torchvision_mobilenet),
-               _images(8, 96, 10), "cross_entropy", MOMENTUM_SGD,
-               {"preset": "mobilenet-last-4", "features.[0-9]": "frozen", "features.1[0-3]": "frozen"},
-               compile_target_s=30),
-    BenchModel("hf-llama", f"Hugging Face LLaMA, 2 layers, d=256, seq {HF_LLAMA_SEQ}, batch {HF_LLAMA_BATCH}",
-               _seeded(_hf_llama), _tokens(HF_LLAMA_BATCH, HF_LLAMA_SEQ, HF_LLAMA_VOCAB, "tokens"), _next_token_loss,
-               ADAMW, {"preset": "transformer-last-1", "model.embed_tokens": "frozen", "model.layers.0": "frozen"},
-               lora={"model.layers.*.self_attn": LORA}, lora_all={"model.layers": LORA},
-               tokens_per_step=HF_LLAMA_BATCH * HF_LLAMA_SEQ, compile_target_s=10),
-    # Small edge models at small batches, where a step's fixed cost (calls, dispatches) shows.
-    BenchModel("kws", "Conv1d keyword spotter, 40x98 MFCC, batch 8", _seeded(KeywordSpotter), _spectrograms(8, 40, 98, 12),
-               "cross_entropy", MOMENTUM_SGD, {"preset": "last-2"}),
-    BenchModel("tiny-vit", "timm ViT, 4 layers, d=96, 32 px, batch 4", _seeded(_tiny_vit), _images(4, 32, 10),
-               "cross_entropy", ADAMW, {"preset": "transformer-last-1"}),
-    BenchModel("tiny-llama", f"LLaMA-like, 2 layers, d=128, seq {TINY_LLAMA_SEQ}, batch {TINY_LLAMA_BATCH}",
-               _seeded(_tiny_llama), _tokens(TINY_LLAMA_BATCH, TINY_LLAMA_SEQ, TINY_LLAMA_VOCAB, "tokens"), _token_loss,
-               ADAMW, {"preset": "transformer-last-1", "tokens": "frozen", "blocks.0": "frozen"},
-               lora={"blocks.*.attention": LORA}, lora_all={"blocks": LORA},
-               tokens_per_step=TINY_LLAMA_BATCH * TINY_LLAMA_SEQ, jax_port=True),
-)}
+MODELS = {
+    m.name: m
+    for m in (
+        BenchModel(
+            "mlp",
+            "MLP 256-512-512-10, batch 64",
+            _seeded(_mlp),
+            _mlp_batch,
+            "cross_entropy",
+            MOMENTUM_SGD,
+            {"preset": "bias-only"},
+        ),
+        BenchModel(
+            "mobilenetv2",
+            "MobileNetV2 x0.5, 96 px, batch 8",
+            _seeded(_mobilenet),
+            _images(8, 96, 10),
+            "cross_entropy",
+            MOMENTUM_SGD,
+            {"preset": "mobilenet-last-4", "features.[0-9]": "frozen", "features.1[0-3]": "frozen"},
+        ),
+        BenchModel(
+            "resnet18",
+            "ResNet-18-like, 64 px, batch 8",
+            _seeded(_resnet),
+            _images(8, 64, 10),
+            "cross_entropy",
+            MOMENTUM_SGD,
+            {"preset": "last-4"},
+        ),
+        BenchModel(
+            "bert",
+            f"BERT-like, {BERT_LAYERS} layers, d=256, seq {BERT_SEQ}, batch {BERT_BATCH}",
+            _seeded(_bert),
+            _tokens(BERT_BATCH, BERT_SEQ, BERT_VOCAB, "class"),
+            "cross_entropy",
+            ADAMW,
+            {
+                "preset": "transformer-last-2",
+                "tokens": "frozen",
+                "positions": "frozen",
+                "norm": "frozen",
+                "blocks.0": "frozen",
+                "blocks.1": "frozen",
+            },
+            lora={"blocks.*.attention": LORA, "classifier": "full"},
+            lora_all={"blocks": LORA, "classifier": "full"},
+            searched=functools.partial(quality_searched, TEXT_SEARCH, BERT_LAYERS),
+        ),
+        BenchModel(
+            "llama",
+            f"LLaMA-like, {LLAMA_LAYERS} layers, d=384, seq {LLAMA_SEQ}, batch {LLAMA_BATCH}",
+            _seeded(_llama),
+            _tokens(LLAMA_BATCH, LLAMA_SEQ, LLAMA_VOCAB, "tokens"),
+            _token_loss,
+            ADAMW,
+            {"preset": "transformer-last-2", "tokens": "frozen", "blocks.[0-3]": "frozen"},
+            lora={"blocks.*.attention": LORA},
+            lora_all={"blocks": LORA},
+            tokens_per_step=LLAMA_BATCH * LLAMA_SEQ,
+            jax_port=True,
+            searched=functools.partial(quality_searched, LANGUAGE_SEARCH, LLAMA_LAYERS),
+        ),
+        # Library models as users have them (random init): compile time is what these rows are for.
+        BenchModel(
+            "tv-mobilenetv2",
+            "torchvision MobileNetV2, 96 px, batch 8",
+            _seeded(_torchvision_mobilenet),
+            _images(8, 96, 10),
+            "cross_entropy",
+            MOMENTUM_SGD,
+            {"preset": "mobilenet-last-4", "features.[0-9]": "frozen", "features.1[0-3]": "frozen"},
+            compile_target_s=30,
+        ),
+        BenchModel(
+            "hf-llama",
+            f"Hugging Face LLaMA, 2 layers, d=256, seq {HF_LLAMA_SEQ}, batch {HF_LLAMA_BATCH}",
+            _seeded(_hf_llama),
+            _tokens(HF_LLAMA_BATCH, HF_LLAMA_SEQ, HF_LLAMA_VOCAB, "tokens"),
+            _next_token_loss,
+            ADAMW,
+            {"preset": "transformer-last-1", "model.embed_tokens": "frozen", "model.layers.0": "frozen"},
+            lora={"model.layers.*.self_attn": LORA},
+            lora_all={"model.layers": LORA},
+            tokens_per_step=HF_LLAMA_BATCH * HF_LLAMA_SEQ,
+            compile_target_s=10,
+        ),
+        # Small edge models at small batches, where a step's fixed cost (calls, dispatches) shows.
+        BenchModel(
+            "kws",
+            "Conv1d keyword spotter, 40x98 MFCC, batch 8",
+            _seeded(KeywordSpotter),
+            _spectrograms(8, 40, 98, 12),
+            "cross_entropy",
+            MOMENTUM_SGD,
+            {"preset": "last-2"},
+        ),
+        BenchModel(
+            "tiny-vit",
+            "timm ViT, 4 layers, d=96, 32 px, batch 4",
+            _seeded(_tiny_vit),
+            _images(4, 32, 10),
+            "cross_entropy",
+            ADAMW,
+            {"preset": "transformer-last-1"},
+        ),
+        BenchModel(
+            "tiny-llama",
+            f"LLaMA-like, 2 layers, d=128, seq {TINY_LLAMA_SEQ}, batch {TINY_LLAMA_BATCH}",
+            _seeded(_tiny_llama),
+            _tokens(TINY_LLAMA_BATCH, TINY_LLAMA_SEQ, TINY_LLAMA_VOCAB, "tokens"),
+            _token_loss,
+            ADAMW,
+            {"preset": "transformer-last-1", "tokens": "frozen", "blocks.0": "frozen"},
+            lora={"blocks.*.attention": LORA},
+            lora_all={"blocks": LORA},
+            tokens_per_step=TINY_LLAMA_BATCH * TINY_LLAMA_SEQ,
+            jax_port=True,
+        ),
+    )
+}
 QUICK_MODELS = ("mlp",)
 # PockEngine's comparison (its Table 4): sparse BP against LoRA, each also over an int8 frozen base
 # ("-int8"), on the models that have LoRA schemes (the transformers).

@@ -40,8 +40,11 @@ def run_ort(spec, onnxruntime, api) -> dict:
         batch = [saved[f"arr_{i}"] for i in range(len(saved.files))]
     options = onnxruntime.SessionOptions()
     options.intra_op_num_threads = spec["threads"]
-    module = api.Module(directory / "training_model.onnx", api.CheckpointState.load_checkpoint(directory / "checkpoint"),
-                        session_options=options)
+    module = api.Module(
+        directory / "training_model.onnx",
+        api.CheckpointState.load_checkpoint(directory / "checkpoint"),
+        session_options=options,
+    )
     optimizer = api.Optimizer(directory / "optimizer_model.onnx", module)
     optimizer.set_learning_rate(spec["learning_rate"])
     module.train()
@@ -53,8 +56,12 @@ def run_ort(spec, onnxruntime, api) -> dict:
         return float(loss)
 
     result = timed_rounds(step, spec)
-    return {**result, "trainable_params": module.get_parameters_size(trainable_only=True), "torch_loaded": torch_loaded(),
-            "onnxruntime": onnxruntime.__version__}
+    return {
+        **result,
+        "trainable_params": module.get_parameters_size(trainable_only=True),
+        "torch_loaded": torch_loaded(),
+        "onnxruntime": onnxruntime.__version__,
+    }
 
 
 def main() -> None:

@@ -33,9 +33,14 @@ def step_arguments(program, inputs, target) -> list[np.ndarray]:
     initial = {**program.initial_params, **program.initial_buffers}
     batch = iter([*inputs, *([np.zeros((), np.int32)] if sig.seeded else []), target])
     arguments, _ = layout(sig, STEP)
-    return [next(batch) if slot.role == "batch"
-            else initial[slot.spec.name] if slot.role in ("params", "buffers", "into") and slot.spec.name in initial
-            else np.zeros(slot.spec.shape, np.float32) for slot in arguments]
+    return [
+        next(batch)
+        if slot.role == "batch"
+        else initial[slot.spec.name]
+        if slot.role in ("params", "buffers", "into") and slot.spec.name in initial
+        else np.zeros(slot.spec.shape, np.float32)
+        for slot in arguments
+    ]
 
 
 def dispatch_kind(function_name: str) -> str:
@@ -64,12 +69,27 @@ def profile_step(program, inputs, target, iterations: int = 20, top: int = 10) -
             flags.append(f"--input=@{tmp / f'arg{i}.npy'}")
         flags.append(f"--input=&{module_transient_bytes(vmfb, STEP)}xi8")  # the step's workspace
         bundle = tmp / "step.ireeprof"
-        subprocess.run([str(BIN / "iree-benchmark-module"), f"--module={tmp / 'step.vmfb'}", f"--function={STEP}",
-                        f"--device={program.target.device}", *flags, f"--benchmark_min_time={iterations}x",
-                        "--device_profiling_mode=host-execution", f"--device_profiling_output={bundle}"],
-                       check=True, capture_output=True, text=True)
-        stats = subprocess.run([str(BIN / "iree-profile"), "statistics", "--format=jsonl", str(bundle)],
-                               check=True, capture_output=True, text=True).stdout
+        subprocess.run(
+            [
+                str(BIN / "iree-benchmark-module"),
+                f"--module={tmp / 'step.vmfb'}",
+                f"--function={STEP}",
+                f"--device={program.target.device}",
+                *flags,
+                f"--benchmark_min_time={iterations}x",
+                "--device_profiling_mode=host-execution",
+                f"--device_profiling_output={bundle}",
+            ],
+            check=True,
+            capture_output=True,
+            text=True,
+        )
+        stats = subprocess.run(
+            [str(BIN / "iree-profile"), "statistics", "--format=jsonl", str(bundle)],
+            check=True,
+            capture_output=True,
+            text=True,
+        ).stdout
     rows = [json.loads(line) for line in stats.splitlines()]
     # only the step ran; its dispatches may carry another function's name (IREE shares executables)
     functions = [r for r in rows if r.get("row_type") == "host_execution_function" and r.get("function_name")]
@@ -85,9 +105,17 @@ def profile_step(program, inputs, target, iterations: int = 20, top: int = 10) -
         "dispatch_ms_per_step": per_step(total),
         "dispatches": len(functions),
         "dispatch_runs_per_step": sum(r["sample_count"] for r in functions) / iterations,
-        "by_kind": [{"kind": kind, "ms_per_step": per_step(ns), "dispatches": count, "share": ns / total if total else 0.0}
-                    for kind, (ns, count) in sorted(kinds.items(), key=lambda item: item[1][0], reverse=True)],
-        "top": [{"name": r["function_name"].split("$", 1)[1], "ms_per_step": per_step(r["total_duration_ns"]),
-                 "min_ms": r["minimum_duration_ns"] / 1e6, "share": r["total_duration_ns"] / total if total else 0.0}
-                for r in functions[:top]],
+        "by_kind": [
+            {"kind": kind, "ms_per_step": per_step(ns), "dispatches": count, "share": ns / total if total else 0.0}
+            for kind, (ns, count) in sorted(kinds.items(), key=lambda item: item[1][0], reverse=True)
+        ],
+        "top": [
+            {
+                "name": r["function_name"].split("$", 1)[1],
+                "ms_per_step": per_step(r["total_duration_ns"]),
+                "min_ms": r["minimum_duration_ns"] / 1e6,
+                "share": r["total_duration_ns"] / total if total else 0.0,
+            }
+            for r in functions[:top]
+        ],
     }

@@ -9,7 +9,7 @@ import statistics
 import sys
 import time
 import traceback
-from typing import Callable
+from collections.abc import Callable
 
 from bench.memory import reset_peak, rss_kb
 
@@ -57,13 +57,20 @@ def timed_rounds(step, spec) -> dict:
     if not rounds:
         raise RuntimeError("the parent asked for no round of timed steps")
     best = min(rounds, key=statistics.median)
-    return {"step_ms": 1000 * statistics.median(best), "step_ms_min": 1000 * min(best),
-            "step_ms_max": 1000 * max(best), "steps": spec["steps"], "rounds": len(rounds), "loss": float(loss),
-            "peak_kb": rss_kb("VmHWM")}
+    return {
+        "step_ms": 1000 * statistics.median(best),
+        "step_ms_min": 1000 * min(best),
+        "step_ms_max": 1000 * max(best),
+        "steps": spec["steps"],
+        "rounds": len(rounds),
+        "loss": float(loss),
+        "peak_kb": rss_kb("VmHWM"),
+    }
 
 
-def print_result(run: Callable[[], dict], baseline_kb: int,
-                 unsupported: Callable[[Exception], str | None] = lambda error: None) -> None:
+def print_result(
+    run: Callable[[], dict], baseline_kb: int, unsupported: Callable[[Exception], str | None] = lambda error: None
+) -> None:
     """Print `RESULT <json>` of `run()`, its peak memory as MB above `baseline_kb`. An error becomes
     the row's status: "not supported yet: <why>" where `unsupported` says why (it may re-raise),
     else "failed: <its first line>"."""
@@ -73,8 +80,11 @@ def print_result(run: Callable[[], dict], baseline_kb: int,
             result["peak_mb"] = (result.pop("peak_kb") - baseline_kb) / 1024
     except Exception as e:  # any failure becomes a row in the results, not a crashed run
         reason = unsupported(e)
-        result = {"status": f"not supported yet: {reason}"} if reason else \
-            {"status": f"failed: {type(e).__name__}: {first_line(e)}", "traceback": traceback.format_exc()[-3000:]}
+        result = (
+            {"status": f"not supported yet: {reason}"}
+            if reason
+            else {"status": f"failed: {type(e).__name__}: {first_line(e)}", "traceback": traceback.format_exc()[-3000:]}
+        )
     print("RESULT " + json.dumps(result), flush=True)
 
 
@@ -83,5 +93,8 @@ def memory_facts(trainer) -> dict:
     (Trainer.in_place), and the MB of optimizer state it holds."""
     sig = trainer.signature
     state_bytes = sum(4 * math.prod(s.shape) for s in sig.state)  # float32
-    return {"written": sorted(role for role, specs in sig.written().items() if specs), "in_place": sorted(trainer.in_place),
-            "optimizer_state_mb": state_bytes / 2**20}
+    return {
+        "written": sorted(role for role, specs in sig.written().items() if specs),
+        "in_place": sorted(trainer.in_place),
+        "optimizer_state_mb": state_bytes / 2**20,
+    }

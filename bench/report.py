@@ -30,8 +30,10 @@ PEERS = ("eager", "torch.compile", "ort-training", "jax")  # the systems an edge
 
 
 def _find(rows, model, scheme, system):
-    return next((r for r in rows if (r["model"], r["scheme"], r["system"]) == (model, scheme, system)
-                 and r["status"] == "ok"), None)
+    return next(
+        (r for r in rows if (r["model"], r["scheme"], r["system"]) == (model, scheme, system) and r["status"] == "ok"),
+        None,
+    )
 
 
 def add_ratios(rows: list[dict], models: dict, peak_gflops: float | None) -> list[dict]:
@@ -85,20 +87,29 @@ def check_targets(rows: list[dict], peak_gflops: float | None) -> list[tuple[str
         peers = [row for row in (_find(rows, model, "full", system) for system in PEERS) if row]
         if peers:
             fastest = min(peers, key=lambda row: row["step_ms"])
-            speedup(f"{model}: pock-mlir full BP faster than the fastest peer ({SYSTEM_TITLES[fastest['system']]})",
-                    fastest, pock_full, 1.0)
+            speedup(
+                f"{model}: pock-mlir full BP faster than the fastest peer ({SYSTEM_TITLES[fastest['system']]})",
+                fastest,
+                pock_full,
+                1.0,
+            )
         if pock_sparse:
             speedup(f"{model}: pock-mlir sparse BP at least as fast as its full BP", pock_full, pock_sparse, 1.0)
         if model in CNNS_AND_TRANSFORMERS:
             speedup(f"{model}: pock-mlir sparse BP >= 2x faster than pock-mlir full BP", pock_full, pock_sparse, 2.0)
         if model in SPARSE_VS_EAGER_4X:
-            speedup(f"{model}: pock-mlir sparse BP >= 4x faster than PyTorch eager full BP", eager_full, pock_sparse, 4.0)
+            speedup(
+                f"{model}: pock-mlir sparse BP >= 4x faster than PyTorch eager full BP", eager_full, pock_sparse, 4.0
+            )
         limit = MODELS[model].compile_target_s if model in MODELS else None
         if limit:
             target = f"{model}: pock-mlir full BP compiles in <= {limit:.0f} s"
             seconds = (pock_full or {}).get("compile_s")
-            checks.append((target, None, "not measured", "", "") if seconds is None else
-                          (target, seconds <= limit, f"{seconds:.1f} s", "", ""))
+            checks.append(
+                (target, None, "not measured", "", "")
+                if seconds is None
+                else (target, seconds <= limit, f"{seconds:.1f} s", "", "")
+            )
         for scheme in ("full", "sparse"):
             ort, deployed = _find(rows, model, scheme, "ort-training"), _find(rows, model, scheme, "pock-mlir-deployed")
             same_training = _find(rows, model, scheme, "pock-mlir-deployed-ort-optimizer")
@@ -107,11 +118,15 @@ def check_targets(rows: list[dict], peak_gflops: float | None) -> list[tuple[str
                 value = deployed["peak_mb"] / ort["peak_mb"]
                 state = deployed.get("optimizer_state_mb")
                 if ort.get("optimizer_differs") and same_training:  # judged on the same training
-                    target += (f", both with ONNX Runtime's plain SGD (with the model's momentum SGD, "
-                               f"{state or 0:.1f} MB of state ONNX Runtime does not hold: {value:.2f}x)")
+                    target += (
+                        f", both with ONNX Runtime's plain SGD (with the model's momentum SGD, "
+                        f"{state or 0:.1f} MB of state ONNX Runtime does not hold: {value:.2f}x)"
+                    )
                     value = same_training["peak_mb"] / ort["peak_mb"]
                 elif ort.get("optimizer_differs") and state:
-                    target += f" (ONNX Runtime's plain SGD holds no optimizer state; pock-mlir's momentum is {state:.1f} MB)"
+                    target += (
+                        f" (ONNX Runtime's plain SGD holds no optimizer state; pock-mlir's momentum is {state:.1f} MB)"
+                    )
                 checks.append((target, value < 1.0, f"{value:.2f}x", "", ""))
         target = f"{model}: pock-mlir sparse peak memory <= 0.5x PyTorch eager full BP"
         if eager_full and pock_sparse:
@@ -140,8 +155,13 @@ def _chosen_per_program(rows) -> str:
     aggressive fusion (flags chosen per program)."""
     chosen = []
     for flag in (DATA_TILING, MASKED_VECTOR_TAILS, AGGRESSIVE_FUSION):
-        programs = sorted({f"{r['model']} {r['scheme']}" for r in rows if r["system"] == "pock-mlir"
-                           and r.get("status") == "ok" and flag in r.get("iree_flags", [])})
+        programs = sorted(
+            {
+                f"{r['model']} {r['scheme']}"
+                for r in rows
+                if r["system"] == "pock-mlir" and r.get("status") == "ok" and flag in r.get("iree_flags", [])
+            }
+        )
         chosen += [f"`{flag}` (chosen per program) for {', '.join(programs)}"] if programs else []
     return "".join(f", and {c}" for c in chosen)
 
@@ -152,12 +172,18 @@ def _ort_note(rows) -> str:
     if not ort:
         return ""
     plain_sgd = sorted({r["model"] for r in ort if r.get("optimizer_differs")})
-    optimizer = (f" Its on-device training has no momentum SGD: its {', '.join(plain_sgd)} rows take plain SGD, "
-                 "so their loss differs from the others'." if plain_sgd else "")
-    return (f" ONNX Runtime training (onnxruntime {ort[0]['onnxruntime']}): the model and its loss exported by torch's "
-            "TorchScript ONNX exporter, training artifacts from onnxruntime.training.artifacts (its compile s), timed "
-            "in a process that never imports torch, so its peak memory is over the resident set after importing numpy "
-            f"and onnxruntime.{optimizer}")
+    optimizer = (
+        f" Its on-device training has no momentum SGD: its {', '.join(plain_sgd)} rows take plain SGD, "
+        "so their loss differs from the others'."
+        if plain_sgd
+        else ""
+    )
+    return (
+        f" ONNX Runtime training (onnxruntime {ort[0]['onnxruntime']}): the model and its loss exported by torch's "
+        "TorchScript ONNX exporter, training artifacts from onnxruntime.training.artifacts (its compile s), timed "
+        "in a process that never imports torch, so its peak memory is over the resident set after importing numpy "
+        f"and onnxruntime.{optimizer}"
+    )
 
 
 def _jax_note(rows) -> str:
@@ -165,10 +191,12 @@ def _jax_note(rows) -> str:
     jax = [r for r in rows if r["system"] == "jax" and r["status"] == "ok"]
     if not jax:
         return ""
-    return (f" JAX (jax {jax[0]['jax']}, {jax[0]['jax_device']}), on the LLaMA-like decoders only: a port of the model "
-            "(bench/jax_child.py) with the PyTorch model's weights, its step one jax.jit function (loss, gradients of "
-            "the trained parameters, torch.optim's update) with the trained parameters and optimizer state donated; "
-            "its compile s is the first step's; timed in a process that never imports torch.")
+    return (
+        f" JAX (jax {jax[0]['jax']}, {jax[0]['jax_device']}), on the LLaMA-like decoders only: a port of the model "
+        "(bench/jax_child.py) with the PyTorch model's weights, its step one jax.jit function (loss, gradients of "
+        "the trained parameters, torch.optim's update) with the trained parameters and optimizer state donated; "
+        "its compile s is the first step's; timed in a process that never imports torch."
+    )
 
 
 def _deployed_note(rows) -> str:
@@ -176,12 +204,18 @@ def _deployed_note(rows) -> str:
     if not any(r["system"] == "pock-mlir-deployed" and r["status"] == "ok" for r in rows):
         return ""
     same_training = sorted({r["model"] for r in rows if r["system"] == "pock-mlir-deployed-ort-optimizer"})
-    return (" pock-mlir, deployed bundle: the pock-mlir row's program written as a device bundle and trained by "
-            "Trainer.from_bundle in a process that never imports torch (bench/deployed_child.py), as on a device; its "
-            "peak memory is over the resident set after importing numpy, IREE's runtime and pock_mlir.runtime." +
-            (f" On {', '.join(same_training)}, whose momentum SGD ONNX Runtime runs as plain SGD, a second deployed row "
-             "is compiled with plain SGD too (ONNX Runtime's optimizer), for its memory against ONNX Runtime's on the "
-             "same training." if same_training else ""))
+    return (
+        " pock-mlir, deployed bundle: the pock-mlir row's program written as a device bundle and trained by "
+        "Trainer.from_bundle in a process that never imports torch (bench/deployed_child.py), as on a device; its "
+        "peak memory is over the resident set after importing numpy, IREE's runtime and pock_mlir.runtime."
+        + (
+            f" On {', '.join(same_training)}, whose momentum SGD ONNX Runtime runs as plain SGD, a second deployed row "
+            "is compiled with plain SGD too (ONNX Runtime's optimizer), for its memory against ONNX Runtime's on the "
+            "same training."
+            if same_training
+            else ""
+        )
+    )
 
 
 ROLE_NAMES = {"params": "parameters", "optimizer": "optimizer state", "buffers": "buffers"}
@@ -192,19 +226,28 @@ def _in_place_note(rows) -> str:
     pock = [r for r in rows if r["status"] == "ok" and "in_place" in r]
     if not pock:
         return ""
-    short = [f"{r['model']} {r['scheme']} ({SYSTEM_TITLES.get(r['system'], r['system'])}: only "
-             f"{' and '.join(ROLE_NAMES[role] for role in r['in_place']) or 'nothing'} in place)"
-             for r in pock if r["in_place"] != r["written"]]
-    return (" In place: every pock-mlir step " + (f"but {'; '.join(short)} " if short else "")
-            + "writes the parameters, optimizer state and buffers it updates into the buffers it reads them from "
-            "(Trainer.in_place, after IREE's schedule: pock_mlir/in_place.py), one copy of each on the device.")
+    short = [
+        f"{r['model']} {r['scheme']} ({SYSTEM_TITLES.get(r['system'], r['system'])}: only "
+        f"{' and '.join(ROLE_NAMES[role] for role in r['in_place']) or 'nothing'} in place)"
+        for r in pock
+        if r["in_place"] != r["written"]
+    ]
+    return (
+        " In place: every pock-mlir step "
+        + (f"but {'; '.join(short)} " if short else "")
+        + "writes the parameters, optimizer state and buffers it updates into the buffers it reads them from "
+        "(Trainer.in_place, after IREE's schedule: pock_mlir/in_place.py), one copy of each on the device."
+    )
 
 
 def _updates_note(results: dict) -> str:
     """The models `python -m bench --update` re-measured since, and when."""
-    return "".join(f" Re-measured with --update at {u['date']}: {', '.join(u['models'])}"
-                   f"{'' if len(u['schemes']) == len(SCHEMES) else ' (' + ', '.join(u['schemes']) + ')'} (load "
-                   f"{u['load_before'][0]:.2f} before, {u['load_after'][0]:.2f} after)." for u in results.get("updates", []))
+    return "".join(
+        f" Re-measured with --update at {u['date']}: {', '.join(u['models'])}"
+        f"{'' if len(u['schemes']) == len(SCHEMES) else ' (' + ', '.join(u['schemes']) + ')'} (load "
+        f"{u['load_before'][0]:.2f} before, {u['load_after'][0]:.2f} after)."
+        for u in results.get("updates", [])
+    )
 
 
 def _recount_note(results: dict) -> str:
@@ -213,8 +256,14 @@ def _recount_note(results: dict) -> str:
 
 
 def _idle_note(settings: dict) -> str:
-    return (", once no thread of the system before it runs: ONNX Runtime's and OpenMP's thread pools spin on after "
-            "their work") if settings.get("rounds_start_idle") else ""
+    return (
+        (
+            ", once no thread of the system before it runs: ONNX Runtime's and OpenMP's thread pools spin on after "
+            "their work"
+        )
+        if settings.get("rounds_start_idle")
+        else ""
+    )
 
 
 def write_markdown(results: dict, path: Path) -> None:
@@ -263,16 +312,22 @@ def write_markdown(results: dict, path: Path) -> None:
             f"{_fmt(r.get('speedup_vs_eager_full'), '{:.2f}x')} | "
             f"{_fmt(r.get('speedup_vs_own_full'), '{:.2f}x')} | {r['peak_mb']:.1f} | "
             f"{_fmt(r.get('memory_vs_eager_full'), '{:.2f}x')} | {r['loss']:.4f} | {gflops} | "
-            f"{_fmt(r.get('tokens_per_s'), '{:.0f}')} | {_fmt(r.get('compile_s'), '{:.1f}')} |")
-    lines += ["", "## Targets", "",
-              "Reached is judged on the medians. The ratio of fastest steps is what the systems do when other jobs "
-              "leave the cores alone: PyTorch's OpenMP threads spin-wait for each other, and a core taken by "
-              "another process stalls them far more than IREE's task workers, so on a loaded machine its medians "
-              "inflate most. GFLOP/s it takes: the rate at which pock-mlir would have to do its step's FLOPs "
-              "(PyTorch's count) to reach the target against the other step's median; a rate above the sgemm "
-              "peak means that no schedule of the same work reaches the target.", "",
-              "| target | reached | ratio of medians | ratio of fastest steps | GFLOP/s it takes |",
-              "| --- | --- | ---: | ---: | ---: |"]
+            f"{_fmt(r.get('tokens_per_s'), '{:.0f}')} | {_fmt(r.get('compile_s'), '{:.1f}')} |"
+        )
+    lines += [
+        "",
+        "## Targets",
+        "",
+        "Reached is judged on the medians. The ratio of fastest steps is what the systems do when other jobs "
+        "leave the cores alone: PyTorch's OpenMP threads spin-wait for each other, and a core taken by "
+        "another process stalls them far more than IREE's task workers, so on a loaded machine its medians "
+        "inflate most. GFLOP/s it takes: the rate at which pock-mlir would have to do its step's FLOPs "
+        "(PyTorch's count) to reach the target against the other step's median; a rate above the sgemm "
+        "peak means that no schedule of the same work reaches the target.",
+        "",
+        "| target | reached | ratio of medians | ratio of fastest steps | GFLOP/s it takes |",
+        "| --- | --- | ---: | ---: | ---: |",
+    ]
     for target, ok, value, fastest, rate in check_targets(results["rows"], m.get("peak_gflops")):
         lines.append(f"| {target} | {'yes' if ok else 'no' if ok is False else '-'} | {value} | {fastest} | {rate} |")
     lines += profile_section(results["rows"])
@@ -285,21 +340,31 @@ def profile_section(rows: list[dict], top: int = 6) -> list[str]:
     profiled = [r for r in rows if r.get("profile")]
     if not profiled:
         return []
-    lines = ["", "## Where pock-mlir's time goes", "",
-             "Per-dispatch wall time of the step as the Trainer runs it (train_step_into) from IREE's HAL profiling (iree-benchmark-module "
-             "--device_profiling_mode=host-execution, aggregated by iree-profile statistics); ms per step. Dispatches "
-             "run on both cores at once, so their sum can exceed the step time. A dispatch can run several times a "
-             "step (IREE shares one executable among identical ones), hence \"N runs of K dispatches\"."
-             + (" By kind: the share of that time of each kind of dispatch, as IREE names it after its root op (a "
-                "step of many small dispatches spreads its time, and its slowest dispatches say little)."
-                if any(r["profile"].get("by_kind") for r in profiled) else ""), ""]
+    lines = [
+        "",
+        "## Where pock-mlir's time goes",
+        "",
+        "Per-dispatch wall time of the step as the Trainer runs it (train_step_into) from IREE's HAL profiling (iree-benchmark-module "
+        "--device_profiling_mode=host-execution, aggregated by iree-profile statistics); ms per step. Dispatches "
+        "run on both cores at once, so their sum can exceed the step time. A dispatch can run several times a "
+        'step (IREE shares one executable among identical ones), hence "N runs of K dispatches".'
+        + (
+            " By kind: the share of that time of each kind of dispatch, as IREE names it after its root op (a "
+            "step of many small dispatches spreads its time, and its slowest dispatches say little)."
+            if any(r["profile"].get("by_kind") for r in profiled)
+            else ""
+        ),
+        "",
+    ]
     for r in profiled:
         p = r["profile"]
         kinds = "; ".join(f"{k['kind']} {100 * k['share']:.0f}%" for k in p.get("by_kind", [])[:top])
         slowest = "; ".join(f"`{d['name']}` {d['ms_per_step']:.2f} ({100 * d['share']:.0f}%)" for d in p["top"][:top])
-        lines.append(f"- **{r['model']} / {r['scheme']}**: {p['dispatch_ms_per_step']:.2f} ms in "
-                     f"{p['dispatch_runs_per_step']:.0f} runs of {p['dispatches']} dispatches "
-                     f"(step {r['step_ms']:.2f} ms){f'; by kind: {kinds}' if kinds else ''}: {slowest}")
+        lines.append(
+            f"- **{r['model']} / {r['scheme']}**: {p['dispatch_ms_per_step']:.2f} ms in "
+            f"{p['dispatch_runs_per_step']:.0f} runs of {p['dispatches']} dispatches "
+            f"(step {r['step_ms']:.2f} ms){f'; by kind: {kinds}' if kinds else ''}: {slowest}"
+        )
     return lines
 
 

@@ -10,7 +10,8 @@ Operands are torch-dialect tensors, which IRDL cannot name, so they are constrai
 here and checked by each op's Python verifier, whose errors name the op and the rule broken.
 """
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from torch_mlir import ir
 from torch_mlir._mlir_libs import _mlir
@@ -221,9 +222,15 @@ class SGDMomentumOp(_Verified, name="sgd_momentum"):
     def verify_rules(self) -> bool:
         return (
             self.check_float_tensor("param", self.param)
-            and self.check_same_types([
-                ("param", self.param), ("grad", self.grad), ("momentum_buffer", self.momentum_buffer),
-                ("new_param", self.new_param), ("new_momentum_buffer", self.new_momentum_buffer)])
+            and self.check_same_types(
+                [
+                    ("param", self.param),
+                    ("grad", self.grad),
+                    ("momentum_buffer", self.momentum_buffer),
+                    ("new_param", self.new_param),
+                    ("new_momentum_buffer", self.new_momentum_buffer),
+                ]
+            )
             and self.check_step(self.step)
             and self.check_hyperparameters()
         )
@@ -249,9 +256,17 @@ class AdamWOp(_Verified, name="adamw"):
     def verify_rules(self) -> bool:
         return (
             self.check_float_tensor("param", self.param)
-            and self.check_same_types([
-                ("param", self.param), ("grad", self.grad), ("exp_avg", self.exp_avg), ("exp_avg_sq", self.exp_avg_sq),
-                ("new_param", self.new_param), ("new_exp_avg", self.new_exp_avg), ("new_exp_avg_sq", self.new_exp_avg_sq)])
+            and self.check_same_types(
+                [
+                    ("param", self.param),
+                    ("grad", self.grad),
+                    ("exp_avg", self.exp_avg),
+                    ("exp_avg_sq", self.exp_avg_sq),
+                    ("new_param", self.new_param),
+                    ("new_exp_avg", self.new_exp_avg),
+                    ("new_exp_avg_sq", self.new_exp_avg_sq),
+                ]
+            )
             and self.check_step(self.step)
             and self.check_hyperparameters()
         )
@@ -285,9 +300,18 @@ class ChannelUpdateOp(_Verified, name="channel_update"):
 
     def verify_rules(self) -> bool:
         p, u = parse_tensor_type(self.param.type), parse_tensor_type(self.update.type)
-        if (p is None or u is None or p.rank == 0 or p.rank != u.rank or p.element != u.element
-                or p.shape[1:] != u.shape[1:] or not 0 < u.shape[0] <= p.shape[0]):
-            return self.fail(f"update type {self.update.type} must be a leading channel slice of param type {self.param.type}")
+        if (
+            p is None
+            or u is None
+            or p.rank == 0
+            or p.rank != u.rank
+            or p.element != u.element
+            or p.shape[1:] != u.shape[1:]
+            or not 0 < u.shape[0] <= p.shape[0]
+        ):
+            return self.fail(
+                f"update type {self.update.type} must be a leading channel slice of param type {self.param.type}"
+            )
         return self.check_same_types([("param", self.param), ("result", self.result)])
 
 

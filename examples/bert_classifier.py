@@ -12,7 +12,6 @@ normalizations and the classifier train (PockEngine's transformer-last-K scheme)
 import numpy as np
 import torch
 import torch.nn as nn
-
 from models.transformer import BertConfig, BertLike
 
 CONFIG = BertConfig(vocab=32, max_len=16, dim=32, heads=4, layers=2, hidden=64, classes=3)

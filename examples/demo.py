@@ -37,8 +37,12 @@ def progress(epoch, epochs, done, total, loss, rate, left_s):
     """A progress bar redrawn in place on a terminal; in a log, one line at each epoch's end."""
     if sys.stdout.isatty() or done == total:
         bar = "#" * int(30 * done / total)
-        print(f"\r  epoch {epoch + 1}/{epochs} [{bar:<30}] {done}/{total} loss {loss:.3f} "
-              f"{rate:.0f} steps/s, {left_s:.0f}s left ", end="", flush=True)
+        print(
+            f"\r  epoch {epoch + 1}/{epochs} [{bar:<30}] {done}/{total} loss {loss:.3f} "
+            f"{rate:.0f} steps/s, {left_s:.0f}s left ",
+            end="",
+            flush=True,
+        )
 
 
 def torch_step(model, x, y, trainable=None):
@@ -55,6 +59,7 @@ def torch_step(model, x, y, trainable=None):
         loss.backward()
         opt.step()
         return loss.item()
+
     return step
 
 
@@ -75,13 +80,16 @@ def interleaved_ms(systems: dict, rounds: int, steps: int) -> dict:
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                     formatter_class=argparse.RawDescriptionHelpFormatter,
-                                     epilog=__doc__.split("\n\n", 1)[1])
+    parser = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0],
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog=__doc__.split("\n\n", 1)[1],
+    )
     parser.add_argument("--epochs", type=int, default=6, help="fine-tuning epochs (default 6)")
     parser.add_argument("--pretrain-epochs", type=int, default=8, help="PyTorch pretraining epochs (default 8)")
-    parser.add_argument("--rounds", type=int, default=5,
-                        help="interleaved timing rounds of 10 steps per system (default 5)")
+    parser.add_argument(
+        "--rounds", type=int, default=5, help="interleaved timing rounds of 10 steps per system (default 5)"
+    )
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
     for name in ("epochs", "pretrain_epochs", "rounds"):
@@ -99,10 +107,19 @@ def main(argv=None):
 
     print("2. compiling the sparse fine-tuning step with pock-mlir", flush=True)
     start = time.perf_counter()
-    program = pock.compile_training(model, x[:BATCH], y[:BATCH], loss="cross_entropy",
-                                    optimizer=pock.SGD(lr=LR, momentum=0.9), sparse=SPARSE, verbose=True)
-    print(f"   compiled in {time.perf_counter() - start:.0f}s; {len(program.signature.trainable)} of "
-          f"{len(program.signature.params)} parameter tensors are trained")
+    program = pock.compile_training(
+        model,
+        x[:BATCH],
+        y[:BATCH],
+        loss="cross_entropy",
+        optimizer=pock.SGD(lr=LR, momentum=0.9),
+        sparse=SPARSE,
+        verbose=True,
+    )
+    print(
+        f"   compiled in {time.perf_counter() - start:.0f}s; {len(program.signature.trainable)} of "
+        f"{len(program.signature.params)} parameter tensors are trained"
+    )
     report = program.report()
     trainer = program.trainer()
     before = accuracy(trainer.evaluate, x_test, y_test)
@@ -116,8 +133,9 @@ def main(argv=None):
             loss = trainer.step(xb, yb)
             step_times.append(time.perf_counter() - t)
             recent = float(np.mean(step_times[-10:]))
-            progress(epoch, args.epochs, i + 1, steps_per_epoch, loss, 1 / recent,
-                     recent * (total_steps - len(step_times)))
+            progress(
+                epoch, args.epochs, i + 1, steps_per_epoch, loss, 1 / recent, recent * (total_steps - len(step_times))
+            )
         print(f"test accuracy {accuracy(trainer.evaluate, x_test, y_test):.3f}")
     after = accuracy(trainer.evaluate, x_test, y_test)
 
@@ -125,23 +143,34 @@ def main(argv=None):
     print(f"   test accuracy on digits 5-9: {before:.3f} before -> {after:.3f} after fine-tuning")
     load_before = os.getloadavg()[0]
     xb, yb = x[:BATCH], y[:BATCH]
-    ms = interleaved_ms({"pock": lambda: trainer.step(xb, yb),
-                         "eager full": torch_step(model, xb, yb),
-                         "eager sparse": torch_step(model, xb, yb, set(program.signature.trainable))},
-                        args.rounds, steps=10)
+    ms = interleaved_ms(
+        {
+            "pock": lambda: trainer.step(xb, yb),
+            "eager full": torch_step(model, xb, yb),
+            "eager sparse": torch_step(model, xb, yb, set(program.signature.trainable)),
+        },
+        args.rounds,
+        steps=10,
+    )
     pock_ms = ms["pock"]
-    print(f"   ms per step (batch {BATCH}, interleaved rounds; machine load {load_before:.2f} before, "
-          f"{os.getloadavg()[0]:.2f} after): pock-mlir sparse {pock_ms:.2f} | PyTorch eager full BP "
-          f"{ms['eager full']:.2f} ({ms['eager full'] / pock_ms:.1f}x) | PyTorch eager, same sparse scheme "
-          f"{ms['eager sparse']:.2f} ({ms['eager sparse'] / pock_ms:.1f}x)")
-    print("   (ratios move with the machine's load: PyTorch's threads suffer most when other jobs run;"
-          " see bench/results.md for careful measurements)")
+    print(
+        f"   ms per step (batch {BATCH}, interleaved rounds; machine load {load_before:.2f} before, "
+        f"{os.getloadavg()[0]:.2f} after): pock-mlir sparse {pock_ms:.2f} | PyTorch eager full BP "
+        f"{ms['eager full']:.2f} ({ms['eager full'] / pock_ms:.1f}x) | PyTorch eager, same sparse scheme "
+        f"{ms['eager sparse']:.2f} ({ms['eager sparse'] / pock_ms:.1f}x)"
+    )
+    print(
+        "   (ratios move with the machine's load: PyTorch's threads suffer most when other jobs run;"
+        " see bench/results.md for careful measurements)"
+    )
     full, sparse = report.full, report.sparse
     full_bytes = full.saved_activation_bytes + full.gradient_bytes
     sparse_bytes = sparse.saved_activation_bytes + sparse.gradient_bytes
-    print(f"   backward pass, full BP -> sparse BP: {full.flops / 1e6:.1f} -> {sparse.flops / 1e6:.1f} MFLOP, "
-          f"saved activations + gradients {full_bytes / 1024:.0f} -> {sparse_bytes / 1024:.0f} KiB "
-          f"({100 * (1 - sparse_bytes / full_bytes):.0f}% less memory)")
+    print(
+        f"   backward pass, full BP -> sparse BP: {full.flops / 1e6:.1f} -> {sparse.flops / 1e6:.1f} MFLOP, "
+        f"saved activations + gradients {full_bytes / 1024:.0f} -> {sparse_bytes / 1024:.0f} KiB "
+        f"({100 * (1 - sparse_bytes / full_bytes):.0f}% less memory)"
+    )
 
 
 if __name__ == "__main__":

@@ -40,16 +40,23 @@ from pathlib import Path
 import numpy as np
 import torch
 import torch.nn as nn
+from models.char_text import (
+    VOCAB,
+    decode,
+    documentation_corpus,
+    encode,
+    greedy_completion,
+    pretrain,
+    source_corpus,
+    windows,
+)
+from models.transformer import LlamaConfig, LlamaLike, token_cross_entropy
 
-from pock_mlir.runtime.bundle import load_bundle
 from pock_mlir.checkpoint import load_checkpoint
 from pock_mlir.files import atomic_save
 from pock_mlir.runtime import Trainer
+from pock_mlir.runtime.bundle import load_bundle
 from pock_mlir.targets import resolve_target
-
-from models.char_text import VOCAB, decode, documentation_corpus, encode, greedy_completion, pretrain, \
-    source_corpus, windows
-from models.transformer import LlamaConfig, LlamaLike, token_cross_entropy
 
 SEQ, BATCH = 64, 16
 CONFIG = LlamaConfig(vocab=VOCAB, max_len=SEQ, dim=96, heads=4, kv_heads=2, layers=4, hidden=256)
@@ -83,6 +90,7 @@ def load_data(text: str | None = None) -> dict[str, np.ndarray]:
 
 
 # -- the whole path ---------------------------------------------------------------------------
+
 
 def console_script(name: str) -> str:
     """pock-mlir's console script `name`: next to this Python (a venv) or on PATH."""
@@ -133,12 +141,16 @@ def write_text(out: Path, text_file: str | None, max_chars: int | None) -> tuple
     data = load_data(text)
     needed = BATCH * SEQ + 1  # one batch of windows, each split (pock-train refuses less)
     if min(len(tokens) for tokens in data.values()) < needed:
-        sys.exit(f"{what} has {len(text):,} characters; the example needs at least {10 * needed:,} "
-                 f"(90% to train on, 10% held out, each at least one batch of {BATCH} windows of {SEQ})")
+        sys.exit(
+            f"{what} has {len(text):,} characters; the example needs at least {10 * needed:,} "
+            f"(90% to train on, 10% held out, each at least one batch of {BATCH} windows of {SEQ})"
+        )
     path = out / "text.npz"
     atomic_save(path, lambda f: np.savez(f, **data))
-    print(f"2. fine-tuning text: {what}, {len(data['tokens_train']):,} characters to train on and "
-          f"{len(data['tokens_val']):,} held out -> {path}")
+    print(
+        f"2. fine-tuning text: {what}, {len(data['tokens_train']):,} characters to train on and "
+        f"{len(data['tokens_val']):,} held out -> {path}"
+    )
     return path, data
 
 
@@ -147,8 +159,19 @@ def compile_bundles(out: Path, weights: Path, targets: list[str]) -> Path:
     sizes = {}
     for target in targets:
         bundle = out / target
-        run_tool("pock-compile", __file__, "--sparse", SPARSE, "--optimizer", OPTIMIZER, "--target", target,
-                 "-o", bundle, env={WEIGHTS: str(weights)})
+        run_tool(
+            "pock-compile",
+            __file__,
+            "--sparse",
+            SPARSE,
+            "--optimizer",
+            OPTIMIZER,
+            "--target",
+            target,
+            "-o",
+            bundle,
+            env={WEIGHTS: str(weights)},
+        )
         files = [f for f in bundle.rglob("*") if f.is_file()]
         sizes[target] = ((bundle / "module.vmfb").stat().st_size, sum(f.stat().st_size for f in files))
     for target, (module, total) in sizes.items():
@@ -168,26 +191,37 @@ def compiled_model(bundle: Path, checkpoint: Path | None = None) -> Trainer:
 def held_out_loss(trainer: Trainer, tokens: np.ndarray) -> float:
     """The mean loss over the full batches of windows of `tokens`, in order (pock-train's val_loss)."""
     windows = (len(tokens) - 1) // SEQ // BATCH * BATCH
-    x, y = tokens[:windows * SEQ].reshape(-1, SEQ), tokens[1:windows * SEQ + 1].reshape(-1, SEQ)
-    return float(np.mean([trainer.loss(x[i:i + BATCH], y[i:i + BATCH]) for i in range(0, windows, BATCH)]))
+    x, y = tokens[: windows * SEQ].reshape(-1, SEQ), tokens[1 : windows * SEQ + 1].reshape(-1, SEQ)
+    return float(np.mean([trainer.loss(x[i : i + BATCH], y[i : i + BATCH]) for i in range(0, windows, BATCH)]))
 
 
 def main(argv=None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], epilog=__doc__.split("\n\n", 1)[1],
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0],
+        epilog=__doc__.split("\n\n", 1)[1],
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     parser.add_argument("--out", help="the working directory (default llama_text_run; llama_text_quick with --quick)")
     parser.add_argument("--text", help="a text file to fine-tune on (default: stdlib documentation)")
     parser.add_argument("--epochs", type=int, default=2, help="fine-tuning epochs (default 2)")
     parser.add_argument("--pretrain-steps", type=int, default=1000, help="PyTorch pretraining steps (default 1000)")
-    parser.add_argument("--prompt", help=f"the prompt to complete (default {DOCS_PROMPT!r}, or the start of the "
-                                         f"held-out part of --text)")
-    parser.add_argument("--targets", default="host",
-                        help="comma-separated targets to compile for (default host; e.g. host,aarch64,cuda: the "
-                             "others are only compiled, to show their sizes); host is always one of them")
-    parser.add_argument("--quick", action="store_true",
-                        help=f"a smoke test of every stage in about a minute: {QUICK_PRETRAIN_STEPS} pretraining "
-                             f"steps, the first {QUICK_TEXT_CHARS:,} characters of the text, {QUICK_STEPS} "
-                             f"fine-tuning steps")
+    parser.add_argument(
+        "--prompt",
+        help=f"the prompt to complete (default {DOCS_PROMPT!r}, or the start of the held-out part of --text)",
+    )
+    parser.add_argument(
+        "--targets",
+        default="host",
+        help="comma-separated targets to compile for (default host; e.g. host,aarch64,cuda: the "
+        "others are only compiled, to show their sizes); host is always one of them",
+    )
+    parser.add_argument(
+        "--quick",
+        action="store_true",
+        help=f"a smoke test of every stage in about a minute: {QUICK_PRETRAIN_STEPS} pretraining "
+        f"steps, the first {QUICK_TEXT_CHARS:,} characters of the text, {QUICK_STEPS} "
+        f"fine-tuning steps",
+    )
     args = parser.parse_args(argv)
     targets = list(dict.fromkeys(["host", *filter(None, args.targets.split(","))]))
     for target in targets:
@@ -210,8 +244,9 @@ def main(argv=None) -> None:
     checkpoint.unlink(missing_ok=True)  # each run fine-tunes the pretrained weights afresh
     length = ["--max-steps", QUICK_STEPS] if args.quick else []
     print(f"4. pock-train {bundle} --data {data_path} --epochs {args.epochs} {' '.join(map(str, length))}")
-    lines = run_tool("pock-train", bundle, "--data", data_path, "--epochs", args.epochs, "--checkpoint", checkpoint,
-                     *length)
+    lines = run_tool(
+        "pock-train", bundle, "--data", data_path, "--epochs", args.epochs, "--checkpoint", checkpoint, *length
+    )
     tokens_per_s = re.search(r"([\d,]+) tokens/s\)", lines[-1])
 
     print(f"5. through the compiled model (host bundle, IREE runtime): held-out loss, greedy completion of {prompt!r}")

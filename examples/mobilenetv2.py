@@ -13,7 +13,6 @@ and the first pointwise conv of the last blocks:
 import numpy as np
 import torch
 import torch.nn as nn
-
 from models.cnn import MobileNetV2Like, Stage
 
 STAGES = (Stage(1, 16, 1, 1), Stage(4, 24, 2, 2), Stage(4, 32, 2, 2), Stage(4, 48, 2, 2))

@@ -12,7 +12,6 @@ The token embedding is tied to the output projection; the exported state_dict ha
 import numpy as np
 import torch
 import torch.nn as nn
-
 from models.transformer import LlamaConfig, LlamaLike, token_cross_entropy
 
 CONFIG = LlamaConfig(vocab=32, max_len=16, dim=32, heads=4, kv_heads=2, layers=2, hidden=64)

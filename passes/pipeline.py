@@ -56,7 +56,8 @@ def _convert(pass_cls, field: dataclasses.Field, raw: str):
         return kind(raw)
     except ValueError:
         raise PipelineError(
-            f"option '{field.name}' of pass '{pass_cls.name}' takes a {kind.__name__}, got '{raw}'") from None
+            f"option '{field.name}' of pass '{pass_cls.name}' takes a {kind.__name__}, got '{raw}'"
+        ) from None
 
 
 def parse_pock_pass(element: str) -> ModulePass:
@@ -89,16 +90,17 @@ def _python_pass(instance: ModulePass, results: list):
             pass_.signal_pass_failure()
         except Exception as e:  # an internal error still reaches the user as a diagnostic
             detail = traceback.format_exc() if os.environ.get("POCK_DEBUG") else f"{type(e).__name__}: {e}"
-            op.location.emit_error(f"{instance.name}: internal error (a bug in pock-mlir: please report it with this "
-                                   f"input; POCK_DEBUG=1 shows the traceback): {detail}")
+            op.location.emit_error(
+                f"{instance.name}: internal error (a bug in pock-mlir: please report it with this "
+                f"input; POCK_DEBUG=1 shows the traceback): {detail}"
+            )
             pass_.signal_pass_failure()
 
     run.__name__ = instance.name.replace("-", "_")
     return run
 
 
-def build_pass_manager(pipeline: str, *, print_ir_after_all: bool = False,
-                       results: list | None = None) -> PassManager:
+def build_pass_manager(pipeline: str, *, print_ir_after_all: bool = False, results: list | None = None) -> PassManager:
     """The PassManager of `pipeline`; each pock pass that returns a result adds it to `results`."""
     results = [] if results is None else results
     pm = PassManager("builtin.module")
@@ -106,25 +108,34 @@ def build_pass_manager(pipeline: str, *, print_ir_after_all: bool = False,
         name = element.split("{")[0].split("(")[0].strip()
         if name in PASSES:
             if "(" in element.split("{")[0]:
-                raise PipelineError(f"pock pass '{name}' runs on the whole module and takes no nested pipeline: '{element}'")
+                raise PipelineError(
+                    f"pock pass '{name}' runs on the whole module and takes no nested pipeline: '{element}'"
+                )
             instance = parse_pock_pass(element)
-            pm.add(_python_pass(instance, results), name=instance.name, argument=instance.name,
-                   description=instance.description)
+            pm.add(
+                _python_pass(instance, results),
+                name=instance.name,
+                argument=instance.name,
+                description=instance.description,
+            )
             continue
         try:
             pm.add(element)
         except ValueError as e:
             nested = [p for p in PASSES if re.search(rf"[(,]\s*{re.escape(p)}\b", element)]
             if nested:
-                raise PipelineError(f"pock passes run on the whole module, so '{nested[0]}' cannot be nested in "
-                                    f"'{element}'; list it at the top level of the pipeline") from None
+                raise PipelineError(
+                    f"pock passes run on the whole module, so '{nested[0]}' cannot be nested in "
+                    f"'{element}'; list it at the top level of the pipeline"
+                ) from None
             first_line = str(e).strip().splitlines()[0]
             close = difflib.get_close_matches(name, PASSES, n=1)
             did_you_mean = f"Did you mean '{close[0]}'? " if close else ""
             raise PipelineError(
                 f"unknown pass or bad options in '{element}' ({first_line}).\n{did_you_mean}"
                 f"pock passes: {', '.join(sorted(PASSES))}; any upstream MLIR pass is accepted too "
-                f"(canonicalize, cse, inline, symbol-dce, ...). `pock-opt --list-passes` describes them.") from None
+                f"(canonicalize, cse, inline, symbol-dce, ...). `pock-opt --list-passes` describes them."
+            ) from None
     if print_ir_after_all:
         pm.enable_ir_printing(print_after_all=True, print_module_scope=True)
     return pm

@@ -21,10 +21,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from pock_mlir.dialects.pock import ChannelSliceOp, ChannelUpdateOp, GradOp
 from torch_mlir import ir
 
 from pock_mlir.abi import Policy
-from pock_mlir.dialects.pock import ChannelSliceOp, ChannelUpdateOp, GradOp
 from pock_mlir.op_facts import param_name, shape_of
 from pock_mlir.optim import UPDATE_OPS
 from pock_mlir.torch_builder import TorchBuilder
@@ -41,8 +41,9 @@ def _param_name(value: ir.Value) -> str | None:
 
 
 def _channel_slice(ip, loc, result_type, value, channels: int) -> ir.Value:
-    return ChannelSliceOp(value, ir.IntegerAttr.get(ir.IntegerType.get_signless(64), channels), result_type,
-                          loc=loc, ip=ip).result
+    return ChannelSliceOp(
+        value, ir.IntegerAttr.get(ir.IntegerType.get_signless(64), channels), result_type, loc=loc, ip=ip
+    ).result
 
 
 def _channel_update(ip, loc, param, update) -> ir.Value:
@@ -54,13 +55,18 @@ def _narrow_update(update, grad, k: int) -> None:
     ip, loc = ir.InsertionPoint(update), update.location
     slots = UPDATE_OPS[update.name].state_slots
     operands = list(update.operands)
-    full = operands[:2 + slots]
+    full = operands[: 2 + slots]
     slice_type = grad.type
     narrowed = [_channel_slice(ip, loc, slice_type, v, k) for v in (full[0], *full[2:])]
     attributes = {name: update.attributes[name] for name in update.attributes}
-    new = ir.Operation.create(update.name, results=[slice_type] * (1 + slots),
-                              operands=[narrowed[0], grad, *narrowed[1:], *operands[2 + slots:]],
-                              attributes=attributes, loc=loc, ip=ip)
+    new = ir.Operation.create(
+        update.name,
+        results=[slice_type] * (1 + slots),
+        operands=[narrowed[0], grad, *narrowed[1:], *operands[2 + slots :]],
+        attributes=attributes,
+        loc=loc,
+        ip=ip,
+    )
     for old_result, base, new_result in zip(update.results, (full[0], *full[2:]), new.results):
         old_result.replace_all_uses_with(_channel_update(ip, loc, base, new_result))
     update.erase()
@@ -70,7 +76,7 @@ def _freeze_update(update) -> None:
     """The parameter and state come out unchanged."""
     slots = UPDATE_OPS[update.name].state_slots
     operands = list(update.operands)
-    for old_result, unchanged in zip(update.results, [operands[0], *operands[2:2 + slots]]):
+    for old_result, unchanged in zip(update.results, [operands[0], *operands[2 : 2 + slots]]):
         old_result.replace_all_uses_with(unchanged)
     update.erase()
 
@@ -86,8 +92,11 @@ def _reannotate_grad(grad_op, policy: Policy, name: str) -> None:
     if k == _rows(grad_shape):
         return
     if k and grad_shape != param_shape:
-        raise PassError(f"'{name}' already has a {_rows(grad_shape)}-channel gradient in the input, the config asks "
-                        f"for {k}; apply config to a module built with every parameter in full", grad_op.location)
+        raise PassError(
+            f"'{name}' already has a {_rows(grad_shape)}-channel gradient in the input, the config asks "
+            f"for {k}; apply config to a module built with every parameter in full",
+            grad_op.location,
+        )
     b = TorchBuilder(ir.InsertionPoint(grad_op), grad_op.location)
     grad = None
     if k:
@@ -103,8 +112,7 @@ def _reannotate_grad(grad_op, policy: Policy, name: str) -> None:
             _freeze_update(update)
     if list(result.uses):  # returned gradients keep their type: zero-padded, or zeros when frozen
         zeros = b.zeros_like(result if not k else param)
-        result.replace_all_uses_with(
-            _channel_update(b.ip, grad_op.location, zeros, grad) if k else zeros)
+        result.replace_all_uses_with(_channel_update(b.ip, grad_op.location, zeros, grad) if k else zeros)
     grad_op.erase()
 
 
@@ -131,9 +139,11 @@ def reannotate(module: ir.Operation, config: str) -> None:
             name = _param_name(op.results[0])
             policy = scheme.policies[name]
             if grads and name not in grads and policy.kind != "frozen":
-                raise PassError(f"config {config}: '{name}' is frozen in the input (no pock.grad, no optimizer state "
-                                f"in the signature) and cannot be unfrozen by a pass; build the step with it trainable",
-                                op.location)
+                raise PassError(
+                    f"config {config}: '{name}' is frozen in the input (no pock.grad, no optimizer state "
+                    f"in the signature) and cannot be unfrozen by a pass; build the step with it trainable",
+                    op.location,
+                )
             op.attributes["policy"] = ir.StringAttr.get(policy.kind)
             op.attributes["ratio"] = ir.FloatAttr.get(ir.F64Type.get(), policy.ratio)
             if name in grads:
@@ -143,8 +153,10 @@ def reannotate(module: ir.Operation, config: str) -> None:
 @dataclass(frozen=True)
 class ApplySparseConfigPass(ModulePass):
     name = "pock-apply-sparse-config"
-    description = ("Apply a sparse scheme (YAML/JSON) to a training-stage module's pock.param, pock.grad and "
-                   "update ops, before pock-autodiff; function signatures do not change")
+    description = (
+        "Apply a sparse scheme (YAML/JSON) to a training-stage module's pock.param, pock.grad and "
+        "update ops, before pock-autodiff; function signatures do not change"
+    )
     config: str = option("", "the YAML/JSON sparse scheme (compile_training's sparse= format)")
 
     def apply(self, module: ir.Operation) -> None:

@@ -7,10 +7,10 @@ op asks for fewer channels, zeros when the loss does not depend on the parameter
 
 from dataclasses import dataclass
 
+from pock_mlir.dialects.pock import ChannelSliceOp
 from torch_mlir import ir
 
 from pock_mlir.autodiff import MissingRuleError, differentiate
-from pock_mlir.dialects.pock import ChannelSliceOp
 from pock_mlir.torch_builder import TorchBuilder
 
 from .base import ModulePass, PassError, functions

@@ -42,17 +42,33 @@ from torch_mlir import ir
 
 from pock_mlir.conv_forms import FORM_NAMES, FORMS, GRADIENT_INDEX, GRADIENTS, ConvShape, Window, needs_fitting
 from pock_mlir.cost import op_flops
+from pock_mlir.targets import TARGETS
 from pock_mlir.torch_builder import TorchBuilder, decode_operand
 from pock_mlir.torch_types import tensor_type_of
-from pock_mlir.targets import TARGETS
-from pock_mlir.tuning import (MATMUL_TILE, BackendChoices, Choice, MatmulFlops, OpChoice, Tuning, choose_conv_form,
-                              choose_data_tiling, choose_fusion, choose_vector_tails)
+from pock_mlir.tuning import (
+    MATMUL_TILE,
+    BackendChoices,
+    Choice,
+    MatmulFlops,
+    OpChoice,
+    Tuning,
+    choose_conv_form,
+    choose_data_tiling,
+    choose_fusion,
+    choose_vector_tails,
+)
 
 from .base import ModulePass, PassError, functions, option
 
 # The ops that can carry a form's marks: the matmuls and sums doing the work, or the op itself.
-WORK_OPS = ("torch.aten.mm", "torch.aten.bmm", "torch.aten.matmul", "torch.aten.sum.dim_IntList",
-            "torch.aten.convolution", "torch.aten.convolution_backward")
+WORK_OPS = (
+    "torch.aten.mm",
+    "torch.aten.bmm",
+    "torch.aten.matmul",
+    "torch.aten.sum.dim_IntList",
+    "torch.aten.convolution",
+    "torch.aten.convolution_backward",
+)
 CONVOLUTIONS = ("torch.aten.convolution", "torch.aten.convolution_backward")
 MATMULS = ("torch.aten.mm", "torch.aten.bmm", "torch.aten.matmul")
 SOFTMAXES = ("torch.aten._softmax", "torch.aten.softmax.int")
@@ -78,7 +94,9 @@ def conv_shape(op, x, w, output, stride, padding, dilation, transposed, groups) 
         row = (1,) * (4 - rank)  # a 1-D convolution's height: one row, unpadded
         kernel, stride, dilation, size = ((*row, *v) for v in (wt.shape[2:], stride, dilation, xt.shape[2:]))
         padding = (*(0 for _ in row), *padding)
-        shape = ConvShape(xt.shape[0], xt.shape[1], wt.shape[0], groups, Window.of(kernel, stride, padding, dilation, size))
+        shape = ConvShape(
+            xt.shape[0], xt.shape[1], wt.shape[0], groups, Window.of(kernel, stride, padding, dilation, size)
+        )
         if shape.output_shape() != (*ot.shape[:2], *row, *ot.shape[2:]):
             problem = f"it gives {list(shape.output_shape())}, not the declared {list(ot.shape)}"
     if problem:
@@ -96,10 +114,13 @@ def matmul_flops(ops) -> MatmulFlops:
         lhs, rhs = (tensor_type_of(v).shape for v in op.operands[:2])
         return any(d % MATMUL_TILE for d in (*lhs[-2:], rhs[-1]))
 
-    return MatmulFlops(convolutions=sum(op_flops(op) for op in ops if op.name in CONVOLUTIONS),
-                       matmuls=sum(f for f, _ in matmuls), largest_matmul=max((f for f, _ in matmuls), default=0),
-                       untiled_matmuls=sum(f for f, op in matmuls if untiled(op)),
-                       softmaxes=sum(op.name in SOFTMAXES for op in ops))
+    return MatmulFlops(
+        convolutions=sum(op_flops(op) for op in ops if op.name in CONVOLUTIONS),
+        matmuls=sum(f for f, _ in matmuls),
+        largest_matmul=max((f for f, _ in matmuls), default=0),
+        untiled_matmuls=sum(f for f, op in matmuls if untiled(op)),
+        softmaxes=sum(op.name in SOFTMAXES for op in ops),
+    )
 
 
 def module_matmul_flops(module: ir.Operation) -> MatmulFlops:
@@ -130,21 +151,35 @@ def _emit(op, choice: Choice, what: str, chosen: list, emitter, *operands):
 @dataclass(frozen=True)
 class BackendSwitchPass(ModulePass):
     name = "pock-backend-switch"
-    description = ("Give each convolution and each convolution gradient the form measured fastest on the target: "
-                   "direct, im2col + matmul, depthwise patches, 1x1 per-image matmuls or, for a stride-1 input "
-                   "gradient, a convolution with the flipped weight; marks the choice as "
-                   "pock.backend. Marks the module with whether IREE should data-tile its matmuls "
-                   "(pock.data_tiling), how it should vectorize loop remainders (pock.vector_tails) and fuse "
-                   "(pock.fusion)")
-    target: str = option("host", f"the target ({', '.join(TARGETS)}) whose tuning table to choose by: "
-                                 "pock_mlir/tuning/<target>.json (the host's: this CPU's, pock_mlir.tuning.table_path)")
-    tuning: str = option("", "a tuning table file to choose by instead of the target's, e.g. one measured on "
-                             "another machine (python -m bench.iree_study writes them)")
+    description = (
+        "Give each convolution and each convolution gradient the form measured fastest on the target: "
+        "direct, im2col + matmul, depthwise patches, 1x1 per-image matmuls or, for a stride-1 input "
+        "gradient, a convolution with the flipped weight; marks the choice as "
+        "pock.backend. Marks the module with whether IREE should data-tile its matmuls "
+        "(pock.data_tiling), how it should vectorize loop remainders (pock.vector_tails) and fuse "
+        "(pock.fusion)"
+    )
+    target: str = option(
+        "host",
+        f"the target ({', '.join(TARGETS)}) whose tuning table to choose by: "
+        "pock_mlir/tuning/<target>.json (the host's: this CPU's, pock_mlir.tuning.table_path)",
+    )
+    tuning: str = option(
+        "",
+        "a tuning table file to choose by instead of the target's, e.g. one measured on "
+        "another machine (python -m bench.iree_study writes them)",
+    )
     force: str = option("", f"use this form wherever it is implemented instead of choosing: {', '.join(FORM_NAMES)}")
-    exclude: str = option("", "a form never to choose (the fastest measured of the others instead), to measure what "
-                              f"it gains: {', '.join(FORM_NAMES)}")
-    min_speedup: float = option(1.25, "choose a form other than the baseline only if measured at least this much faster "
-                                      "(timings on a shared machine vary by 10-20%)")
+    exclude: str = option(
+        "",
+        "a form never to choose (the fastest measured of the others instead), to measure what "
+        f"it gains: {', '.join(FORM_NAMES)}",
+    )
+    min_speedup: float = option(
+        1.25,
+        "choose a form other than the baseline only if measured at least this much faster "
+        "(timings on a shared machine vary by 10-20%)",
+    )
 
     def apply(self, module: ir.Operation) -> BackendChoices:
         for name, form in (("force", self.force), ("exclude", self.exclude)):
@@ -192,8 +227,13 @@ class BackendSwitchPass(ModulePass):
             g, x, w, _, stride, padding, dilation, transposed, _, groups, mask = map(decode_operand, op.operands)
             key = (g, x, w, tuple(stride), tuple(padding), tuple(dilation), transposed, groups)
             _, needed = convolutions.setdefault(key, (op, {}))
-            needed.update({name: op.results[index] for name, index in GRADIENT_INDEX.items()
-                           if mask[index] and list(op.results[index].uses)})
+            needed.update(
+                {
+                    name: op.results[index]
+                    for name, index in GRADIENT_INDEX.items()
+                    if mask[index] and list(op.results[index].uses)
+                }
+            )
         paired = {}
         for (g, x, w, stride, padding, dilation, transposed, groups), (op, needed) in convolutions.items():
             if len(needed) < 2:
@@ -236,7 +276,8 @@ class BackendSwitchPass(ModulePass):
         """Each gradient the op computes and something uses gets its own form: the one chosen with
         the other gradient's (`paired`), else its own."""
         g, x, w, bias_sizes, stride, padding, dilation, transposed, output_padding, groups, mask = map(
-            decode_operand, op.operands)
+            decode_operand, op.operands
+        )
         shape = conv_shape(op, x, w, g, stride, padding, dilation, transposed, groups)
         if shape is None:
             _mark(op, TRANSPOSED, "convolution_backward", chosen)
@@ -244,8 +285,16 @@ class BackendSwitchPass(ModulePass):
         for name, index in GRADIENT_INDEX.items():
             if mask[index] and list(op.results[index].uses):
                 choice = paired.get(op.results[index]) or self._choose(shape, name)
-                value = _emit(op, choice, f"{name} {shape.kind()}", chosen,
-                              lambda b, g, x, w: FORMS[name, choice.form](b, shape, g, x, w), g, x, w)
+                value = _emit(
+                    op,
+                    choice,
+                    f"{name} {shape.kind()}",
+                    chosen,
+                    lambda b, g, x, w, name=name, choice=choice: FORMS[name, choice.form](b, shape, g, x, w),
+                    g,
+                    x,
+                    w,
+                )
                 op.results[index].replace_all_uses_with(value)
         if mask[2] and list(op.results[2].uses):
             spatial = list(range(2, 2 + len(stride)))

@@ -25,7 +25,9 @@ def is_pure(op: ir.Operation) -> bool:
         return False
     if len(op.regions):  # torch.prim.If / Loop: their bodies may raise or print
         return False
-    return name.startswith(("torch.aten.", "torch.prims.", "torch.constant.", "torch.prim.", "torch.vtensor.literal", "pock."))
+    return name.startswith(
+        ("torch.aten.", "torch.prims.", "torch.constant.", "torch.prim.", "torch.vtensor.literal", "pock.")
+    )
 
 
 def erase_dead_ops(block: ir.Block) -> int:

@@ -79,8 +79,13 @@ def _rewrite(op: ir.Operation, block: _Block) -> None:
         dims, keepdim, dtype = (constant_value(v) for v in op.operands[1:4])
     except ValueError:
         return
-    if (source_type is None or keepdim is not True or dtype is not None or not dims
-            or any(d is None or d < 0 for d in source_type.shape)):
+    if (
+        source_type is None
+        or keepdim is not True
+        or dtype is not None
+        or not dims
+        or any(d is None or d < 0 for d in source_type.shape)
+    ):
         return
     rank = len(source_type.shape)
     dims = tuple(sorted({d % rank for d in dims}))
@@ -117,8 +122,10 @@ def _rewrite(op: ir.Operation, block: _Block) -> None:
 @dataclass(frozen=True)
 class FactorReductionsPass(ModulePass):
     name = "pock-factor-reductions"
-    description = ("Take factors constant along a sum's dims out of it (sum(a * c) -> sum(a) * c) and share equal "
-                   "sums: a normalisation's backward sums each product once")
+    description = (
+        "Take factors constant along a sum's dims out of it (sum(a * c) -> sum(a) * c) and share equal "
+        "sums: a normalisation's backward sums each product once"
+    )
 
     def apply(self, module: ir.Operation) -> None:
         for func in functions(module):

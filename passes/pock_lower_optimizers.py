@@ -36,8 +36,10 @@ LOWERINGS = {
 @dataclass(frozen=True)
 class LowerOptimizersPass(ModulePass):
     name = "pock-lower-optimizers"
-    description = (f"Lower pock optimizer updates ({', '.join(n.removeprefix('pock.') for n in UPDATE_OPS)}) and "
-                   "channel slices to torch-dialect arithmetic")
+    description = (
+        f"Lower pock optimizer updates ({', '.join(n.removeprefix('pock.') for n in UPDATE_OPS)}) and "
+        "channel slices to torch-dialect arithmetic"
+    )
 
     def apply(self, module: ir.Operation) -> None:
         for func in functions(module):

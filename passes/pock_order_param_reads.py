@@ -33,8 +33,10 @@ from pock_mlir.torch_types import tensor_type_of
 from .base import ModulePass, functions
 
 # Ops whose operands IREE materializes as buffers: it fuses elementwise consumers into them, not producers.
-CONTRACTIONS = frozenset(f"torch.aten.{name}" for name in (
-    "mm", "bmm", "matmul", "linear", "addmm", "baddbmm", "convolution", "convolution_backward"))
+CONTRACTIONS = frozenset(
+    f"torch.aten.{name}"
+    for name in ("mm", "bmm", "matmul", "linear", "addmm", "baddbmm", "convolution", "convolution_backward")
+)
 # What reads a parameter to update it: an optimizer update, or the channel slice it updates.
 UPDATE_READERS = frozenset((*UPDATE_OPS, "pock.channel_slice", "pock.channel_update"))
 
@@ -68,8 +70,12 @@ def _materialized_after(reader: ir.Operation, views: set, position: dict, before
         seen.add(value)
         users = [use.owner.operation for use in value.uses]
         tensor = tensor_type_of(value)
-        if value not in views and tensor is not None and tensor.is_float and any(
-                u.name in CONTRACTIONS or u.name in UPDATE_READERS or u.name == "func.return" for u in users):
+        if (
+            value not in views
+            and tensor is not None
+            and tensor.is_float
+            and any(u.name in CONTRACTIONS or u.name in UPDATE_READERS or u.name == "func.return" for u in users)
+        ):
             found.append(value)
             continue
         frontier.extend(r for u in users if u.name not in UPDATE_READERS for r in u.results)
@@ -101,14 +107,21 @@ def order_function(func) -> None:
     # A dense update reads its parameter; a channel-sparse one, a slice of it (pock.channel_slice),
     # and pock.channel_update writes the rows back into it.
     params = [op.operands[0] for op in ops if op.name in (*UPDATE_OPS, "pock.channel_update")]
-    params = list(dict.fromkeys(p for p in params if not isinstance(p.owner, ir.Block) and p.owner.name == "pock.param"))
+    params = list(
+        dict.fromkeys(p for p in params if not isinstance(p.owner, ir.Block) and p.owner.name == "pock.param")
+    )
     for param in params:
         # The backward may read the weight through a view the forward made of it (a linear layer's
         # W^T): IREE folds a view into its reader, so the reader reads the weight.
         views = _views(param)
-        readers = list(dict.fromkeys(use.owner.operation for v in views for use in v.uses
-                                     if not (use.owner.operation.results and
-                                             all(r in views for r in use.owner.operation.results))))
+        readers = list(
+            dict.fromkeys(
+                use.owner.operation
+                for v in views
+                for use in v.uses
+                if not (use.owner.operation.results and all(r in views for r in use.owner.operation.results))
+            )
+        )
         late = [r for r in readers if r not in updating and r not in forward]
         if not late:
             continue
@@ -137,8 +150,10 @@ def order_function(func) -> None:
 @dataclass(frozen=True)
 class OrderParamReadsPass(ModulePass):
     name = "pock-order-param-reads"
-    description = ("Make each parameter update depend on the backward's other reads of the old parameter, so "
-                   "that the step may write the new parameter where the old one is")
+    description = (
+        "Make each parameter update depend on the backward's other reads of the old parameter, so "
+        "that the step may write the new parameter where the old one is"
+    )
 
     def apply(self, module: ir.Operation) -> None:
         for func in functions(module):

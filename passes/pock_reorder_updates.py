@@ -106,10 +106,15 @@ def reorder_block(block: ir.Block, roots: str) -> None:
 @dataclass(frozen=True)
 class ReorderUpdatesPass(ModulePass):
     name = "pock-reorder-updates"
-    description = ("Move each parameter update (and the ops that only feed it) to just after its gradient is "
-                   "complete, so gradient buffers die during the backward pass instead of at its end")
-    roots: str = option("optimizer", "what to move: 'optimizer' (the optimizer updates of pock_mlir/optim/ and pock.channel_update, before "
-                                     "pock-lower-optimizers) or 'returned' (ops only the return uses, after lowering)")
+    description = (
+        "Move each parameter update (and the ops that only feed it) to just after its gradient is "
+        "complete, so gradient buffers die during the backward pass instead of at its end"
+    )
+    roots: str = option(
+        "optimizer",
+        "what to move: 'optimizer' (the optimizer updates of pock_mlir/optim/ and pock.channel_update, before "
+        "pock-lower-optimizers) or 'returned' (ops only the return uses, after lowering)",
+    )
 
     def apply(self, module: ir.Operation) -> None:
         if self.roots not in ROOT_KINDS:

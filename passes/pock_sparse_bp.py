@@ -69,6 +69,7 @@ def _constant_operands(op) -> bool:
 
 # -- pushing channel slices up the backward --------------------------------------------------
 
+
 def push_channel_slices(block: ir.Block) -> None:
     """Compute each channel-sliced gradient from sliced operands (see the module docstring)."""
     ops = [op.operation for op in block.operations]
@@ -89,8 +90,14 @@ def push_channel_slices(block: ir.Block) -> None:
         if result is not None:
             uses = wanted.get(result, [])
             rule = facts_of(op).slices
-            if (rule and uses and uses[0] is not None and all(u == uses[0] for u in uses)
-                    and len(uses) == len(list(result.uses)) and _constant_operands(op)):
+            if (
+                rule
+                and uses
+                and uses[0] is not None
+                and all(u == uses[0] for u in uses)
+                and len(uses) == len(list(result.uses))
+                and _constant_operands(op)
+            ):
                 slices = rule(op, uses[0])
                 if slices is not None:
                     demand[result] = uses[0]
@@ -108,7 +115,11 @@ def push_channel_slices(block: ir.Block) -> None:
             return sliced[value]
         if (value, s) not in explicit:  # one slice after the definition serves every user
             owner = value.owner
-            ip = ir.InsertionPoint.at_block_begin(block) if isinstance(owner, ir.Block) else ir.InsertionPoint.after(owner)
+            ip = (
+                ir.InsertionPoint.at_block_begin(block)
+                if isinstance(owner, ir.Block)
+                else ir.InsertionPoint.after(owner)
+            )
             b = TorchBuilder(ip, value.location if isinstance(owner, ir.Block) else owner.location)
             explicit[(value, s)] = b.aten.slice.Tensor(value, s.dim, 0, s.size, 1)
         return explicit[(value, s)]
@@ -121,14 +132,17 @@ def push_channel_slices(block: ir.Block) -> None:
             continue
         operands = [v if s is None else slice_of(v, s) for v, s in zip(op.operands, operand_slices[op])]
         result = _tensor_result(op)
-        sliced[result] = _rebuild(TorchBuilder(ir.InsertionPoint(op), op.location), op, result, operands, demand[result])
+        sliced[result] = _rebuild(
+            TorchBuilder(ir.InsertionPoint(op), op.location), op, result, operands, demand[result]
+        )
 
 
 @dataclass(frozen=True)
 class SparseBackpropPass(ModulePass):
     name = "pock-sparse-bp"
-    description = ("Compute channel-sparse gradients from sliced operands and erase every backward op no kept "
-                   "gradient needs")
+    description = (
+        "Compute channel-sparse gradients from sliced operands and erase every backward op no kept gradient needs"
+    )
 
     def apply(self, module: ir.Operation) -> None:
         for func in functions(module):

@@ -31,26 +31,31 @@ def _mutable(value_type: ir.Type) -> ir.Type:
 @dataclass(frozen=True)
 class StepIntoPass(ModulePass):
     name = "pock-step-into"
-    description = ("Add <function>_into: the same step, writing its results after the first into "
-                   "caller-given buffers and returning the first")
+    description = (
+        "Add <function>_into: the same step, writing its results after the first into "
+        "caller-given buffers and returning the first"
+    )
     function: str = option(TRAIN_STEP, "the function to wrap")
 
     def apply(self, module: ir.Operation) -> None:
-        step = next((f for f in functions(module) if ir.StringAttr(f.attributes["sym_name"]).value == self.function),
-                    None)
+        step = next(
+            (f for f in functions(module) if ir.StringAttr(f.attributes["sym_name"]).value == self.function), None
+        )
         if step is None:
             raise PassError(f"no function @{self.function} to wrap")
         step_type = ir.FunctionType(ir.TypeAttr(step.attributes["function_type"]).value)
         inputs, results = list(step_type.inputs), list(step_type.results)
         if len(results) < 2:
-            raise PassError(f"@{self.function} returns {len(results)} value(s); there is nothing to write into buffers",
-                            step.location)
+            raise PassError(
+                f"@{self.function} returns {len(results)} value(s); there is nothing to write into buffers",
+                step.location,
+            )
         with ir.InsertionPoint(module.regions[0].blocks[0]), step.location:
             wrapper = func.FuncOp(self.function + SUFFIX, (inputs + [_mutable(t) for t in results[1:]], results[:1]))
             entry = wrapper.add_entry_block()
             args = list(entry.arguments)
             with ir.InsertionPoint(entry):
-                values = func.CallOp(results, ir.FlatSymbolRefAttr.get(self.function), args[:len(inputs)]).results
-                for value, buffer in zip(list(values)[1:], args[len(inputs):]):
+                values = func.CallOp(results, ir.FlatSymbolRefAttr.get(self.function), args[: len(inputs)]).results
+                for value, buffer in zip(list(values)[1:], args[len(inputs) :]):
                     ir.Operation.create("torch.overwrite.tensor.contents", operands=[value, buffer])
                 func.ReturnOp([values[0]])

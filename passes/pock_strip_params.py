@@ -27,5 +27,7 @@ class StripParamsPass(ModulePass):
                     op.results[0].replace_all_uses_with(op.operands[0])
                     op.operation.erase()
                 elif name.startswith("pock."):
-                    raise PassError(f"{name} is still present; run {_LOWERED_BY.get(name, 'its lowering')} before this pass",
-                                    op.location)
+                    raise PassError(
+                        f"{name} is still present; run {_LOWERED_BY.get(name, 'its lowering')} before this pass",
+                        op.location,
+                    )

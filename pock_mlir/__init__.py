@@ -1,9 +1,9 @@
 """pock-mlir: compile-time training graphs for sparse on-device fine-tuning.
 
-    import pock_mlir as pock
-    program = pock.compile_training(model, x, y, loss="cross_entropy", optimizer=pock.SGD(lr=0.1))
-    trainer = program.trainer()
-    loss = trainer.step(x, y)
+import pock_mlir as pock
+program = pock.compile_training(model, x, y, loss="cross_entropy", optimizer=pock.SGD(lr=0.1))
+trainer = program.trainer()
+loss = trainer.step(x, y)
 """
 
 import importlib
@@ -11,10 +11,18 @@ import importlib
 # Imported on first use: the compiler needs PyTorch and torch-mlir, while pock_mlir.runtime and
 # pock-train run bundles on devices that have neither.
 _EXPORTS = {
-    "compile_training": "pock_mlir.compiler", "CompileError": "pock_mlir.compiler", "STAGES": "pock_mlir.stages",
-    "FrontendError": "pock_mlir.frontend", "SGD": "pock_mlir.optim", "AdamW": "pock_mlir.optim",
-    "TrainingProgram": "pock_mlir.program", "SparseUpdate": "pock_mlir.sparse", "SparseConfigError": "pock_mlir.sparse",
-    "Budget": "pock_mlir.search", "search_sparse": "pock_mlir.search", "SearchError": "pock_mlir.search",
+    "compile_training": "pock_mlir.compiler",
+    "CompileError": "pock_mlir.compiler",
+    "STAGES": "pock_mlir.stages",
+    "FrontendError": "pock_mlir.frontend",
+    "SGD": "pock_mlir.optim",
+    "AdamW": "pock_mlir.optim",
+    "TrainingProgram": "pock_mlir.program",
+    "SparseUpdate": "pock_mlir.sparse",
+    "SparseConfigError": "pock_mlir.sparse",
+    "Budget": "pock_mlir.search",
+    "search_sparse": "pock_mlir.search",
+    "SearchError": "pock_mlir.search",
 }
 
 __all__ = list(_EXPORTS)

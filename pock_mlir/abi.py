@@ -42,7 +42,14 @@ SEED_INPUT = "seed"
 # LOSS_TRAIN and EVALUATE_TRAIN are loss and evaluate with the train-mode forward (dropout on,
 # BatchNorm on the batch's statistics); loss and evaluate are the model's eval-mode ones.
 TRAIN_STEP, TRAIN_STEP_INTO, GRADIENTS, LOSS, EVALUATE, LOSS_TRAIN, EVALUATE_TRAIN = FUNCTIONS = (
-    "train_step", "train_step_into", "gradients", "loss", "evaluate", "loss_train", "evaluate_train")
+    "train_step",
+    "train_step_into",
+    "gradients",
+    "loss",
+    "evaluate",
+    "loss_train",
+    "evaluate_train",
+)
 FORWARD_LOSS = "forward_loss"
 RESERVED_INPUT_NAMES = (SEED_INPUT, "target")  # the dropout seed's and the target's names in every function
 
@@ -227,12 +234,12 @@ class StepSignature:
     def keyword_inputs(self) -> list[TensorSpec]:
         """The model inputs a batch gives by keyword (named by their keywords), after the positional ones."""
         inputs = self.model_inputs
-        return inputs[len(inputs) - self.by_keyword:]
+        return inputs[len(inputs) - self.by_keyword :]
 
     @property
     def positional_inputs(self) -> list[TensorSpec]:
         inputs = self.model_inputs
-        return inputs[:len(inputs) - self.by_keyword]
+        return inputs[: len(inputs) - self.by_keyword]
 
     def flat_inputs(self, inputs) -> list:
         """A batch's model inputs, given as the model was called when compiled (see split_call), in
@@ -241,11 +248,14 @@ class StepSignature:
         positional, keywords = self.positional_inputs, [s.name for s in self.keyword_inputs]
         if len(args) != len(positional) or set(kwargs) != set(keywords):
             missing, unknown = [k for k in keywords if k not in kwargs], [k for k in kwargs if k not in keywords]
-            differs = "; ".join([f"missing {', '.join(missing)}"] * bool(missing)
-                                + [f"unknown {', '.join(unknown)}"] * bool(unknown))
+            differs = "; ".join(
+                [f"missing {', '.join(missing)}"] * bool(missing) + [f"unknown {', '.join(unknown)}"] * bool(unknown)
+            )
             given = describe_call([positional_input_name(i) for i in range(len(args))], list(kwargs))
-            raise ValueError(f"the model was compiled to take {describe_call([s.name for s in positional], keywords)}; "
-                             f"got {given}{f' ({differs})' if differs else ''}")
+            raise ValueError(
+                f"the model was compiled to take {describe_call([s.name for s in positional], keywords)}; "
+                f"got {given}{f' ({differs})' if differs else ''}"
+            )
         return [*args, *(kwargs[k] for k in keywords)]
 
     @property
@@ -264,8 +274,11 @@ class StepSignature:
         """What a step updates besides the loss and step count, by role: params (the trained ones),
         optimizer (its state), buffers (those the forward updates)."""
         by_name = {spec.name: spec for spec in self.params + self.buffers}
-        return {"params": [by_name[n] for n in self.trainable], "optimizer": list(self.state),
-                "buffers": [by_name[n] for n in self.updated_buffers]}
+        return {
+            "params": [by_name[n] for n in self.trainable],
+            "optimizer": list(self.state),
+            "buffers": [by_name[n] for n in self.updated_buffers],
+        }
 
     def device_bytes(self, in_place: frozenset[str], workspace_bytes: int | None) -> int:
         """The device memory a trainer of this step holds: parameters, buffers, optimizer state, the
@@ -284,8 +297,10 @@ class StepSignature:
         they may be one buffer)."""
         arguments, _ = layout(self, TRAIN_STEP_INTO)
         position = {(slot.role, slot.spec.name): i for i, slot in enumerate(arguments)}
-        return {role: [(position[role, spec.name], position["into", spec.name]) for spec in specs]
-                for role, specs in self.written().items()}
+        return {
+            role: [(position[role, spec.name], position["into", spec.name]) for spec in specs]
+            for role, specs in self.written().items()
+        }
 
 
 def layout(signature: StepSignature, function: str) -> tuple[list[Slot], list[Slot]]:
@@ -300,14 +315,20 @@ def layout(signature: StepSignature, function: str) -> tuple[list[Slot], list[Sl
     loss = [Slot("loss", LOSS_VALUE)]
     if function in (TRAIN_STEP, TRAIN_STEP_INTO):
         arguments = params + buffers + state + step + batch + target
-        results = (loss + [Slot("params", by_name[n]) for n in signature.trainable] + state
-                   + [Slot("buffers", by_name[n]) for n in signature.updated_buffers] + step)
+        results = (
+            loss
+            + [Slot("params", by_name[n]) for n in signature.trainable]
+            + state
+            + [Slot("buffers", by_name[n]) for n in signature.updated_buffers]
+            + step
+        )
         if function == TRAIN_STEP:
             return arguments, results
         return arguments + [Slot("into", r.spec) for r in results[1:]], loss
     if function == GRADIENTS:
         return params + buffers + batch + target, loss + [
-            Slot("grads", TensorSpec(n, signature.trainable_shape(n), "float32")) for n in signature.trainable]
+            Slot("grads", TensorSpec(n, signature.trainable_shape(n), "float32")) for n in signature.trainable
+        ]
     if function in (LOSS, LOSS_TRAIN):
         return params + buffers + batch + target, loss
     if function in (EVALUATE, EVALUATE_TRAIN):

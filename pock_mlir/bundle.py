@@ -17,11 +17,21 @@ from pathlib import Path
 import numpy as np
 from safetensors.numpy import save
 
-from pock_mlir import lora
 from pock_mlir.abi import FUNCTIONS, SEED_INPUT, TRAIN_STEP, TRAIN_STEP_INTO, StepSignature, TensorSpec, layout
 from pock_mlir.files import TEMPORARY_PREFIX, fsync_directory, is_temporary, staging_directory
-from pock_mlir.runtime.bundle import (ARGS, FORMAT, FORMAT_VERSION, MANIFEST, MODULE, OPTIMIZER, PARAMS, RUN_STEP,
-                                      Bundle, BundleError, file_sha256)
+from pock_mlir.runtime.bundle import (
+    ARGS,
+    FORMAT,
+    FORMAT_VERSION,
+    MANIFEST,
+    MODULE,
+    OPTIMIZER,
+    PARAMS,
+    RUN_STEP,
+    Bundle,
+    BundleError,
+    file_sha256,
+)
 from pock_mlir.runtime.workspace import module_transient_bytes
 
 VERSIONED_PACKAGES = ("pock-mlir", "iree-base-compiler", "iree-base-runtime", "torch", "torch-mlir")
@@ -31,9 +41,13 @@ BUNDLED_FUNCTIONS = tuple(f for f in FUNCTIONS if f != TRAIN_STEP_INTO)  # what 
 
 def function_abi(signature: StepSignature) -> dict[str, dict[str, list[tuple[str, TensorSpec]]]]:
     """Each bundled function's arguments and results as (relative .npy path, spec), in ABI order."""
-    return {name: {part: [(slot.path, slot.spec) for slot in slots]
-                   for part, slots in zip(("arguments", "results"), layout(signature, name))}
-            for name in BUNDLED_FUNCTIONS}
+    return {
+        name: {
+            part: [(slot.path, slot.spec) for slot in slots]
+            for part, slots in zip(("arguments", "results"), layout(signature, name))
+        }
+        for name in BUNDLED_FUNCTIONS
+    }
 
 
 def _versions() -> dict[str, str]:
@@ -67,18 +81,31 @@ def _manifest(program, *, model_file: str | None, loss, sparse) -> dict:
         "format": FORMAT,
         "format_version": FORMAT_VERSION,
         "model": model_file,
-        "target": {"name": target.name, "description": target.description, "hal_device": target.hal_device,
-                   "backend": target.backend, "drivers": list(target.drivers), "arch": target.arch,
-                   "iree_compile_flags": program.iree_flags()},
+        "target": {
+            "name": target.name,
+            "description": target.description,
+            "hal_device": target.hal_device,
+            "backend": target.backend,
+            "drivers": list(target.drivers),
+            "arch": target.arch,
+            "iree_compile_flags": program.iree_flags(),
+        },
         "versions": _versions(),
         # the workspace each function takes (pock_mlir/runtime/workspace.py)
-        "module": {"file": MODULE, "workspace_bytes": {name: module_transient_bytes(vmfb, name) for name in abi},
-                   "in_place": sorted(program.in_place)},
+        "module": {
+            "file": MODULE,
+            "workspace_bytes": {name: module_transient_bytes(vmfb, name) for name in abi},
+            "in_place": sorted(program.in_place),
+        },
         "loss": _loss_name(loss),
         "optimizer": {"name": type(optimizer).__name__.lower(), **dataclasses.asdict(optimizer)},
-        "sparse": {"scheme": program.scheme.source, "config": None if sparse is None else str(sparse),
-                   "policies": {name: dataclasses.asdict(p) if p else {"kind": "full", "ratio": 1.0}
-                                for name, p in policies.items()}},
+        "sparse": {
+            "scheme": program.scheme.source,
+            "config": None if sparse is None else str(sparse),
+            "policies": {
+                name: dataclasses.asdict(p) if p else {"kind": "full", "ratio": 1.0} for name, p in policies.items()
+            },
+        },
         "lora": [adapter.to_json() for adapter in sig.adapters],
         "quantized": [weight.to_json() for weight in sig.quantized],
         "params": [p.to_json() for p in sig.params],
@@ -88,11 +115,19 @@ def _manifest(program, *, model_file: str | None, loss, sparse) -> dict:
         "trainable": list(sig.trainable),
         "optimizer_state": [s.to_json() for s in sig.state],
         # the last by_keyword model inputs are the model's keyword arguments, named by keyword
-        "batch": {"inputs": [i.to_json() for i in sig.inputs], "by_keyword": sig.by_keyword,
-                  "target": sig.target.to_json(), "vocabularies": dict(sig.vocabularies)},
+        "batch": {
+            "inputs": [i.to_json() for i in sig.inputs],
+            "by_keyword": sig.by_keyword,
+            "target": sig.target.to_json(),
+            "vocabularies": dict(sig.vocabularies),
+        },
         "output": sig.output.to_json(),
-        "functions": {name: {part: [{"path": path, **spec.to_json()} for path, spec in entries]
-                             for part, entries in function.items()} for name, function in abi.items()},
+        "functions": {
+            name: {
+                part: [{"path": path, **spec.to_json()} for path, spec in entries] for part, entries in function.items()
+            }
+            for name, function in abi.items()
+        },
         "files": {"parameters": PARAMS, "optimizer_state": OPTIMIZER, "arguments": ARGS + "/", "run_step": RUN_STEP},
         "sha256": {},  # every file of the bundle but this manifest, by relative path: filled once they are written
     }
@@ -106,10 +141,13 @@ def run_step_script(manifest: dict) -> str:
     inputs += f'  --input="&{manifest["module"]["workspace_bytes"][TRAIN_STEP]}xi8" \\\n'
     outputs = " \\\n".join(f'  --output=@"$out/{r["path"]}"' for r in step["results"])
     target = manifest["target"]
-    seed_note = "".join(f"\n# args/{a['path']} seeds the dropout masks: give each step another value (pock-train "
-                        f"uses the step number)." for a in step["arguments"] if a["name"] == SEED_INPUT)
+    seed_note = "".join(
+        f"\n# args/{a['path']} seeds the dropout masks: give each step another value (pock-train uses the step number)."
+        for a in step["arguments"]
+        if a["name"] == SEED_INPUT
+    )
     return f"""#!/bin/sh
-# One training step of this bundle (target {target['name']}: {target['description']}) with IREE's
+# One training step of this bundle (target {target["name"]}: {target["description"]}) with IREE's
 # stock runtime; no Python needed.
 #
 #   ./run_step.sh [OUT_DIR]        (OUT_DIR defaults to ./out)
@@ -118,13 +156,13 @@ def run_step_script(manifest: dict) -> str:
 # optimizer state as compiled and a batch (args/batch/*.npy: replace them with your own data of
 # the same shapes and dtypes, see manifest.json). Writes the loss and the updated state to
 # OUT_DIR under the paths they have in args/, so that
-#   cp -R {' '.join(f'OUT_DIR/{d}' for d in state_dirs)} args/
+#   cp -R {" ".join(f"OUT_DIR/{d}" for d in state_dirs)} args/
 # makes the next run continue training from there. The last input is the workspace for the
 # step's intermediate values (its size is recorded in the module; "&" leaves it uninitialised).{seed_note}
 #
 # IREE_RUN_MODULE: the iree-run-module command (default: the one on PATH), e.g. for an ARM module
 #   on an x86 machine: "qemu-aarch64 -L /usr/aarch64-linux-gnu /path/to/aarch64/iree-run-module".
-# IREE_DEVICE: the IREE driver (default {target['drivers'][0]}; this module runs on {', '.join(target['drivers'])}).
+# IREE_DEVICE: the IREE driver (default {target["drivers"][0]}; this module runs on {", ".join(target["drivers"])}).
 set -eu
 bundle=$(cd "$(dirname "$0")" && pwd)
 out=${{1:-out}}
@@ -138,11 +176,11 @@ for word in $runtime; do
 done
 set -- $runtime
 command -v "$1" >/dev/null 2>&1 || {{ echo "run_step.sh: runtime command '$1' not found: put IREE's iree-run-module on PATH (pip install iree-base-runtime) or name it in IREE_RUN_MODULE" >&2; exit 127; }}
-mkdir -p {' '.join(f'"$out/{d}"' for d in state_dirs)}
+mkdir -p {" ".join(f'"$out/{d}"' for d in state_dirs)}
 status=0
 # $runtime is split into words on purpose: it may be a command with arguments.
 $runtime \\
-  --device="${{IREE_DEVICE:-{target['drivers'][0]}}}" \\
+  --device="${{IREE_DEVICE:-{target["drivers"][0]}}}" \\
   --module="$bundle/{MODULE}" \\
   --function={TRAIN_STEP} \\
 {inputs}{outputs} || status=$?
@@ -197,8 +235,10 @@ def check_destination(directory) -> Path:
     if destination.exists() and not destination.is_dir():
         raise BundleError(f"{destination} exists and is not a directory; choose another output directory")
     if destination.is_dir() and any(destination.iterdir()) and not _is_bundle(destination):
-        raise BundleError(f"{destination} exists and is not a pock bundle (no {MANIFEST} naming format "
-                          f"'{FORMAT}'); choose another output directory")
+        raise BundleError(
+            f"{destination} exists and is not a pock bundle (no {MANIFEST} naming format "
+            f"'{FORMAT}'); choose another output directory"
+        )
     if not destination.parent.exists():
         return destination
     if not os.access(destination.parent, os.W_OK | os.X_OK):
@@ -273,8 +313,9 @@ def write_trained_bundle(bundle: Bundle, state: dict[str, np.ndarray], directory
     destination.parent.mkdir(parents=True, exist_ok=True)
     sig = bundle.signature
     if sorted(state) != sorted(sig.keyed_specs):
-        raise BundleError("the state to write does not hold exactly the bundle's state_dict keys "
-                          "(Trainer.state_dict())")
+        raise BundleError(
+            "the state to write does not hold exactly the bundle's state_dict keys (Trainer.state_dict())"
+        )
     compiled = {**bundle.initial_params, **bundle.initial_buffers}
     held = {name: state[keys[0]] if keys else compiled[name] for name, keys in sig.keys_of().items()}
     names = [s.name for s in sig.params + sig.buffers]

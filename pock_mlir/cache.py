@@ -53,7 +53,9 @@ def _host_cpu() -> str:
     """The CPU's architecture and, on Linux, its model and feature flags."""
     try:
         with open("/proc/cpuinfo") as f:
-            lines = [line for line in f if line.split(":")[0].strip() in ("model name", "flags", "Features", "CPU part")]
+            lines = [
+                line for line in f if line.split(":")[0].strip() in ("model name", "flags", "Features", "CPU part")
+            ]
     except OSError:
         lines = []
     return platform.machine() + "\n" + "".join(dict.fromkeys(lines))
@@ -66,8 +68,11 @@ def load(root: Path, entry: str) -> tuple[bytes, dict] | None:
         module = (root / f"{entry}.vmfb").read_bytes()
     except (OSError, ValueError):
         return None
-    if (not isinstance(facts, dict) or facts.get("sha256") != hashlib.sha256(module).hexdigest()
-            or not isinstance(facts.get("in_place"), list)):  # entries from before it was a list: recompiled
+    if (
+        not isinstance(facts, dict)
+        or facts.get("sha256") != hashlib.sha256(module).hexdigest()
+        or not isinstance(facts.get("in_place"), list)
+    ):  # entries from before it was a list: recompiled
         return None
     for path in (root / f"{entry}.json", root / f"{entry}.vmfb"):
         try:
@@ -80,8 +85,10 @@ def load(root: Path, entry: str) -> tuple[bytes, dict] | None:
 def store(root: Path, entry: str, module: bytes, facts: dict) -> None:
     """Add an entry (the module first, so its facts never name a missing one), then trim the
     cache to MAX_BYTES. A cache that cannot be written only costs time: a warning says why."""
-    _write(root, {f"{entry}.vmfb": module,
-                  f"{entry}.json": json.dumps({**facts, "sha256": hashlib.sha256(module).hexdigest()})})
+    _write(
+        root,
+        {f"{entry}.vmfb": module, f"{entry}.json": json.dumps({**facts, "sha256": hashlib.sha256(module).hexdigest()})},
+    )
 
 
 def store_failure(root: Path, entry: str, error: str) -> None:
@@ -96,8 +103,11 @@ def _write(root: Path, files: dict) -> None:
             atomic_write(root / name, content)
         _trim(root)
     except OSError as e:
-        warnings.warn(f"pock-mlir's compile cache in {root} cannot be written ({e}); set POCK_MLIR_CACHE_DIR "
-                      f"to a writable directory or POCK_MLIR_CACHE=off", stacklevel=3)
+        warnings.warn(
+            f"pock-mlir's compile cache in {root} cannot be written ({e}); set POCK_MLIR_CACHE_DIR "
+            f"to a writable directory or POCK_MLIR_CACHE=off",
+            stacklevel=3,
+        )
 
 
 def failure(root: Path, entry: str) -> str | None:

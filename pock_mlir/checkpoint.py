@@ -61,15 +61,19 @@ def save_checkpoint(path, trainer, progress: dict, module_sha256: str) -> None:
     tensors = {f"model/{n}": v for n, v in trainer.state_dict().items()}
     tensors.update({f"optimizer/{n}": v for n, v in trainer.optimizer_state().items()})
     tensors = {n: np.require(v, requirements="C") for n, v in tensors.items()}
-    metadata = {"format": FORMAT, "module_sha256": module_sha256, "tensors_sha256": _tensors_sha256(tensors),
-                "progress": json.dumps(progress)}
+    metadata = {
+        "format": FORMAT,
+        "module_sha256": module_sha256,
+        "tensors_sha256": _tensors_sha256(tensors),
+        "progress": json.dumps(progress),
+    }
     atomic_write(path, save(tensors, metadata=metadata))
 
 
 def _metadata(data: bytes) -> dict[str, str]:
     """The safetensors header's __metadata__ (safetensors.numpy.load drops it)."""
     header_length = int.from_bytes(data[:8], "little")
-    return json.loads(data[8:8 + header_length]).get("__metadata__") or {}
+    return json.loads(data[8 : 8 + header_length]).get("__metadata__") or {}
 
 
 def load_checkpoint(path, bundle) -> Checkpoint:
@@ -91,12 +95,16 @@ def load_checkpoint(path, bundle) -> Checkpoint:
     except (SafetensorError, ValueError, UnicodeDecodeError, RecursionError) as e:  # JSONDecodeError is a ValueError
         raise CheckpointError(f"{path} is corrupt or not a checkpoint (unreadable safetensors: {e})") from None
     if metadata.get("format") not in (FORMAT, FORMAT_BY_NAME):
-        raise CheckpointError(f"{path} is not a pock checkpoint (format {metadata.get('format')!r}, expected {FORMAT!r})")
+        raise CheckpointError(
+            f"{path} is not a pock checkpoint (format {metadata.get('format')!r}, expected {FORMAT!r})"
+        )
     if metadata.get("tensors_sha256") != _tensors_sha256(tensors):
         raise CheckpointError(f"{path} is corrupt: its tensors do not match the checksum written with them")
     if metadata.get("module_sha256") != bundle.module_sha256:
-        raise CheckpointError(f"{path} was written while training another bundle (module sha256 "
-                              f"{metadata.get('module_sha256', '?')[:12]}…, this bundle's is {bundle.module_sha256[:12]}…)")
+        raise CheckpointError(
+            f"{path} was written while training another bundle (module sha256 "
+            f"{metadata.get('module_sha256', '?')[:12]}…, this bundle's is {bundle.module_sha256[:12]}…)"
+        )
     sig = bundle.signature
     by_name = metadata["format"] == FORMAT_BY_NAME
     model = {s.name: s for s in sig.params + sig.buffers} if by_name else sig.keyed_specs
@@ -105,13 +113,16 @@ def load_checkpoint(path, bundle) -> Checkpoint:
     expected["optimizer/step"] = STEP_COUNT
     differences = [f"missing {n}" for n in sorted(set(expected) - set(tensors))]
     differences += [f"unexpected {n}" for n in sorted(set(tensors) - set(expected))]
-    differences += [f"{n}: shape {tensors[n].shape} {tensors[n].dtype}, the bundle has {tuple(s.shape)} {s.dtype}"
-                    for n, s in expected.items() if n in tensors
-                    and (tensors[n].shape != tuple(s.shape) or str(tensors[n].dtype) != s.dtype)]
+    differences += [
+        f"{n}: shape {tensors[n].shape} {tensors[n].dtype}, the bundle has {tuple(s.shape)} {s.dtype}"
+        for n, s in expected.items()
+        if n in tensors and (tensors[n].shape != tuple(s.shape) or str(tensors[n].dtype) != s.dtype)
+    ]
     if differences:
         raise CheckpointError(f"{path} does not fit this bundle: {'; '.join(differences)}")
     state_dict = {n.removeprefix("model/"): v for n, v in tensors.items() if n.startswith("model/")}
     return Checkpoint(
         state_dict=sig.keyed_state(state_dict) if by_name else state_dict,
         optimizer_state={n.removeprefix("optimizer/"): v for n, v in tensors.items() if n.startswith("optimizer/")},
-        progress=progress)
+        progress=progress,
+    )

@@ -7,22 +7,21 @@ import time
 
 from torch_mlir import ir
 
+from pock_mlir.abi import FUNCTIONS
 from pock_mlir.context import make_context
 from pock_mlir.frontend import import_model, parameter_shapes
+from pock_mlir.layers import frozen_weights
 from pock_mlir.optim import SGD
 from pock_mlir.passes import run_pipeline
-from pock_mlir.layers import frozen_weights
-from pock_mlir.quantize import stored_policies
 from pock_mlir.passes.pipeline import split_top_level
-from pock_mlir.abi import FUNCTIONS
 from pock_mlir.program import METHODS, TrainingProgram
+from pock_mlir.quantize import stored_policies
 from pock_mlir.runtime.artifact import trainer_module
 from pock_mlir.sparse import lora_adapters, resolve_sparse
 from pock_mlir.stages import STAGE_PIPELINES
 from pock_mlir.targets import resolve_target
 from pock_mlir.training import build_training_functions
 from pock_mlir.tuning import UNCHOSEN, BackendChoices
-
 
 
 class CompileError(RuntimeError):
@@ -34,9 +33,22 @@ def _diagnostics(e: ir.MLIRError) -> str:
     return "\n".join(lines)
 
 
-def compile_training(model, example_inputs, example_target, *, loss="cross_entropy", optimizer=None,
-                     sparse=None, target="host", iree_flags=(), pipelines=None, verbose=False,
-                     output=None, cache=True, functions=("step", "loss", "evaluate")) -> TrainingProgram:
+def compile_training(
+    model,
+    example_inputs,
+    example_target,
+    *,
+    loss="cross_entropy",
+    optimizer=None,
+    sparse=None,
+    target="host",
+    iree_flags=(),
+    pipelines=None,
+    verbose=False,
+    output=None,
+    cache=True,
+    functions=("step", "loss", "evaluate"),
+) -> TrainingProgram:
     """Compile one training step of `model` (forward, loss, backward and optimizer) with IREE.
 
     example_inputs: the batch to train on (torch or numpy tensors of its shape), as the model is
@@ -71,11 +83,14 @@ def compile_training(model, example_inputs, example_target, *, loss="cross_entro
     """
     optimizer = optimizer or SGD(lr=0.01)
     if functions != "all" and not (isinstance(functions, (tuple, list)) and set(functions) <= set(METHODS)):
-        raise ValueError(f"functions: give the Trainer methods to compile now, of {', '.join(METHODS)}, or 'all'; "
-                         f"got {functions!r}")
+        raise ValueError(
+            f"functions: give the Trainer methods to compile now, of {', '.join(METHODS)}, or 'all'; got {functions!r}"
+        )
     unknown = sorted(set(pipelines or {}) - set(STAGE_PIPELINES))
     if unknown:
-        raise ValueError(f"pipelines: unknown stage(s) {', '.join(unknown)}; stages with pipelines are {', '.join(STAGE_PIPELINES)}")
+        raise ValueError(
+            f"pipelines: unknown stage(s) {', '.join(unknown)}; stages with pipelines are {', '.join(STAGE_PIPELINES)}"
+        )
     stage_pipelines = {**STAGE_PIPELINES, **(pipelines or {})}
     resolved_target = resolve_target(target)
     context = make_context()
@@ -96,7 +111,11 @@ def compile_training(model, example_inputs, example_target, *, loss="cross_entro
         scheme = resolve_sparse(sparse, model, parameter_shapes(model, adapters))
         if scheme.policies and all(p.kind == "frozen" for p in scheme.policies.values()):
             by_model = len(scheme.not_requiring_grad) == len(scheme.policies)
-            why = "the model sets requires_grad=False on all of them" if by_model else f"by the sparse scheme {scheme.source!r}"
+            why = (
+                "the model sets requires_grad=False on all of them"
+                if by_model
+                else f"by the sparse scheme {scheme.source!r}"
+            )
             raise ValueError(f"every parameter is frozen ({why}): there is nothing to train")
         quantized = frozen_weights(model, scheme.policies) if scheme.quantize else []
         timings["sparse scheme"] = time.perf_counter() - start
@@ -106,8 +125,9 @@ def compile_training(model, example_inputs, example_target, *, loss="cross_entro
         log(f"imported {len(imported.params)} parameters in {time.perf_counter() - start:.1f}s")
 
         start = time.perf_counter()
-        signature = build_training_functions(imported, optimizer, stored_policies(scheme.policies, quantized),
-                                             adapters, quantized)
+        signature = build_training_functions(
+            imported, optimizer, stored_policies(scheme.policies, quantized), adapters, quantized
+        )
         stages["training"] = str(imported.module)
         timings["training: step functions"] = time.perf_counter() - start
 
@@ -126,9 +146,18 @@ def compile_training(model, example_inputs, example_target, *, loss="cross_entro
             log(f"{stage} stage done in {time.perf_counter() - stage_start:.1f}s")
 
     program = TrainingProgram(
-        stages=stages, signature=signature, target=resolved_target, optimizer=optimizer, scheme=scheme,
-        initial_params=imported.initial_params, initial_buffers=imported.initial_buffers,
-        extra_flags=tuple(iree_flags), backend=backend, timings=timings, cache=cache)
+        stages=stages,
+        signature=signature,
+        target=resolved_target,
+        optimizer=optimizer,
+        scheme=scheme,
+        initial_params=imported.initial_params,
+        initial_buffers=imported.initial_buffers,
+        extra_flags=tuple(iree_flags),
+        backend=backend,
+        timings=timings,
+        cache=cache,
+    )
     # Compiled now so that errors surface here, not at the first step (its steps time themselves).
     wanted = set(FUNCTIONS) if functions == "all" else {f for m in functions for f in trainer_module(METHODS[m])}
     for group in [tuple(f for f in FUNCTIONS if f in wanted)] if wanted else []:

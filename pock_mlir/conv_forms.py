@@ -74,15 +74,17 @@ class Window:
     @classmethod
     def of(cls, kernel, stride, padding, dilation, in_size) -> Window:
         """The window with the output size a convolution or pooling without ceil_mode gives."""
-        out = tuple((i + 2 * p - d * (k - 1) - 1) // s + 1
-                    for i, k, s, p, d in zip(in_size, kernel, stride, padding, dilation))
+        out = tuple(
+            (i + 2 * p - d * (k - 1) - 1) // s + 1 for i, k, s, p, d in zip(in_size, kernel, stride, padding, dilation)
+        )
         return cls(*(tuple(v) for v in (kernel, stride, padding, dilation, in_size)), out)
 
     @property
     def read_extent(self) -> tuple[int, int]:
         """Per spatial dim, how many rows of the padded input the windows read, from the first on."""
-        return tuple(d * (k - 1) + s * (o - 1) + 1
-                     for d, k, s, o in zip(self.dilation, self.kernel, self.stride, self.out_size))
+        return tuple(
+            d * (k - 1) + s * (o - 1) + 1 for d, k, s, o in zip(self.dilation, self.kernel, self.stride, self.out_size)
+        )
 
     @property
     def offsets(self) -> list[tuple[int, int]]:
@@ -123,8 +125,12 @@ class ConvShape:
         """Dense, stride 1, not pointwise (per-image is its own form there), its padding within the
         kernel's reach: the input gradient is then a convolution of g without padding to remove."""
         w = self.window
-        return (self.groups == 1 and w.stride == (1, 1) and not self.pointwise
-                and all(p <= d * (k - 1) for p, d, k in zip(w.padding, w.dilation, w.kernel)))
+        return (
+            self.groups == 1
+            and w.stride == (1, 1)
+            and not self.pointwise
+            and all(p <= d * (k - 1) for p, d, k in zip(w.padding, w.dilation, w.kernel))
+        )
 
     def output_shape(self) -> tuple[int, int, int, int]:
         return (self.n, self.o, *self.window.out_size)
@@ -143,8 +149,10 @@ class ConvShape:
             return str(p[0]) if p[0] == p[1] else f"{p[0]}x{p[1]}"
 
         dilation = f" d{pair(w.dilation)}" if w.dilation != (1, 1) else ""
-        return (f"{family} {w.kernel[0]}x{w.kernel[1]}/s{pair(w.stride)}{dilation} {self.c}->{self.o} "
-                f"{w.in_size[0]}x{w.in_size[1]} n{self.n}")
+        return (
+            f"{family} {w.kernel[0]}x{w.kernel[1]}/s{pair(w.stride)}{dilation} {self.c}->{self.o} "
+            f"{w.in_size[0]}x{w.in_size[1]} n{self.n}"
+        )
 
     def macs(self) -> int:
         return math.prod(self.output_shape()) * (self.c // self.groups) * math.prod(self.window.kernel)
@@ -167,6 +175,7 @@ class ConvShape:
 
 
 # -- im2col and col2im ------------------------------------------------------------------------
+
 
 def pad_spatial(b, x, top, bottom, left, right):
     """x [..., H, W] with zero rows and columns added on each side, or, for a negative amount,
@@ -211,8 +220,9 @@ def fold(b, cols, window: Window, tap_weights=None):
     (h, w), (ho, wo), (kh, kw) = window.in_size, window.out_size, window.kernel
     # Blocks per phase: enough for the padded input and for every window (ceil_mode pooling
     # windows may run past the padding; what lands there is cropped away).
-    hb, wb = (-(-max(size + 2 * p, read) // s)
-              for size, p, read, s in zip((h, w), (ph, pw), window.read_extent, (sh, sw)))
+    hb, wb = (
+        -(-max(size + 2 * p, read) // s) for size, p, read, s in zip((h, w), (ph, pw), window.read_extent, (sh, sw))
+    )
     top, left = dh * (kh - 1) // sh, dw * (kw - 1) // sw  # the largest block shifts
     padded = pad_spatial(b, cols, top, hb - ho, left, wb - wo)
     phases = {}
@@ -274,11 +284,13 @@ def columns_by_group(b, x, s: ConvShape):
 
 # -- the forms: (b, shape, g, x, w) -> the op's result; g is None for the forward ---------------
 
+
 def _backward(b, s: ConvShape, g, x, w, op: str):
     w_ = s.window
     mask = [op == "input_grad", op == "weight_grad", False]
-    results = b.aten.convolution_backward(g, x, w, None, list(w_.stride), list(w_.padding), list(w_.dilation), False,
-                                          [0, 0], s.groups, mask)
+    results = b.aten.convolution_backward(
+        g, x, w, None, list(w_.stride), list(w_.padding), list(w_.dilation), False, [0, 0], s.groups, mask
+    )
     return results[GRADIENT_INDEX[op]]
 
 
@@ -384,6 +396,7 @@ def needs_fitting(s: ConvShape) -> bool:
 def _fitted(form, op: str):
     """`form` on the input padded to exactly the rows the windows read (and cropped where they read
     fewer), with no padding of its own; the input gradient is mapped back to the input's rows."""
+
     def emit(b, s: ConvShape, g, x, w):
         if not needs_fitting(s):
             return form(b, s, g, x, w)
@@ -393,6 +406,7 @@ def _fitted(form, op: str):
         fitted = ConvShape(s.n, s.c, s.o, s.groups, Window.of(w_.kernel, w_.stride, (0, 0), w_.dilation, (eh, ew)))
         result = form(b, fitted, g, pad_spatial(b, x, ph, after_h, pw, after_w), w)
         return pad_spatial(b, result, -ph, -after_h, -pw, -after_w) if op == "input_grad" else result  # its inverse
+
     return emit
 
 

@@ -1,18 +1,18 @@
 """The cost of a backward pass, as the sparse-BP report and pock-backend-switch count it.
 
-  ops                  backward ops: every op the gradients need that the loss does not,
-                       constants and list constructions aside.
-  FLOPs                mm 2*m*k*n, bmm 2*b*m*k*n, matmul 2 * output elements * k,
-                       convolution 2 * output elements * input channels per group * kernel
-                       elements; layout ops (view, permute, transpose, expand, slice, ...)
-                       and fills 0; any other op the element count of its largest operand
-                       or result (elementwise ops, reductions).
-  saved activations    bytes of the forward values the backward reads that depend on the
-                       batch (parameters, and values computed from parameters alone, are
-                       not activations; arguments live through the step anyway; a value
-                       read for its shape alone, as convolution_backward's input when it
-                       computes the input gradient, is not kept: OpFacts.shape_only).
-  parameter gradients  bytes of the gradients the backward produces for the optimizer.
+ops                  backward ops: every op the gradients need that the loss does not,
+                     constants and list constructions aside.
+FLOPs                mm 2*m*k*n, bmm 2*b*m*k*n, matmul 2 * output elements * k,
+                     convolution 2 * output elements * input channels per group * kernel
+                     elements; layout ops (view, permute, transpose, expand, slice, ...)
+                     and fills 0; any other op the element count of its largest operand
+                     or result (elementwise ops, reductions).
+saved activations    bytes of the forward values the backward reads that depend on the
+                     batch (parameters, and values computed from parameters alone, are
+                     not activations; arguments live through the step anyway; a value
+                     read for its shape alone, as convolution_backward's input when it
+                     computes the input gradient, is not kept: OpFacts.shape_only).
+parameter gradients  bytes of the gradients the backward produces for the optimizer.
 """
 
 from __future__ import annotations
@@ -90,17 +90,24 @@ def _values_read(op: ir.Operation) -> list[ir.Value]:
 
 
 def _saved(backward, forward, batch) -> set[ir.Value]:
-    return {v for op in backward for v in _values_read(op)
-            if v in batch and not isinstance(v.owner, ir.Block) and v.owner.operation in forward}
+    return {
+        v
+        for op in backward
+        for v in _values_read(op)
+        if v in batch and not isinstance(v.owner, ir.Block) and v.owner.operation in forward
+    }
 
 
 def backward_cost(function) -> BackwardCost:
     """The cost of the backward of a function returning (loss, gradients...)."""
     ops, forward, batch, returned = _backward_of(function)
     backward = _backward_ops(ops, forward, ancestors(returned[1:]))
-    return BackwardCost(ops=len(backward), flops=sum(op_flops(op) for op in backward),
-                        saved_activation_bytes=sum(_bytes(v) for v in _saved(backward, forward, batch)),
-                        gradient_bytes=sum(_bytes(v) for v in returned[1:]))
+    return BackwardCost(
+        ops=len(backward),
+        flops=sum(op_flops(op) for op in backward),
+        saved_activation_bytes=sum(_bytes(v) for v in _saved(backward, forward, batch)),
+        gradient_bytes=sum(_bytes(v) for v in returned[1:]),
+    )
 
 
 @dataclass(frozen=True)
@@ -127,9 +134,12 @@ class GradientShares:
         ops = frozenset().union(*(self.ops[i] for i in rows))
         saved = frozenset().union(*(self.saved[i] for i in rows))
         narrowed = sum((1.0 - share) * self.own_flops[i] for i, share in rows.items())
-        return BackwardCost(ops=len(ops), flops=round(sum(self.flops[op] for op in ops) - narrowed),
-                            saved_activation_bytes=sum(self.activation_bytes[v] for v in saved),
-                            gradient_bytes=round(sum(share * self.gradient_bytes[i] for i, share in rows.items())))
+        return BackwardCost(
+            ops=len(ops),
+            flops=round(sum(self.flops[op] for op in ops) - narrowed),
+            saved_activation_bytes=sum(self.activation_bytes[v] for v in saved),
+            gradient_bytes=round(sum(share * self.gradient_bytes[i] for i, share in rows.items())),
+        )
 
 
 def gradient_shares(function) -> GradientShares:
@@ -149,7 +159,11 @@ def gradient_shares(function) -> GradientShares:
     needed_by = Counter(op for share in shares for op in share)
     own = [[op for op in share if needed_by[op] == 1] for share in shares]
     return GradientShares(
-        flops=flops, activation_bytes=tuple(_bytes(v) for v in saved_values), ops=tuple(shares), saved=tuple(saved),
+        flops=flops,
+        activation_bytes=tuple(_bytes(v) for v in saved_values),
+        ops=tuple(shares),
+        saved=tuple(saved),
         own_flops=tuple(sum(flops[op] for op in share) for share in own),
         gradient_bytes=tuple(_bytes(v) for v in returned[1:]),
-        forward_flops=sum(op_flops(op) for op in ops if op in forward and not op.name.startswith(_NOT_OPS)))
+        forward_flops=sum(op_flops(op) for op in ops if op in forward and not op.name.startswith(_NOT_OPS)),
+    )

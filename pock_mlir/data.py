@@ -10,12 +10,11 @@ import re
 import zipfile
 from dataclasses import dataclass
 
-from pock_mlir.abi import call_inputs
-
 import numpy as np
 
-from pock_mlir.runtime.bundle import Bundle
+from pock_mlir.abi import call_inputs
 from pock_mlir.runtime import InputError, Trainer
+from pock_mlir.runtime.bundle import Bundle
 from pock_mlir.runtime.trainer import check_class_indices, check_token_ids
 
 TOKEN_KEYS = ("tokens_train", "tokens_val")
@@ -29,6 +28,7 @@ class DataError(ValueError):
 @dataclass
 class Split:
     """Samples: one array per model input and the target, samples along the first dimension."""
+
     inputs: list[np.ndarray]
     target: np.ndarray
     tokens_per_sample: int = 0  # the window length when cut from a token stream; 0 for x/y samples
@@ -48,20 +48,25 @@ def _input_keys(bundle: Bundle) -> list[str]:
     keys = (["x"] if n == 1 else [f"x{i}" for i in range(n)]) + [s.name for s in bundle.signature.keyword_inputs]
     clash = sorted({k for k in keys if keys.count(k) > 1 or k == "y"})
     if clash:
-        raise DataError(f"the bundle's keyword input(s) {', '.join(clash)} take the npz name(s) of another input or "
-                        f"of the target (y); wrap the model in a module that takes them under other names")
+        raise DataError(
+            f"the bundle's keyword input(s) {', '.join(clash)} take the npz name(s) of another input or "
+            f"of the target (y); wrap the model in a module that takes them under other names"
+        )
     return keys
 
 
-def _fit(array: np.ndarray, key: str, spec, problems: list[str], classes: int | None = None,
-         vocabulary: int | None = None) -> np.ndarray:
+def _fit(
+    array: np.ndarray, key: str, spec, problems: list[str], classes: int | None = None, vocabulary: int | None = None
+) -> np.ndarray:
     """`array` in the bundle's dtype, or `array` as it is with the mismatch added to `problems`.
     Integer arrays are checked as the Trainer checks a batch: class indices below `classes`, token
     ids below `vocabulary`."""
     want = tuple(spec.shape[1:])
     if array.shape[1:] != want or array.ndim != len(spec.shape):
-        problems.append(f"{key} has samples of shape {array.shape[1:]}, the bundle takes {want} "
-                        f"(arrays are (samples, {', '.join(map(str, want))}))".replace(", )", ")"))
+        problems.append(
+            f"{key} has samples of shape {array.shape[1:]}, the bundle takes {want} "
+            f"(arrays are (samples, {', '.join(map(str, want))}))".replace(", )", ")")
+        )
     if spec.dtype == "int32" and array.dtype in (np.int32, np.int64):
         try:
             check_class_indices(array, classes, key)
@@ -71,7 +76,9 @@ def _fit(array: np.ndarray, key: str, spec, problems: list[str], classes: int | 
         return array.astype(np.int32)
     if str(array.dtype) == spec.dtype:
         return array
-    problems.append(f"{key} has dtype {array.dtype}, the bundle takes {spec.dtype} (convert with .astype(np.{spec.dtype}))")
+    problems.append(
+        f"{key} has dtype {array.dtype}, the bundle takes {spec.dtype} (convert with .astype(np.{spec.dtype}))"
+    )
     return array
 
 
@@ -83,8 +90,10 @@ def load_data(path: str, bundle: Bundle, need_train: bool = True) -> tuple[Split
     except (OSError, ValueError, zipfile.BadZipFile) as e:
         raise DataError(f"cannot read {path}: {e}") from None
     if not isinstance(npz, np.lib.npyio.NpzFile):
-        raise DataError(f"{path} is a single array; pock-train reads an .npz archive (numpy.savez) with x_train, "
-                        f"y_train, x_val, y_val (or tokens_train, tokens_val)")
+        raise DataError(
+            f"{path} is a single array; pock-train reads an .npz archive (numpy.savez) with x_train, "
+            f"y_train, x_val, y_val (or tokens_train, tokens_val)"
+        )
     if any(key in npz.files for key in TOKEN_KEYS):
         return load_token_data(npz, path, bundle, need_train)
     sig, keys, batch_size = bundle.signature, _input_keys(bundle), bundle.batch_size
@@ -96,8 +105,10 @@ def load_data(path: str, bundle: Bundle, need_train: bool = True) -> tuple[Split
         if not present and (name == "val" or not need_train):
             return None
         if len(present) < len(wanted):
-            problems.append(f"{path} lacks {', '.join(k for k in wanted if k not in present)} (it holds "
-                            f"{', '.join(npz.files) or 'nothing'})")
+            problems.append(
+                f"{path} lacks {', '.join(k for k in wanted if k not in present)} (it holds "
+                f"{', '.join(npz.files) or 'nothing'})"
+            )
             return None
         try:
             arrays = [npz[k] for k in wanted]
@@ -106,8 +117,10 @@ def load_data(path: str, bundle: Bundle, need_train: bool = True) -> tuple[Split
             return None
         classes = [None] * len(sig.model_inputs) + [sig.target_classes]
         vocabularies = [sig.vocabularies.get(spec.name) for spec in sig.model_inputs] + [None]
-        arrays = [_fit(a, k, spec, problems, c, v) for a, k, spec, c, v in
-                  zip(arrays, wanted, sig.model_inputs + [sig.target], classes, vocabularies)]
+        arrays = [
+            _fit(a, k, spec, problems, c, v)
+            for a, k, spec, c, v in zip(arrays, wanted, sig.model_inputs + [sig.target], classes, vocabularies)
+        ]
         lengths = {k: len(a) for k, a in zip(wanted, arrays)}
         if len(set(lengths.values())) > 1:
             problems.append(f"{' and '.join(f'{k} has {n} samples' for k, n in lengths.items())}; they must match")
@@ -133,26 +146,34 @@ def next_token_shape(path: str, bundle: Bundle) -> tuple[int, int, int | None]:
     """(batch, seq, vocab) of a next-token model: one (batch, seq) input of token ids, a target of the
     same shape; vocab is None unless the output is (batch, seq, vocab) logits. DataError otherwise."""
     sig, inputs = bundle.signature, bundle.signature.model_inputs
-    if len(inputs) == 1 and len(inputs[0].shape) == 2 and _is_integer(inputs[0]) \
-            and tuple(sig.target.shape) == tuple(inputs[0].shape) and _is_integer(sig.target):
+    if (
+        len(inputs) == 1
+        and len(inputs[0].shape) == 2
+        and _is_integer(inputs[0])
+        and tuple(sig.target.shape) == tuple(inputs[0].shape)
+        and _is_integer(sig.target)
+    ):
         batch, seq = inputs[0].shape
         output = tuple(sig.output.shape)
         return batch, seq, output[2] if len(output) == 3 and output[:2] == (batch, seq) else None
     takes = ", ".join(f"{spec.name} {tuple(spec.shape)} {spec.dtype}" for spec in inputs)
-    raise DataError(f"{path} holds a token stream (tokens_train), which trains next-token models: one input of "
-                    f"(batch, seq) integer token ids and a target of the same shape. The bundle {bundle.path} is not "
-                    f"one: it takes {takes} and target {tuple(sig.target.shape)} {sig.target.dtype}. Give it x_train "
-                    f"and y_train instead (see pock-train --help)")
+    raise DataError(
+        f"{path} holds a token stream (tokens_train), which trains next-token models: one input of "
+        f"(batch, seq) integer token ids and a target of the same shape. The bundle {bundle.path} is not "
+        f"one: it takes {takes} and target {tuple(sig.target.shape)} {sig.target.dtype}. Give it x_train "
+        f"and y_train instead (see pock-train --help)"
+    )
 
 
-def token_windows(tokens: np.ndarray, seq: int, input_dtype: str, target_dtype: str,
-                  keywords: tuple[str, ...]) -> Split:
+def token_windows(
+    tokens: np.ndarray, seq: int, input_dtype: str, target_dtype: str, keywords: tuple[str, ...]
+) -> Split:
     """The stream cut into non-overlapping windows of `seq` tokens, each with the stream one token on
     as its target: window i is tokens[i*seq : (i+1)*seq] -> tokens[i*seq+1 : (i+1)*seq+1]; keywords:
     the input's name when the model takes it by keyword (as Split.keywords)."""
     count = (len(tokens) - 1) // seq
-    inputs = tokens[:count * seq].reshape(count, seq).astype(input_dtype)
-    target = tokens[1:count * seq + 1].reshape(count, seq).astype(target_dtype)
+    inputs = tokens[: count * seq].reshape(count, seq).astype(input_dtype)
+    target = tokens[1 : count * seq + 1].reshape(count, seq).astype(target_dtype)
     return Split([inputs], target, tokens_per_sample=seq, keywords=keywords)
 
 
@@ -162,12 +183,13 @@ def load_token_data(npz, path: str, bundle: Bundle, need_train: bool = True) -> 
         raise DataError(f"{path} holds tokens_val but no tokens_train, the text to train on")
     samples = [key for key in npz.files if SAMPLE_KEY.fullmatch(key)]
     if samples:
-        raise DataError(f"{path} holds both a token stream (tokens_train) and samples ({', '.join(samples)}); "
-                        f"keep one kind of data")
+        raise DataError(
+            f"{path} holds both a token stream (tokens_train) and samples ({', '.join(samples)}); keep one kind of data"
+        )
     batch, seq, vocab = next_token_shape(path, bundle)
     (input_spec,), target_spec = bundle.signature.model_inputs, bundle.signature.target
     # Ids outside the vocabulary would index past the embedding table on the device, silently.
-    end, what = (vocab, f"the model's vocabulary is 0 to {vocab - 1}") if vocab else (2 ** 31, "the bundle takes int32")
+    end, what = (vocab, f"the model's vocabulary is 0 to {vocab - 1}") if vocab else (2**31, "the bundle takes int32")
     problems: list[str] = []
 
     def split(key: str) -> Split | None:
@@ -186,12 +208,16 @@ def load_token_data(npz, path: str, bundle: Bundle, need_train: bool = True) -> 
         elif tokens.size and (tokens.min() < 0 or tokens.max() >= end):
             problems.append(f"{key} holds ids from {tokens.min()} to {tokens.max()}; {what}")
         elif windows < 1:
-            problems.append(f"{key} has {len(tokens)} tokens, shorter than one window: the bundle trains on windows of "
-                            f"{seq} tokens, each with the token after it as target ({seq + 1} tokens); give a longer "
-                            f"text or compile the model for shorter sequences")
+            problems.append(
+                f"{key} has {len(tokens)} tokens, shorter than one window: the bundle trains on windows of "
+                f"{seq} tokens, each with the token after it as target ({seq + 1} tokens); give a longer "
+                f"text or compile the model for shorter sequences"
+            )
         elif windows < batch:
-            problems.append(f"{key} has {len(tokens)} tokens, {windows} window(s) of {seq}: fewer than one batch "
-                            f"({batch} windows, {batch * seq + 1} tokens)")
+            problems.append(
+                f"{key} has {len(tokens)} tokens, {windows} window(s) of {seq}: fewer than one batch "
+                f"({batch} windows, {batch * seq + 1} tokens)"
+            )
         else:
             return token_windows(tokens, seq, input_spec.dtype, target_spec.dtype, _keywords(bundle.signature))
         return None
@@ -206,14 +232,15 @@ def batch_order(seed: int, epoch: int, samples: int, batch_size: int) -> np.ndar
     """(batches, batch_size) sample indices of one epoch; the same for the same (seed, epoch)."""
     order = np.random.default_rng([seed, epoch]).permutation(samples)
     batches = samples // batch_size
-    return order[:batches * batch_size].reshape(batches, batch_size)
+    return order[: batches * batch_size].reshape(batches, batch_size)
 
 
 def evaluate(trainer: Trainer, split: Split, batch_size: int) -> dict[str, float]:
     """Mean loss over the full batches, and accuracy when the output holds class scores for the target."""
     losses, correct, counted = [], 0, 0
-    classes = np.issubdtype(split.target.dtype, np.integer) and \
-        tuple(trainer.signature.output.shape[:-1]) == tuple(trainer.signature.target.shape)
+    classes = np.issubdtype(split.target.dtype, np.integer) and tuple(trainer.signature.output.shape[:-1]) == tuple(
+        trainer.signature.target.shape
+    )
     for start in range(0, len(split) - batch_size + 1, batch_size):
         inputs, target = split.batch(np.arange(start, start + batch_size))
         losses.append(trainer.loss(inputs, target))

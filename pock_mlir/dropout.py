@@ -27,7 +27,6 @@ import torch
 import torch.nn.functional as F
 
 
-
 def _shift_right(x: torch.Tensor, bits: int) -> torch.Tensor:
     """Logical shift of int32 values (torch's >> on int32 is arithmetic)."""
     return (x >> bits) & ((1 << (32 - bits)) - 1)
@@ -79,7 +78,8 @@ class SeededDropout:
         }
         bernoulli_ = torch.Tensor.bernoulli_
         seeded[torch.Tensor, "bernoulli_"] = lambda x, p=0.5, *, generator=None: (
-            bernoulli_(x, p, generator=generator) if isinstance(p, torch.Tensor) else self.bernoulli_(x, p))
+            bernoulli_(x, p, generator=generator) if isinstance(p, torch.Tensor) else self.bernoulli_(x, p)
+        )
         for (module, name), replacement in seeded.items():
             self._originals[module, name] = module.__dict__.get(name)  # None: inherited (Tensor's from its C base)
             setattr(module, name, replacement)
@@ -108,18 +108,20 @@ class SeededDropout:
             return x
         if p == 1:
             return x * 0
-        shape = tuple(x.shape[:x.dim() - spatial_dims]) + (1,) * spatial_dims
+        shape = tuple(x.shape[: x.dim() - spatial_dims]) + (1,) * spatial_dims
         keep = keep_mask(self.seed, self.calls, shape, p)
         self.calls += 1
         return x * (keep.to(x.dtype) * (1.0 / (1.0 - p)))
 
-    def attention(self, attention, query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None,
-                  enable_gqa=False):
+    def attention(
+        self, attention, query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False
+    ):
         """torch's scaled_dot_product_attention; with dropout, its reference maths with this
         dropout on the attention weights."""
         if dropout_p == 0:
-            return attention(query, key, value, attn_mask=attn_mask, is_causal=is_causal, scale=scale,
-                             enable_gqa=enable_gqa)
+            return attention(
+                query, key, value, attn_mask=attn_mask, is_causal=is_causal, scale=scale, enable_gqa=enable_gqa
+            )
         if enable_gqa:
             group = query.shape[-3] // key.shape[-3]
             key, value = key.repeat_interleave(group, -3), value.repeat_interleave(group, -3)
@@ -129,5 +131,7 @@ class SeededDropout:
             causal = torch.ones(query.shape[-2], key.shape[-2], dtype=torch.bool).tril()
             scores = scores.masked_fill(~causal, float("-inf"))
         if attn_mask is not None:
-            scores = scores.masked_fill(~attn_mask, float("-inf")) if attn_mask.dtype == torch.bool else scores + attn_mask
+            scores = (
+                scores.masked_fill(~attn_mask, float("-inf")) if attn_mask.dtype == torch.bool else scores + attn_mask
+            )
         return self.dropout(scores.softmax(-1), dropout_p, True, 0) @ value

@@ -47,8 +47,12 @@ def _special_kind(path: Path) -> str | None:
         mode = os.lstat(path).st_mode
     except FileNotFoundError:
         return None
-    kinds = {stat.S_ISCHR: "a character device", stat.S_ISFIFO: "a FIFO", stat.S_ISBLK: "a block device",
-             stat.S_ISSOCK: "a socket"}
+    kinds = {
+        stat.S_ISCHR: "a character device",
+        stat.S_ISFIFO: "a FIFO",
+        stat.S_ISBLK: "a block device",
+        stat.S_ISSOCK: "a socket",
+    }
     return next((kind for test, kind in kinds.items() if test(mode)), None)
 
 
@@ -68,7 +72,7 @@ def _write_through(path: Path, data: bytes) -> bool:
             return False
         view = memoryview(data)
         while view:
-            view = view[os.write(fd, view):]
+            view = view[os.write(fd, view) :]
     except OSError as e:
         raise OutputError(f"cannot write {path}: {e.strerror or e}") from None
     finally:

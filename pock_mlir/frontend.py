@@ -40,9 +40,8 @@ import itertools
 import re
 import time
 import warnings
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Callable
 
 import numpy as np
 import torch
@@ -53,8 +52,16 @@ from torch_mlir.extras.fx_decomp_util import get_decomposition_table
 from torch_mlir.extras.fx_importer import FxImporter
 
 from pock_mlir import layers, lora, quantize
-from pock_mlir.abi import (EVALUATE, EVALUATE_TRAIN, FORWARD_LOSS, RESERVED_INPUT_NAMES, SEED_INPUT, TensorSpec,
-                           positional_input_name, split_call)
+from pock_mlir.abi import (
+    EVALUATE,
+    EVALUATE_TRAIN,
+    FORWARD_LOSS,
+    RESERVED_INPUT_NAMES,
+    SEED_INPUT,
+    TensorSpec,
+    positional_input_name,
+    split_call,
+)
 from pock_mlir.dropout import SeededDropout
 
 LOSSES: dict[str, Callable] = {  # on what evaluate returns of a structured output (select_output)
@@ -111,16 +118,20 @@ def call_tensors(inputs) -> tuple[tuple[torch.Tensor, ...], dict[str, torch.Tens
         raise FrontendError(str(e)) from None
     reserved = [k for k in kwargs if k in RESERVED_INPUT_NAMES or k in map(positional_input_name, range(len(args)))]
     if reserved:
-        raise FrontendError(f"keyword input(s) {', '.join(reserved)}: the compiled module gives the name(s) to its "
-                            f"target, dropout seed or positional inputs; wrap the model in a module whose forward "
-                            f"takes the input under another name")
+        raise FrontendError(
+            f"keyword input(s) {', '.join(reserved)}: the compiled module gives the name(s) to its "
+            f"target, dropout seed or positional inputs; wrap the model in a module whose forward "
+            f"takes the input under another name"
+        )
     tensors = {}
     for key, value in kwargs.items():
         try:
             tensors[key] = as_tensor(value)
         except FrontendError as e:
-            raise FrontendError(f"keyword input {key!r}: {e}; inputs are tensors (set other arguments on the model, "
-                                f"e.g. in its config, or wrap it in a module that passes them)") from None
+            raise FrontendError(
+                f"keyword input {key!r}: {e}; inputs are tensors (set other arguments on the model, "
+                f"e.g. in its config, or wrap it in a module that passes them)"
+            ) from None
     return tuple(as_tensor(x) for x in args), tensors
 
 
@@ -171,8 +182,10 @@ class Rewrites:
         """The model computes with the rewrites, their tensors read from `state`; yields the
         entries of `state` that are the model's own."""
         added = lora.names(self.adapters) | {n for w in self.quantized for n in (w.values, w.scale)}
-        with (layers.adapters_attached(model, list(self.adapters), state),
-              layers.int8_attached(model, list(self.quantized), state)):
+        with (
+            layers.adapters_attached(model, list(self.adapters), state),
+            layers.int8_attached(model, list(self.quantized), state),
+        ):
             yield {name: value for name, value in state.items() if name not in added}
 
 
@@ -193,8 +206,11 @@ def state_dict_sources(model: torch.nn.Module) -> dict[str, str]:
     first_name: dict[int, str] = {}
     for name, tensor in [*model.named_parameters(remove_duplicate=False), *model.named_buffers(remove_duplicate=False)]:
         first_name.setdefault(id(tensor), name)
-    return {key: first_name[id(tensor)] for key, tensor in model.state_dict(keep_vars=True).items()
-            if id(tensor) in first_name}
+    return {
+        key: first_name[id(tensor)]
+        for key, tensor in model.state_dict(keep_vars=True).items()
+        if id(tensor) in first_name
+    }
 
 
 def _call_model(model, state: dict, inputs: tuple, by_keyword: tuple[str, ...], seeded: bool, rewrites: Rewrites):
@@ -232,8 +248,10 @@ def _selected(output, selector=None) -> tuple[str, torch.Tensor]:
     elif isinstance(output, (tuple, list)):
         entries = dict(enumerate(output))
     else:
-        raise FrontendError(f"the model returns a {type(output).__name__}; pock-mlir takes tensors, tuples, lists, "
-                            f"dicts, dataclasses and ModelOutputs of them")
+        raise FrontendError(
+            f"the model returns a {type(output).__name__}; pock-mlir takes tensors, tuples, lists, "
+            f"dicts, dataclasses and ModelOutputs of them"
+        )
     key = selector if selector is not None else "logits" if "logits" in entries else next(iter(entries), None)
     if key not in entries:
         raise FrontendError(f"output={selector!r}: the model's output has {', '.join(map(repr, entries)) or 'nothing'}")
@@ -274,8 +292,11 @@ class _ForwardLoss(torch.nn.Module):
         state = _state_with_copies(self.names, args[:n], self.updated)
         *inputs, target = _widened(args[n:], self.dtypes)
         output = _call_model(self.model, state, tuple(inputs), self.by_keyword, self.seeded, self.rewrites)
-        return (self.loss_fn(output, target), *(state[name] for name in self.updated),
-                select_output(output, self.selector))
+        return (
+            self.loss_fn(output, target),
+            *(state[name] for name in self.updated),
+            select_output(output, self.selector),
+        )
 
 
 def _add_evaluate(module: ir.Module, name: str, forward: str) -> None:
@@ -291,8 +312,9 @@ def _add_evaluate(module: ir.Module, name: str, forward: str) -> None:
     arguments = list(forward_loss.regions[0].blocks[0].arguments)
     loc = ir.Location.name(name)
     with loc, ir.InsertionPoint(module.body):
-        evaluate = func.FuncOp(name, ([a.type for a in arguments[:-1]],
-                                      [ir.FunctionType(forward_loss.type).results[-1]]))
+        evaluate = func.FuncOp(
+            name, ([a.type for a in arguments[:-1]], [ir.FunctionType(forward_loss.type).results[-1]])
+        )
         block = evaluate.add_entry_block()
     with loc, ir.InsertionPoint(block) as ip:
         target = TorchBuilder.type_of(arguments[-1])
@@ -327,8 +349,17 @@ def _unfold_within_its_windows(x, dim, size, step):
     return torch.ops.aten.unfold.default(torch.ops.aten.slice.Tensor(x, dim, 0, covered), dim, size, step)
 
 
-def _embedding_bag_as_matmuls(weight, indices, offsets, scale_grad_by_freq=False, mode=0, sparse=False,
-                              per_sample_weights=None, include_last_offset=False, padding_idx=-1):
+def _embedding_bag_as_matmuls(
+    weight,
+    indices,
+    offsets,
+    scale_grad_by_freq=False,
+    mode=0,
+    sparse=False,
+    per_sample_weights=None,
+    include_last_offset=False,
+    padding_idx=-1,
+):
     """embedding_bag as an embedding and a mask of which bag each index is in: sums and means are a
     matmul of the mask with the embedded rows, max an amax over the masked rows. torch-mlir lowers
     only the sum mode of the fused op, and through these ops every mode trains by their rules. The
@@ -431,9 +462,28 @@ def _export(module: torch.nn.Module, args: tuple, what: str, timings: dict[str, 
 
 # Ops that pass every element of an integer tensor on unchanged (a cast, a view, a copy): ids that
 # reach an embedding through them are all the input's ids. A slice or arithmetic breaks the chain.
-_IDS_KEPT = frozenset({"convert_element_type", "_to_copy", "to", "view", "reshape", "_unsafe_view", "clone", "alias",
-                       "expand", "squeeze", "unsqueeze", "permute", "transpose", "t", "contiguous", "flatten",
-                       "detach", "lift_fresh_copy"})
+_IDS_KEPT = frozenset(
+    {
+        "convert_element_type",
+        "_to_copy",
+        "to",
+        "view",
+        "reshape",
+        "_unsafe_view",
+        "clone",
+        "alias",
+        "expand",
+        "squeeze",
+        "unsqueeze",
+        "permute",
+        "transpose",
+        "t",
+        "contiguous",
+        "flatten",
+        "detach",
+        "lift_fresh_copy",
+    }
+)
 
 
 def embedding_vocabularies(program, state_count: int, input_names: list[str]) -> dict[str, int]:
@@ -442,7 +492,7 @@ def embedding_vocabularies(program, state_count: int, input_names: list[str]) ->
     [0, rows), which the runtime checks on the host (the device would read out of bounds).
     program: forward_loss's, whose arguments are the state, the inputs, the target."""
     arguments = program.graph_signature.user_inputs
-    placeholders = dict(zip(arguments[state_count:state_count + len(input_names)], input_names))
+    placeholders = dict(zip(arguments[state_count : state_count + len(input_names)], input_names))
     vocabularies: dict[str, int] = {}
     for node in program.graph.nodes:
         if node.op != "call_function" or node.target is not torch.ops.aten.embedding.default:
@@ -472,7 +522,8 @@ def _reject_random_ops(program) -> None:
                 f"scaled_dot_product_attention's dropout_p, nn.MultiheadAttention) and stochastic depth "
                 f"(Tensor.bernoulli_(p) with a float p) are supported through a seeded hash if called through "
                 f"torch.nn.functional (not bound by `from ... import`); draw other random "
-                f"tensors outside the model and pass them as inputs, or put the model in eval mode.")
+                f"tensors outside the model and pass them as inputs, or put the model in eval mode."
+            )
 
 
 def _check_dtypes_and_sizes(params, buffers, inputs: dict[str, torch.Tensor], target) -> None:
@@ -480,19 +531,25 @@ def _check_dtypes_and_sizes(params, buffers, inputs: dict[str, torch.Tensor], ta
     for dtype in (torch.float64, torch.float16, torch.bfloat16):
         held = [n for n, t in {**params, **buffers}.items() if t.dtype == dtype]
         if held:
-            raise FrontendError(f"the model holds {str(dtype).removeprefix('torch.')} tensors ({', '.join(held[:3])}"
-                                f"{', ...' if len(held) > 3 else ''}); pock-mlir trains float32 models: call "
-                                f"model.float() before compiling")
+            raise FrontendError(
+                f"the model holds {str(dtype).removeprefix('torch.')} tensors ({', '.join(held[:3])}"
+                f"{', ...' if len(held) > 3 else ''}); pock-mlir trains float32 models: call "
+                f"model.float() before compiling"
+            )
     for what, t in [*inputs.items(), ("the target", target)]:
         if t.dtype == torch.float64:
-            raise FrontendError(f"{what} is float64; pock-mlir trains in float32: pass it as .float() "
-                                f"(the Trainer casts float64 batches to float32 itself)")
+            raise FrontendError(
+                f"{what} is float64; pock-mlir trains in float32: pass it as .float() "
+                f"(the Trainer casts float64 batches to float32 itself)"
+            )
         if t.dtype in (torch.float16, torch.bfloat16):
-            raise FrontendError(f"{what} is {str(t.dtype).removeprefix('torch.')}; pock-mlir trains in float32: "
-                                f"pass it as .float()")
+            raise FrontendError(
+                f"{what} is {str(t.dtype).removeprefix('torch.')}; pock-mlir trains in float32: pass it as .float()"
+            )
         if t.numel() == 0:
-            raise FrontendError(f"{what} has shape {tuple(t.shape)}, with no elements: give an example batch of the "
-                                f"size to train on")
+            raise FrontendError(
+                f"{what} has shape {tuple(t.shape)}, with no elements: give an example batch of the size to train on"
+            )
 
 
 @contextlib.contextmanager
@@ -500,8 +557,12 @@ def _tensor_attributes_kept(model: torch.nn.Module):
     """Put back the plain tensor attributes of the model's modules after tracing: a forward hook
     that sets one (torch.nn.utils.weight_norm recomputes `weight` before each call) left the
     trace's fake tensor in the user's model."""
-    kept = [(module, name, value) for module in model.modules() for name, value in vars(module).items()
-            if isinstance(value, torch.Tensor)]
+    kept = [
+        (module, name, value)
+        for module in model.modules()
+        for name, value in vars(module).items()
+        if isinstance(value, torch.Tensor)
+    ]
     try:
         yield
     finally:
@@ -512,26 +573,49 @@ def _tensor_attributes_kept(model: torch.nn.Module):
 def _check_modules(model: torch.nn.Module) -> None:
     """Layers torch.export cannot trace in the mode they are in: say which and what to change."""
     for name, module in model.named_modules():
-        if isinstance(module, torch.nn.modules.batchnorm._BatchNorm) and module.training and \
-                module.track_running_stats and module.momentum is None:
-            raise FrontendError(f"{type(module).__name__} '{name}' has momentum=None (a cumulative average over the "
-                                f"steps, whose factor 1 / num_batches_tracked torch.export cannot trace); give it a "
-                                f"momentum (torch's default is 0.1) or put it in eval mode")
+        if (
+            isinstance(module, torch.nn.modules.batchnorm._BatchNorm)
+            and module.training
+            and module.track_running_stats
+            and module.momentum is None
+        ):
+            raise FrontendError(
+                f"{type(module).__name__} '{name}' has momentum=None (a cumulative average over the "
+                f"steps, whose factor 1 / num_batches_tracked torch.export cannot trace); give it a "
+                f"momentum (torch's default is 0.1) or put it in eval mode"
+            )
 
 
-def _eval_output_equals(model, params: dict, buffers: dict, inputs: tuple, by_keyword: tuple[str, ...],
-                        rewrites: Rewrites, selector, output: torch.Tensor) -> bool:
+def _eval_output_equals(
+    model,
+    params: dict,
+    buffers: dict,
+    inputs: tuple,
+    by_keyword: tuple[str, ...],
+    rewrites: Rewrites,
+    selector,
+    output: torch.Tensor,
+) -> bool:
     """Whether the model in eval mode gives `output` (its train-mode output) on `inputs`, run on
     copies of its buffers: a layer that computes otherwise in eval mode shows here."""
     with torch.no_grad(), _in_eval_mode(model):
         copies = {n: b.clone() for n, b in buffers.items()}
-        evaluated = select_output(_call_model(model, {**params, **copies}, inputs, by_keyword, False, rewrites), selector)
+        evaluated = select_output(
+            _call_model(model, {**params, **copies}, inputs, by_keyword, False, rewrites), selector
+        )
     return evaluated.shape == output.shape and bool(torch.equal(evaluated, output))
 
 
-def import_model(model: torch.nn.Module, example_inputs, example_target, loss, context: ir.Context,
-                 output_selector=None, adapters: list[lora.Adapter] = (),
-                 quantized: list[quantize.QuantizedWeight] = ()) -> ImportedModel:
+def import_model(
+    model: torch.nn.Module,
+    example_inputs,
+    example_target,
+    loss,
+    context: ir.Context,
+    output_selector=None,
+    adapters: list[lora.Adapter] = (),
+    quantized: list[quantize.QuantizedWeight] = (),
+) -> ImportedModel:
     """output_selector: which entry of a structured model output `evaluate` returns (see
     select_output); the loss always receives the model's output as it is. adapters: LoRA
     adapters traced into the forward pass, as parameters after the model's own; quantized: the
@@ -568,23 +652,31 @@ def import_model(model: torch.nn.Module, example_inputs, example_target, loss, c
             try:
                 loss_value = loss_fn(output, user_target)
             except Exception as e:
-                raise FrontendError(f"the loss failed on the model's output {_describe(output)} and the target "
-                                    f"{tuple(target.shape)}: {e}") from e
+                raise FrontendError(
+                    f"the loss failed on the model's output {_describe(output)} and the target "
+                    f"{tuple(target.shape)}: {e}"
+                ) from e
         output_path, evaluated = _selected(output, selector=output_selector)
         if not isinstance(loss_value, torch.Tensor) or loss_value.dim() != 0:
             raise FrontendError("the loss must return a scalar tensor (use a mean or sum reduction)")
         updated = [n for n, copy in copies.items() if not torch.equal(copy, buffers[n])]
         seeded = dropout_probe.calls > 0
-        modes_differ = seeded or bool(updated) or not _eval_output_equals(
-            model, params, buffers, user_inputs, by_keyword, rewrites, output_selector, evaluated)
+        modes_differ = (
+            seeded
+            or bool(updated)
+            or not _eval_output_equals(
+                model, params, buffers, user_inputs, by_keyword, rewrites, output_selector, evaluated
+            )
+        )
         if seeded:
             inputs += (torch.zeros((), dtype=torch.int32),)
             input_names.append(SEED_INPUT)
 
         dtypes = [t.dtype for t in user_inputs] + ([torch.int32] if seeded else [])
         timings: dict[str, float] = {}
-        traced = _ForwardLoss(model, names, updated, dtypes + [user_target.dtype], by_keyword, seeded, rewrites,
-                              loss_fn, output_selector)
+        traced = _ForwardLoss(
+            model, names, updated, dtypes + [user_target.dtype], by_keyword, seeded, rewrites, loss_fn, output_selector
+        )
         forward_loss = _export(traced, state + inputs + (target,), "forward and loss", timings)
         if modes_differ:
             with _in_eval_mode(model):

@@ -53,7 +53,7 @@ def _command(op: ir.Operation, stage: int, captured: dict) -> Command:
         command = Command(stage, f"{op.name} {entry_point}")
         sizes = list(ir.DenseI32ArrayAttr(op.attributes["operandSegmentSizes"]))
         first = sum(sizes[:DISPATCH_RESOURCES])
-        resources = list(op.operands)[first:first + sizes[DISPATCH_RESOURCES]]
+        resources = list(op.operands)[first : first + sizes[DISPATCH_RESOURCES]]
         for resource, access in zip(resources, ir.ArrayAttr(op.attributes["resource_accesses"])):
             if resource in captured:
                 access = ir.IntegerAttr(access).value
@@ -107,7 +107,9 @@ def step_commands(stream_ir: str, function: str) -> list[Command]:
                 imports[op.results[0]] = (ir.BlockArgument(op.operands[0]).arg_number, "consume" in op.attributes)
             elif op.name == "stream.cmd.execute":  # its region's block arguments name the imports afresh
                 body = op.regions[0].blocks[0]
-                captured = {inner: imports[outer] for outer, inner in zip(op.operands, body.arguments) if outer in imports}
+                captured = {
+                    inner: imports[outer] for outer, inner in zip(op.operands, body.arguments) if outer in imports
+                }
                 stage += 1
                 walk(body, captured, False)
         return commands
@@ -125,8 +127,10 @@ def _problems(commands: list[Command], pairs: list[tuple[int, int]]) -> list[str
         early = [c for c in commands if old in c.reads and c is not writer and c.stage >= writer.stage]
         late = [c for c in commands if new in c.reads and c is not writer and c.stage <= writer.stage]
         if early or late:
-            problems.append(f"argument {read_arg} is read by {(early or late)[0].name} "
-                            f"while or after {writer.name} writes argument {written_arg}")
+            problems.append(
+                f"argument {read_arg} is read by {(early or late)[0].name} "
+                f"while or after {writer.name} writes argument {written_arg}"
+            )
     return problems
 
 

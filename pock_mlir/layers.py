@@ -78,6 +78,7 @@ def adapters_attached(model, adapters: list[Adapter], tensors: dict):
                 low = F.conv2d(x, a, None, module.stride, module.padding, module.dilation)
                 return output + adapter.scale * F.conv2d(low, b)
             return output + adapter.scale * F.linear(F.linear(x, a), b)
+
         return add_adapter
 
     handles = [model.get_submodule(adapter.module).register_forward_hook(hook_for(adapter)) for adapter in adapters]
@@ -103,6 +104,7 @@ def int8_attached(model, quantized: list[QuantizedWeight], tensors: dict):
                 return y if bias is None else y + bias[:, None, None]
             y = (F.linear(x, q) if weight.kind == "linear" else torch.matmul(x, q)) * scale
             return y if bias is None else y + bias
+
         return forward
 
     modules = [(model.get_submodule(w.module), w) for w in quantized]

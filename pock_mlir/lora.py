@@ -53,7 +53,7 @@ class LoraPolicy:
         if it states another policy."""
         if isinstance(value, str) and (value == "lora" or value.startswith("lora:")):
             fields = {}
-            for item in filter(None, value[len("lora:"):].split(",")):
+            for item in filter(None, value[len("lora:") :].split(",")):
                 key, equals, number = item.partition("=")
                 if not equals:
                     raise LoraError(f"{where}: {value!r}: write lora:r=8,alpha=16 (key=value pairs)")
@@ -66,9 +66,15 @@ class LoraPolicy:
             return None
         unknown = sorted(set(fields) - {"r", "alpha", "seed"})
         if unknown:
-            raise LoraError(f"{where}: unknown LoRA option(s) {', '.join(map(str, unknown))}; options are r, alpha, seed")
+            raise LoraError(
+                f"{where}: unknown LoRA option(s) {', '.join(map(str, unknown))}; options are r, alpha, seed"
+            )
         try:
-            r, alpha, seed = int(fields.get("r", DEFAULT_R)), float(fields.get("alpha", DEFAULT_ALPHA)), int(fields.get("seed", 0))
+            r, alpha, seed = (
+                int(fields.get("r", DEFAULT_R)),
+                float(fields.get("alpha", DEFAULT_ALPHA)),
+                int(fields.get("seed", 0)),
+            )
         except (TypeError, ValueError):
             raise LoraError(f"{where}: LoRA r and seed must be integers and alpha a number, got {fields}") from None
         if r < 1 or not math.isfinite(alpha) or alpha <= 0:
@@ -129,8 +135,14 @@ class Adapter:
     def from_json(entry: dict) -> Adapter:
         if entry.get("kind") not in KINDS:
             raise ValueError(f"adapter {entry.get('module')!r}: kind must be one of {', '.join(KINDS)}")
-        return Adapter(str(entry["module"]), entry["kind"], tuple(int(d) for d in entry["weight_shape"]),
-                       int(entry["r"]), float(entry["alpha"]), int(entry.get("seed", 0)))
+        return Adapter(
+            str(entry["module"]),
+            entry["kind"],
+            tuple(int(d) for d in entry["weight_shape"]),
+            int(entry["r"]),
+            float(entry["alpha"]),
+            int(entry.get("seed", 0)),
+        )
 
 
 def names(adapters: list[Adapter]) -> set[str]:
@@ -171,12 +183,15 @@ def check_exportable(params, adapters: list[Adapter], trainable: list[str]) -> N
     module_of, adapted = _module_of(params, adapters), {adapter.module for adapter in adapters}
     inside = [name for name in trainable if module_of.get(name) in adapted]
     if inside:
-        raise LoraError(f"the scheme also trains {', '.join(inside[:3])}, in an adapted module, which PEFT's "
-                        f"adapter format cannot hold; export the merged state_dict instead")
+        raise LoraError(
+            f"the scheme also trains {', '.join(inside[:3])}, in an adapted module, which PEFT's "
+            f"adapter format cannot hold; export the merged state_dict instead"
+        )
 
 
-def peft_adapter(params: dict[str, np.ndarray], adapters: list[Adapter], trainable: list[str]
-                 ) -> tuple[dict[str, np.ndarray], dict]:
+def peft_adapter(
+    params: dict[str, np.ndarray], adapters: list[Adapter], trainable: list[str]
+) -> tuple[dict[str, np.ndarray], dict]:
     """(adapter_model.safetensors tensors, adapter_config.json) as PEFT saves them, from the
     parameters by name: the adapters, plus every module holding another trained parameter as a
     PEFT `modules_to_save` entry (its parameters whole)."""
@@ -184,15 +199,26 @@ def peft_adapter(params: dict[str, np.ndarray], adapters: list[Adapter], trainab
     module_of, adapted = _module_of(params, adapters), {adapter.module for adapter in adapters}
     others = [name for name in trainable if name not in names(adapters)]
     saved = sorted({module_of[name] for name in others})
-    tensors = {f"{PEFT_PREFIX}{adapter.module}.lora_{part}.weight": params[getattr(adapter, part.lower())]
-               for adapter in adapters for part in ("A", "B")}
+    tensors = {
+        f"{PEFT_PREFIX}{adapter.module}.lora_{part}.weight": params[getattr(adapter, part.lower())]
+        for adapter in adapters
+        for part in ("A", "B")
+    }
     tensors.update({f"{PEFT_PREFIX}{name}": params[name] for name, module in module_of.items() if module in saved})
     first = adapters[0]
     config = {
-        "peft_type": "LORA", "task_type": None, "base_model_name_or_path": None, "inference_mode": True,
-        "r": first.r, "lora_alpha": first.alpha, "lora_dropout": 0.0, "bias": "none", "init_lora_weights": True,
+        "peft_type": "LORA",
+        "task_type": None,
+        "base_model_name_or_path": None,
+        "inference_mode": True,
+        "r": first.r,
+        "lora_alpha": first.alpha,
+        "lora_dropout": 0.0,
+        "bias": "none",
+        "init_lora_weights": True,
         "fan_in_fan_out": any(adapter.kind == "conv1d" for adapter in adapters),
-        "target_modules": sorted(adapted), "modules_to_save": saved or None,
+        "target_modules": sorted(adapted),
+        "modules_to_save": saved or None,
         "rank_pattern": {adapter.module: adapter.r for adapter in adapters if adapter.r != first.r},
         "alpha_pattern": {adapter.module: adapter.alpha for adapter in adapters if adapter.alpha != first.alpha},
     }

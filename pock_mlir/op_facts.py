@@ -13,8 +13,8 @@ rule files once), so whoever reads FACTS imports pock_mlir.autodiff at the top.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 from torch_mlir import ir
 
@@ -69,6 +69,7 @@ def param_name(op: ir.Operation) -> str:
 # A slice rule gets the op and the slice of its single tensor result that every user wants, and
 # returns one Slice or None (the whole operand, or a non-tensor operand) per operand, or None
 # when the op cannot compute only that slice.
+
 
 @dataclass(frozen=True)
 class Slice:
@@ -131,9 +132,9 @@ def reshape_slices(op, s: Slice):
     """A leading slice of a reshape's dim d is a leading slice of the input dim that starts at
     the same flat offset and whose trailing block divides d's, if there is one."""
     src, out = shape_of(op.operands[0]), shape_of(op.results[0])
-    lead, trail = math.prod(out[:s.dim]), math.prod(out[s.dim + 1:])
+    lead, trail = math.prod(out[: s.dim]), math.prod(out[s.dim + 1 :])
     for dim in range(len(src)):
-        src_trail = math.prod(src[dim + 1:])
+        src_trail = math.prod(src[dim + 1 :])
         if math.prod(src[:dim]) == lead and src[dim] > 1 and trail % src_trail == 0:
             return [Slice(dim, s.size * trail // src_trail)] + [None] * (len(op.operands) - 1)
     return None
@@ -179,6 +180,7 @@ def convolution_backward_slices(op, s: Slice):
 
 # -- FLOPs of the ops that are not one operation per element (pock_mlir/cost.py) --------------
 
+
 def numel(value: ir.Value) -> int:
     t = tensor_type_of(value)
     return t.numel if t is not None else 0
@@ -197,7 +199,6 @@ def bmm_flops(op) -> int:
 def matmul_flops(op) -> int:
     """Every output element is a length-k dot product."""
     return 2 * numel(op.results[0]) * shape_of(op.operands[0])[-1]
-
 
 
 def convolution_flops(op) -> int:
@@ -223,5 +224,6 @@ def convolution_backward_flops(op) -> int:
 
 
 # Torch ops pock never differentiates or emits, which pock-dce must keep: effects beyond results.
-declare("runtime.assert", "prim.Print", "overwrite.tensor.contents", "copy.to_tensor", "prim.RaiseException",
-        effectful=True)
+declare(
+    "runtime.assert", "prim.Print", "overwrite.tensor.contents", "copy.to_tensor", "prim.RaiseException", effectful=True
+)

@@ -9,13 +9,21 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
-from pock_mlir.iree_flags import (AGGRESSIVE_FUSION, CHOSEN_DATA_TILING, CHOSEN_FUSION, CHOSEN_VECTOR_TAILS,
-                                  FROM_STREAM, FUSE_MATMUL_PRODUCERS, INPUT_TORCH, TO_STREAM)
-from pock_mlir.targets import Target
-from pock_mlir.tuning import UNCHOSEN, BackendChoices, Choice
 from pock_mlir.abi import EVALUATE, FUNCTIONS, GRADIENTS, LOSS, TRAIN_STEP, TRAIN_STEP_INTO, StepSignature
+from pock_mlir.iree_flags import (
+    AGGRESSIVE_FUSION,
+    CHOSEN_DATA_TILING,
+    CHOSEN_FUSION,
+    CHOSEN_VECTOR_TAILS,
+    FROM_STREAM,
+    FUSE_MATMUL_PRODUCERS,
+    INPUT_TORCH,
+    TO_STREAM,
+)
 from pock_mlir.runtime import Trainer
 from pock_mlir.runtime.artifact import CompiledModule, Schedule, TrainingArtifact, trainer_module
+from pock_mlir.targets import Target
+from pock_mlir.tuning import UNCHOSEN, BackendChoices, Choice
 
 METHODS = {"step": TRAIN_STEP_INTO, "gradients": GRADIENTS, "loss": LOSS, "evaluate": EVALUATE}  # Trainer's
 
@@ -74,8 +82,7 @@ class TrainingProgram:
         tails = CHOSEN_VECTOR_TAILS[self.vector_tails.form] if self.target.backend == "llvm-cpu" else ()
         fusion = CHOSEN_FUSION[self.fusion.form]
         dequantization = [FUSE_MATMUL_PRODUCERS] if self.signature.quantized else []
-        return [INPUT_TORCH, *self.target.compile_flags(), *tiling, *tails, *fusion, *dequantization,
-                *self.extra_flags]
+        return [INPUT_TORCH, *self.target.compile_flags(), *tiling, *tails, *fusion, *dequantization, *self.extra_flags]
 
     @property
     def data_tiling(self) -> Choice:
@@ -134,7 +141,8 @@ class TrainingProgram:
             cached = self._falling_back(functions, self._from_cache)
             if cached is None:
                 self.streams[functions] = self._falling_back(
-                    functions, lambda group: self._to_stream(self._source(group), group))
+                    functions, lambda group: self._to_stream(self._source(group), group)
+                )
                 return self.streams[functions][1]
             self.modules[functions] = cached
         return self.modules[functions].schedule
@@ -151,8 +159,9 @@ class TrainingProgram:
         timings: the lowered IR, without the other stages' IR and without the initial parameters
         and buffers, a host copy of the model (what a Trainer keeps for the modules it compiles on
         first call, so that dropping the program frees them)."""
-        return replace(self, stages={k: v for k, v in self.stages.items() if k == "lowered"}, initial_params={},
-                       initial_buffers={})
+        return replace(
+            self, stages={k: v for k, v in self.stages.items() if k == "lowered"}, initial_params={}, initial_buffers={}
+        )
 
     def _falling_back(self, functions: tuple[str, ...], attempt):
         """attempt(functions), IREE's work on a module; again with the default fusion where IREE
@@ -170,8 +179,11 @@ class TrainingProgram:
         self.timings[_phase("failed with aggressive fusion", functions)] = time.perf_counter() - start
         reason = _first_error(error)
         failed_flags = self.iree_flags()  # under the aggressive fusion, which the cache remembers failing
-        self.replaced["fusion"] = replace(self.fusion, form="default", reason=f"{self.fusion.reason}, but IREE failed "
-                                          f"to compile {', '.join(functions)} with it: {reason}")
+        self.replaced["fusion"] = replace(
+            self.fusion,
+            form="default",
+            reason=f"{self.fusion.reason}, but IREE failed to compile {', '.join(functions)} with it: {reason}",
+        )
         self.streams.clear()  # IREE's stream phase under the aggressive fusion
         try:
             result = attempt(functions)
@@ -181,17 +193,24 @@ class TrainingProgram:
             raise RuntimeError(iree_failure(str(failed), self.target.name, self._source(functions))) from None
         if self.cache and (root := cache.directory()) is not None:
             cache.store_failure(root, cache.key(self._source(functions), failed_flags), reason)
-        warnings.warn(f"IREE failed to compile {', '.join(functions)} with the aggressive fusion "
-                      f"pock-backend-switch chose ({reason}); compiled with IREE's default fusion "
-                      "instead (program.fusion)", stacklevel=3)
+        warnings.warn(
+            f"IREE failed to compile {', '.join(functions)} with the aggressive fusion "
+            f"pock-backend-switch chose ({reason}); compiled with IREE's default fusion "
+            "instead (program.fusion)",
+            stacklevel=3,
+        )
         return result
 
     def _source(self, functions: tuple[str, ...]) -> str:
         lowered = self.stages["lowered"]
         if set(functions) >= set(FUNCTIONS):
             return lowered
-        return re.sub(r"^(\s*func\.func )@(\w+)\(", lambda m: m.group(0) if m.group(2) in functions
-                      else f"{m.group(1)}private @{m.group(2)}(", lowered, flags=re.M)
+        return re.sub(
+            r"^(\s*func\.func )@(\w+)\(",
+            lambda m: m.group(0) if m.group(2) in functions else f"{m.group(1)}private @{m.group(2)}(",
+            lowered,
+            flags=re.M,
+        )
 
     def _cached(self, functions: tuple[str, ...]) -> CompiledModule:
         from pock_mlir import cache
@@ -201,8 +220,9 @@ class TrainingProgram:
             source = self._source(functions)
             compiled = self._compile(source, functions)
             if self.cache and (root := cache.directory()) is not None:
-                cache.store(root, cache.key(source, self.iree_flags()), compiled.vmfb,
-                            {"in_place": sorted(compiled.in_place)})
+                cache.store(
+                    root, cache.key(source, self.iree_flags()), compiled.vmfb, {"in_place": sorted(compiled.in_place)}
+                )
         return compiled
 
     def _from_cache(self, functions: tuple[str, ...]) -> CompiledModule | None:
@@ -271,15 +291,26 @@ class TrainingProgram:
         sparse BP: ops, FLOPs, saved activations, gradients (see pock_mlir.report)."""
         from pock_mlir.report import report
 
-        return report(self.stages["training"], TRAIN_STEP, self.scheme.source, self.scheme.unmatched,
-                      self.scheme.not_requiring_grad)
+        return report(
+            self.stages["training"],
+            TRAIN_STEP,
+            self.scheme.source,
+            self.scheme.unmatched,
+            self.scheme.not_requiring_grad,
+        )
 
     def backend_report(self, function: str = TRAIN_STEP) -> str:
         """What pock-backend-switch chose for each convolution of `function` and why (the
         measurements in pock_mlir/tuning/<target>.json that decided it)."""
         chosen = self.backend.ops.get(function, ())
-        program = [f"{what}: {choice.form} ({choice.reason})" for what, choice in
-                   (("matmuls", self.data_tiling), ("vector tails", self.vector_tails), ("fusion", self.fusion))]
+        program = [
+            f"{what}: {choice.form} ({choice.reason})"
+            for what, choice in (
+                ("matmuls", self.data_tiling),
+                ("vector tails", self.vector_tails),
+                ("fusion", self.fusion),
+            )
+        ]
         if not chosen:
             header = f"{function}: no convolutions, nothing for pock-backend-switch to choose per op"
             return "\n".join([header, *program])
@@ -290,8 +321,14 @@ class TrainingProgram:
     def artifact(self) -> TrainingArtifact:
         """What a Trainer runs: the modules compiled so far (those it compiles later, from
         compiler(), join them) and the initial parameters and buffers."""
-        return TrainingArtifact(self.signature, self.target, self.modules, self.initial_params, self.initial_buffers,
-                                compile=self.compiler().module)
+        return TrainingArtifact(
+            self.signature,
+            self.target,
+            self.modules,
+            self.initial_params,
+            self.initial_buffers,
+            compile=self.compiler().module,
+        )
 
     def trainer(self, device: str | None = None, retain_memory: bool = True, on_nonfinite: str = "raise"):
         """Load the module on the IREE runtime; parameters start at the model's values. See
@@ -310,7 +347,13 @@ def iree_failure(error: str, target: str, lowered: str = "") -> str:
     lines = lowered.splitlines()
     if op.startswith("torch.constant.") and line <= len(lines):
         value = lines[line - 1].split("=")[0].strip()
-        users = (re.search(r"= (torch\.\w+\.[\w.]+) ", text) for text in lines[line:] if re.search(rf"{re.escape(value)}\b", text))
+        users = (
+            re.search(r"= (torch\.\w+\.[\w.]+) ", text)
+            for text in lines[line:]
+            if re.search(rf"{re.escape(value)}\b", text)
+        )
         op = next((m.group(1) for m in users if m), op)
-    return (f"the model uses {op}, which torch-mlir and IREE cannot compile for {target}; pock-mlir cannot run "
-            f"this model on the device (replace or remove that operation)")
+    return (
+        f"the model uses {op}, which torch-mlir and IREE cannot compile for {target}; pock-mlir cannot run "
+        f"this model on the device (replace or remove that operation)"
+    )

@@ -57,7 +57,9 @@ class Report:
     not_requiring_grad: tuple[str, ...] = ()  # parameters the model froze (requires_grad=False)
 
     def __str__(self) -> str:
-        lines = [f"sparse backpropagation report: @{self.function}" + (f" (scheme: {self.scheme})" if self.scheme else "")]
+        lines = [
+            f"sparse backpropagation report: @{self.function}" + (f" (scheme: {self.scheme})" if self.scheme else "")
+        ]
         width = max([len("parameter")] + [len(p.name) for p in self.parameters])
         lines.append(f"  {'parameter':<{width}}  {'shape':<14}  policy")
         for p in self.parameters:
@@ -66,14 +68,21 @@ class Report:
         trained = sum(p.policy != "frozen" for p in self.parameters)
         lines.append(f"  {trained} of {len(self.parameters)} parameters trained")
         if self.not_requiring_grad:
-            lines.append(f"  {len(self.not_requiring_grad)} frozen by the model (requires_grad=False): "
-                         f"{', '.join(self.not_requiring_grad[:3])}{', ...' if len(self.not_requiring_grad) > 3 else ''}")
-        lines += [f"  warning: pattern '{pattern}' matches no parameter or module of this model"
-                  for pattern in self.unmatched]
+            lines.append(
+                f"  {len(self.not_requiring_grad)} frozen by the model (requires_grad=False): "
+                f"{', '.join(self.not_requiring_grad[:3])}{', ...' if len(self.not_requiring_grad) > 3 else ''}"
+            )
+        lines += [
+            f"  warning: pattern '{pattern}' matches no parameter or module of this model" for pattern in self.unmatched
+        ]
         lines.append("")
         lines.append(f"  {'backward':<21}{'full BP':>14}{'sparse BP':>14}{'saved':>9}")
-        rows = [("ops", "ops", ""), ("FLOPs", "flops", ""), ("saved activations", "saved_activation_bytes", " B"),
-                ("parameter gradients", "gradient_bytes", " B")]
+        rows = [
+            ("ops", "ops", ""),
+            ("FLOPs", "flops", ""),
+            ("saved activations", "saved_activation_bytes", " B"),
+            ("parameter gradients", "gradient_bytes", " B"),
+        ]
         for label, attr, unit in rows:
             before, after = getattr(self.full, attr), getattr(self.sparse, attr)
             saved = f"{100 * (before - after) / before:.1f}%" if before else "-"
@@ -83,20 +92,27 @@ class Report:
 
 # -- the analysis functions ------------------------------------------------------------------
 
+
 def _gradient_function(module: ir.Module, name: str, full: bool) -> None:
     """Cut `name` down to its forward, returning the loss and its gradients (see the module
     docstring); every other public function is dropped."""
     for op in list(module.body.operations):
-        if op.operation.name == "func.func" and ir.StringAttr(op.attributes["sym_name"]).value != name \
-                and "sym_visibility" not in op.attributes:
+        if (
+            op.operation.name == "func.func"
+            and ir.StringAttr(op.attributes["sym_name"]).value != name
+            and "sym_visibility" not in op.attributes
+        ):
             op.operation.erase()
     target = function_named(module.operation, name)
     block = target.regions[0].blocks[0]
     grads = [op.operation for op in block.operations if op.operation.name == "pock.grad"]
     params = [op.operation for op in block.operations if op.operation.name == "pock.param"]
     loss = grads[0].operands[0]
-    wanted = [(p.results[0], p.results[0].type) for p in params] if full else \
-             [(g.operands[1], g.results[0].type) for g in grads]
+    wanted = (
+        [(p.results[0], p.results[0].type) for p in params]
+        if full
+        else [(g.operands[1], g.results[0].type) for g in grads]
+    )
     keep = ancestors([loss]) | set(params)
     for op in reversed([op.operation for op in block.operations]):
         if op not in keep:
@@ -104,8 +120,9 @@ def _gradient_function(module: ir.Module, name: str, full: bool) -> None:
     ip = ir.InsertionPoint(block)
     gradients = [GradOp(loss, p, t, ip=ip).grad for p, t in wanted]
     func.ReturnOp([loss, *gradients], ip=ip)
-    target.attributes["function_type"] = ir.TypeAttr.get(ir.FunctionType.get(
-        [a.type for a in block.arguments], [loss.type, *(g.type for g in gradients)]))
+    target.attributes["function_type"] = ir.TypeAttr.get(
+        ir.FunctionType.get([a.type for a in block.arguments], [loss.type, *(g.type for g in gradients)])
+    )
 
 
 def _backward(text: str, function: str, full: bool, measure):
@@ -160,17 +177,28 @@ def report(text: str, function: str, scheme: str = "", unmatched=(), not_requiri
     """The report for one training function of a training-stage module."""
     functions = training_functions(text)
     if function not in functions:
-        raise ReportError(f"no function @{function} with pock.grad ops; the report reads a training-stage module "
-                          f"(program.ir('training'), before pock-autodiff); training functions: "
-                          f"{', '.join(functions) or 'none'}")
-    return Report(function, functions[function], _cost(text, function, full=True), _cost(text, function, full=False),
-                  scheme, tuple(unmatched), tuple(not_requiring_grad))
+        raise ReportError(
+            f"no function @{function} with pock.grad ops; the report reads a training-stage module "
+            f"(program.ir('training'), before pock-autodiff); training functions: "
+            f"{', '.join(functions) or 'none'}"
+        )
+    return Report(
+        function,
+        functions[function],
+        _cost(text, function, full=True),
+        _cost(text, function, full=False),
+        scheme,
+        tuple(unmatched),
+        tuple(not_requiring_grad),
+    )
 
 
 def module_reports(text: str) -> list[Report]:
     """A report for every function of the module that has pock.grad ops."""
     names = list(training_functions(text))
     if not names:
-        raise ReportError("the module has no pock.grad ops; the report reads a training-stage module "
-                          "(program.ir('training'), before pock-autodiff)")
+        raise ReportError(
+            "the module has no pock.grad ops; the report reads a training-stage module "
+            "(program.ir('training'), before pock-autodiff)"
+        )
     return [report(text, name) for name in names]

@@ -78,15 +78,15 @@ from pock_mlir.abi import EVALUATE, LOSS, TRAIN_STEP_INTO, Policy
 from pock_mlir.cost import BackwardCost
 from pock_mlir.data import Split, batch_order, evaluate
 from pock_mlir.files import OutputError, atomic_write, check_writable
+from pock_mlir.layers import frozen_weights
+from pock_mlir.quantize import FORMATS
 from pock_mlir.report import full_backward_shares
 from pock_mlir.runtime.artifact import trainer_module
 from pock_mlir.runtime.trainer import to_numpy
-from pock_mlir.layers import frozen_weights
-from pock_mlir.quantize import FORMATS
 from pock_mlir.runtime.workspace import module_transient_bytes
 from pock_mlir.sparse import SparseUpdate
 
-MB = 2 ** 20  # as the quality tables' "device MB"
+MB = 2**20  # as the quality tables' "device MB"
 RATIOS = (1 / 8, 1 / 4, 1 / 2, 1.0)
 MAX_SCHEDULES = 4  # chosen schemes scheduled by IREE per budget (step 5 of the module docstring)
 SLACK = 0.05  # a chosen scheme whose measured growth leaves at most this share of the room unused is not refined
@@ -126,8 +126,9 @@ class Budget:
         return math.inf if self.step_time is None else self.step_time
 
     def __str__(self) -> str:
-        parts = ([f"memory {self.memory_mb:g} MB"] if self.memory_mb is not None else []) + \
-                ([f"step {self.step_time:g} of full BP"] if self.step_time is not None else [])
+        parts = ([f"memory {self.memory_mb:g} MB"] if self.memory_mb is not None else []) + (
+            [f"step {self.step_time:g} of full BP"] if self.step_time is not None else []
+        )
         return ", ".join(parts)
 
 
@@ -170,6 +171,7 @@ def candidate_units(shapes: dict[str, tuple[int, ...]], ratios=RATIOS) -> list[U
 
 # -- the cost model ---------------------------------------------------------------------------
 
+
 @dataclass(frozen=True)
 class Estimate:
     device_bytes: int  # what the Trainer would hold (see CostModel)
@@ -201,11 +203,13 @@ class CostModel:
         # What each step writes where it reads it (Trainer.in_place), taken to be full BP's for every scheme.
         self.copies = {role: 1 if role in step_module.in_place else 2 for role in sig.written()}
         # Parameters and buffers, and the second set of the buffers each step updates.
-        self.fixed_bytes = (sum(map(_bytes, sig.params + sig.buffers))
-                            + (self.copies["buffers"] - 1) * sum(_bytes(buffers[n]) for n in sig.updated_buffers))
+        self.fixed_bytes = sum(map(_bytes, sig.params + sig.buffers)) + (self.copies["buffers"] - 1) * sum(
+            _bytes(buffers[n]) for n in sig.updated_buffers
+        )
         self.int8_savings = int8_savings or {}
-        transient = {function: module_transient_bytes(step_module.vmfb, function) or 0
-                     for function in step_module.functions}
+        transient = {
+            function: module_transient_bytes(step_module.vmfb, function) or 0 for function in step_module.functions
+        }
         self.forward_workspace = max(transient[LOSS], transient[EVALUATE])
         self.full_workspace = transient[TRAIN_STEP_INTO]
         full = self.shares.cost({i: 1.0 for i in range(len(self.names))})
@@ -225,8 +229,10 @@ class CostModel:
                 written_back = max(written_back, _bytes(spec))
         backward = self.shares.cost(rows)
         activity = backward.saved_activation_bytes + backward.gradient_bytes
-        workspace = written_back + max(self.forward_workspace, self.forward_workspace
-                                       + (self.full_workspace - self.forward_workspace) * activity / self.full_activity)
+        workspace = written_back + max(
+            self.forward_workspace,
+            self.forward_workspace + (self.full_workspace - self.forward_workspace) * activity / self.full_activity,
+        )
         # An int8 base stores the frozen layer weights so; a trained tensor stays float32.
         trained_names = {unit.parameter for unit in units}
         frozen_int8 = sum(saved for name, saved in self.int8_savings.items() if name not in trained_names)
@@ -245,13 +251,15 @@ def int8_savings(model, quantize: str | None) -> dict[str, int]:
 
 # -- the contribution analysis ------------------------------------------------------------------
 
+
 def as_split(data, what: str) -> Split:
     """(inputs, target), inputs an array or a tuple of arrays (torch or numpy), as a Split."""
     if isinstance(data, Split):
         return data
     if not (isinstance(data, (tuple, list)) and len(data) == 2):
-        raise SearchError(f"{what} must be (inputs, target) with samples along the first dimension, "
-                          f"got {type(data).__name__}")
+        raise SearchError(
+            f"{what} must be (inputs, target) with samples along the first dimension, got {type(data).__name__}"
+        )
     inputs, target = data
     inputs = [to_numpy(x) for x in (inputs if isinstance(inputs, (tuple, list)) else (inputs,))]
     target = to_numpy(target)
@@ -279,8 +287,9 @@ def host_fine_tune(trainer, units: list[Unit], train: Split, batches, optimizer)
     names = [unit.parameter for unit in units]
     state = trainer.state_dict()
     values = {name: state[name] for name in names}
-    rows = {u.parameter: (slice(0, u.rows(values[u.parameter].shape)),) if values[u.parameter].ndim else ()
-            for u in units}
+    rows = {
+        u.parameter: (slice(0, u.rows(values[u.parameter].shape)),) if values[u.parameter].ndim else () for u in units
+    }
     kept = {name: torch.from_numpy(values[name][rows[name]].copy()).requires_grad_() for name in names}
     torch_optimizer = optimizer.torch_optimizer(list(kept.values()))
     for index in batches:
@@ -322,8 +331,17 @@ class Progress:
         self.say(f"contribution: {done}/{total} candidates measured, {best_text}, about {left:.0f}s left")
 
 
-def measure_contributions(trainer, candidates: list[Measurement], train: Split, val: Split, optimizer, batches,
-                          batch_size: int, progress: Progress, anchor: list[Unit] = ()) -> tuple[float, list[Measurement]]:
+def measure_contributions(
+    trainer,
+    candidates: list[Measurement],
+    train: Split,
+    val: Split,
+    optimizer,
+    batches,
+    batch_size: int,
+    progress: Progress,
+    anchor: list[Unit] = (),
+) -> tuple[float, list[Measurement]]:
     """The validation loss after fine-tuning the anchor alone (the start's when there is none), and
     the candidates (their cost known) measured, each fine-tuned with the anchor (see the module
     docstring, 2). The trainer ends as it started."""
@@ -361,12 +379,15 @@ def anchor_units(anchor, names: list[str]) -> list[Unit]:
     chosen = [anchor] if isinstance(anchor, str) else list(anchor)
     unknown = [name for name in chosen if name not in names]
     if unknown or not chosen:
-        raise SearchError(f"anchor: {', '.join(map(repr, unknown)) or 'nothing'} is not a parameter of the model; "
-                          f"give \"auto\" (the last layer), None, or parameter names such as {names[-1]!r}")
+        raise SearchError(
+            f"anchor: {', '.join(map(repr, unknown)) or 'nothing'} is not a parameter of the model; "
+            f'give "auto" (the last layer), None, or parameter names such as {names[-1]!r}'
+        )
     return [Unit(name) for name in names if name in chosen]
 
 
 # -- the selection ------------------------------------------------------------------------------
+
 
 @dataclass(frozen=True)
 class Choice:
@@ -376,30 +397,42 @@ class Choice:
     added_time: float  # and its step time, as a fraction of the full-BP step
 
 
-def check_something_fits(candidates: list[Measurement], costs: CostModel, memory_bytes: float, time_fraction: float,
-                         anchor: list[Unit] = ()) -> None:
+def check_something_fits(
+    candidates: list[Measurement], costs: CostModel, memory_bytes: float, time_fraction: float, anchor: list[Unit] = ()
+) -> None:
     """SearchError naming the cheapest scheme's cost when none fits the budget: the anchor alone,
     or without one the cheapest candidate alone."""
-    budget = ", ".join([f"{memory_bytes / MB:.3f} MB"] * math.isfinite(memory_bytes)
-                       + [f"a step of {time_fraction:g} of full BP"] * math.isfinite(time_fraction))
+    budget = ", ".join(
+        [f"{memory_bytes / MB:.3f} MB"] * math.isfinite(memory_bytes)
+        + [f"a step of {time_fraction:g} of full BP"] * math.isfinite(time_fraction)
+    )
     if anchor:
         cost = costs.estimate(anchor)
         if not cost.fits(memory_bytes, time_fraction):
-            raise SearchError(f"no scheme fits the budget ({budget}): the cheapest scheme, training the anchor "
-                              f"({', '.join(map(str, anchor))}) alone, needs {cost.device_bytes / MB:.3f} MB and a step "
-                              f"of {cost.time_fraction:.3f} of full BP (estimated); give a larger budget, or anchor=None "
-                              f"(pock-search --anchor none) to judge candidates alone")
+            raise SearchError(
+                f"no scheme fits the budget ({budget}): the cheapest scheme, training the anchor "
+                f"({', '.join(map(str, anchor))}) alone, needs {cost.device_bytes / MB:.3f} MB and a step "
+                f"of {cost.time_fraction:.3f} of full BP (estimated); give a larger budget, or anchor=None "
+                f"(pock-search --anchor none) to judge candidates alone"
+            )
         return
     if any(m.cost.fits(memory_bytes, time_fraction) for m in candidates):
         return
     cheapest = min(candidates, key=lambda m: (m.cost.device_bytes, m.cost.time_fraction))
-    raise SearchError(f"no scheme fits the budget ({budget}): "
-                      f"the cheapest scheme, training {cheapest.unit} alone, needs {cheapest.cost.device_bytes / MB:.3f} "
-                      f"MB and a step of {cheapest.cost.time_fraction:.3f} of full BP (estimated)")
+    raise SearchError(
+        f"no scheme fits the budget ({budget}): "
+        f"the cheapest scheme, training {cheapest.unit} alone, needs {cheapest.cost.device_bytes / MB:.3f} "
+        f"MB and a step of {cheapest.cost.time_fraction:.3f} of full BP (estimated)"
+    )
 
 
-def select(measurements: list[Measurement], costs: CostModel, memory_bytes: float, time_fraction: float,
-           anchor: list[Unit] = ()) -> list[Choice]:
+def select(
+    measurements: list[Measurement],
+    costs: CostModel,
+    memory_bytes: float,
+    time_fraction: float,
+    anchor: list[Unit] = (),
+) -> list[Choice]:
     """The scheme under the budget (see the module docstring, 4): the anchor's units first, then the
     candidates chosen; SearchError when nothing fits."""
     check_something_fits(measurements, costs, memory_bytes, time_fraction, anchor)
@@ -407,13 +440,18 @@ def select(measurements: list[Measurement], costs: CostModel, memory_bytes: floa
     candidates = [m for m in measurements if m.gain > 0 and m.unit.parameter not in anchored]
     gains = {m.unit: m.gain for m in candidates}
     if not gains and not anchor:
-        raise SearchError("no candidate lowered the validation loss when fine-tuned alone: raise the learning rate "
-                          "or the steps of the contribution analysis")
+        raise SearchError(
+            "no candidate lowered the validation loss when fine-tuned alone: raise the learning rate "
+            "or the steps of the contribution analysis"
+        )
     empty, start = costs.estimate([]), costs.estimate(anchor)
     base = [Choice(unit, 0.0, 0, 0.0) for unit in anchor]
     if anchor:  # the anchor's cost is its first unit's to carry
-        base[0] = replace(base[0], added_bytes=start.device_bytes - empty.device_bytes,
-                          added_time=start.time_fraction - empty.time_fraction)
+        base[0] = replace(
+            base[0],
+            added_bytes=start.device_bytes - empty.device_bytes,
+            added_time=start.time_fraction - empty.time_fraction,
+        )
     chosen: dict[str, Choice] = {}
     current = start
     while True:
@@ -423,8 +461,9 @@ def select(measurements: list[Measurement], costs: CostModel, memory_bytes: floa
             extra = gain - (held.gain if held else 0.0)
             if extra <= 0 or (held and unit.ratio <= held.unit.ratio):
                 continue
-            estimate = costs.estimate([*anchor, *(c.unit for c in chosen.values() if c.unit.parameter != unit.parameter),
-                                       unit])
+            estimate = costs.estimate(
+                [*anchor, *(c.unit for c in chosen.values() if c.unit.parameter != unit.parameter), unit]
+            )
             if not estimate.fits(memory_bytes, time_fraction):
                 continue
             score = extra / max(estimate.device_bytes - current.device_bytes, 1)
@@ -434,20 +473,38 @@ def select(measurements: list[Measurement], costs: CostModel, memory_bytes: floa
             break
         _, unit, estimate = best
         held = chosen.get(unit.parameter)
-        chosen[unit.parameter] = Choice(unit, gains[unit],
-                                        (held.added_bytes if held else 0) + estimate.device_bytes - current.device_bytes,
-                                        (held.added_time if held else 0.0) + estimate.time_fraction - current.time_fraction)
+        chosen[unit.parameter] = Choice(
+            unit,
+            gains[unit],
+            (held.added_bytes if held else 0) + estimate.device_bytes - current.device_bytes,
+            (held.added_time if held else 0.0) + estimate.time_fraction - current.time_fraction,
+        )
         current = estimate
-    single = max((m for m in candidates if m.cost.fits(memory_bytes, time_fraction)), key=lambda m: m.gain,
-                 default=None)
+    single = max(
+        (m for m in candidates if m.cost.fits(memory_bytes, time_fraction)), key=lambda m: m.gain, default=None
+    )
     if single is not None and single.gain > sum(c.gain for c in chosen.values()):
-        return [*base, Choice(single.unit, single.gain, single.cost.device_bytes - start.device_bytes,
-                              single.cost.time_fraction - start.time_fraction)]
+        return [
+            *base,
+            Choice(
+                single.unit,
+                single.gain,
+                single.cost.device_bytes - start.device_bytes,
+                single.cost.time_fraction - start.time_fraction,
+            ),
+        ]
     return [*base, *chosen.values()]
 
 
-def fit_to_budget(measurements: list[Measurement], costs: CostModel, budget: Budget, program_for, attempts: list[int],
-                  say: Progress, anchor: list[Unit] = ()):
+def fit_to_budget(
+    measurements: list[Measurement],
+    costs: CostModel,
+    budget: Budget,
+    program_for,
+    attempts: list[int],
+    say: Progress,
+    anchor: list[Unit] = (),
+):
     """(choices, their program): the selection scheduled (`program_for(choices)`, a TrainingProgram
     or anything with the device_bytes of the Trainer it makes) and measured, within the memory
     budget. Each measurement sets the memory the next selection is made under (see the module
@@ -457,7 +514,9 @@ def fit_to_budget(measurements: list[Measurement], costs: CostModel, budget: Bud
     fitted, measured, memory = None, {}, budget.memory_bytes
     anchor_bytes = costs.estimate(anchor).device_bytes
     room = budget.memory_bytes - anchor_bytes
-    within = above = None  # (selection memory, measured bytes) of the largest scheme that fit, the smallest that did not
+    within = above = (
+        None  # (selection memory, measured bytes) of the largest scheme that fit, the smallest that did not
+    )
     for _ in range(MAX_SELECTIONS):
         try:
             choices = select(measurements, costs, memory, budget.time_fraction, anchor)
@@ -497,11 +556,15 @@ def fit_to_budget(measurements: list[Measurement], costs: CostModel, budget: Bud
             scaled = anchor_bytes + room * max(estimated - anchor_bytes, 0) / max(point[1] - anchor_bytes, 1)
             memory = scaled if above else max(scaled, memory + budget.memory_bytes - point[1])
         if scheduled:
-            say.say(f"it measures {point[1] / MB:.3f} MB against the budget's {budget.memory_bytes / MB:.3f}: "
-                    f"selecting again as if the budget were {memory / MB:.3f} MB")
+            say.say(
+                f"it measures {point[1] / MB:.3f} MB against the budget's {budget.memory_bytes / MB:.3f}: "
+                f"selecting again as if the budget were {memory / MB:.3f} MB"
+            )
     if fitted is None:
-        raise SearchError(f"the chosen schemes measured {', '.join(f'{b / MB:.3f}' for b in attempts)} MB on the device, "
-                          f"above the budget of {budget.memory_mb:g} MB; give a larger budget")
+        raise SearchError(
+            f"the chosen schemes measured {', '.join(f'{b / MB:.3f}' for b in attempts)} MB on the device, "
+            f"above the budget of {budget.memory_mb:g} MB; give a larger budget"
+        )
     return fitted
 
 
@@ -510,6 +573,7 @@ def scheme_of(choices: list[Choice], quantize: str | None = None) -> SparseUpdat
 
 
 # -- the result ---------------------------------------------------------------------------------
+
 
 @dataclass(frozen=True)
 class Run:
@@ -561,15 +625,33 @@ class SearchResult:
         scheme against the budget."""
         picked = {c.unit for c in self.choices}
         width = max([len("candidate")] + [len(str(m.unit)) for m in self.measurements])
-        lines = [f"  {'candidate':<{width}}  {'val loss gain':>13}  {'MB':>9}  {'step':>6}  chosen",
-                 *(f"  {str(m.unit):<{width}}  {m.gain:>13.5f}  {m.cost.device_bytes / MB:>9.3f}  "
-                   f"{m.cost.time_fraction:>6.3f}  {'yes' if m.unit in picked else ''}" for m in self.measurements)]
-        anchor = [f"anchor: {', '.join(map(str, self.anchor))}, validation loss {self.full.val_loss:.5f} -> "
-                  f"{self.anchored_loss:.5f} fine-tuned alone; the gains below are beyond it"] if self.anchor else []
+        lines = [
+            f"  {'candidate':<{width}}  {'val loss gain':>13}  {'MB':>9}  {'step':>6}  chosen",
+            *(
+                f"  {str(m.unit):<{width}}  {m.gain:>13.5f}  {m.cost.device_bytes / MB:>9.3f}  "
+                f"{m.cost.time_fraction:>6.3f}  {'yes' if m.unit in picked else ''}"
+                for m in self.measurements
+            ),
+        ]
+        anchor = (
+            [
+                f"anchor: {', '.join(map(str, self.anchor))}, validation loss {self.full.val_loss:.5f} -> "
+                f"{self.anchored_loss:.5f} fine-tuned alone; the gains below are beyond it"
+            ]
+            if self.anchor
+            else []
+        )
         base = f", the frozen layer weights {self.quantize}" if self.quantize else ""
-        return "\n".join([f"sparse-scheme search, budget {self.budget}{base} (seed {self.seed}); each candidate trained "
-                          f"{self._with()}: its gain, device MB and step (a fraction of full BP's)",
-                          *anchor, *lines, "", *self.summary()])
+        return "\n".join(
+            [
+                f"sparse-scheme search, budget {self.budget}{base} (seed {self.seed}); each candidate trained "
+                f"{self._with()}: its gain, device MB and step (a fraction of full BP's)",
+                *anchor,
+                *lines,
+                "",
+                *self.summary(),
+            ]
+        )
 
     def summary(self) -> list[str]:
         """The chosen scheme against the budget: memory, step time and gain, estimated and measured."""
@@ -582,24 +664,36 @@ class SearchResult:
             f"step: estimated {self.estimate.time_fraction:.3f}, measured {self.chosen.step_seconds / self.full.step_seconds:.3f} "
             f"of full BP's {full_ms:.2f} ms",
             f"validation loss gain in {self.steps} steps: {self.predicted_gain:.5f} predicted (the entries' gains "
-            f"{self._with()}" + (", plus the anchor's" if self.anchor else "") + f"), {self.measured_gain:.5f} measured",
+            f"{self._with()}"
+            + (", plus the anchor's" if self.anchor else "")
+            + f"), {self.measured_gain:.5f} measured",
             f"search: {runs} runs x {self.steps} steps = {runs * self.steps} full-BP gradients calls; "
             f"full BP compiled, {len(self.attempts)} chosen scheme(s) scheduled and the one kept compiled; "
-            f"{sum(self.seconds.values()):.0f}s in all: " + ", ".join(f"{phase} {s:.1f}s" for phase, s in self.seconds.items())]
+            f"{sum(self.seconds.values()):.0f}s in all: "
+            + ", ".join(f"{phase} {s:.1f}s" for phase, s in self.seconds.items()),
+        ]
 
     def to_yaml(self) -> str:
         """The scheme as a sparse config, a comment per entry with its cost and its measured gain."""
         base = f", over an {self.quantize} frozen base" if self.quantize else ""
-        lines = [f"{YAML_HEADER} a sparse-update scheme searched under {self.budget}{base}",
-                 *(f"# {line}" for line in self.summary()), "default: frozen",
-                 *([f"quantize: {{frozen: {self.quantize}}}"] if self.quantize else [])]
+        lines = [
+            f"{YAML_HEADER} a sparse-update scheme searched under {self.budget}{base}",
+            *(f"# {line}" for line in self.summary()),
+            "default: frozen",
+            *([f"quantize: {{frozen: {self.quantize}}}"] if self.quantize else []),
+        ]
         anchor = set(self.anchor)
         for c in self.choices:
-            gain = (f"the anchor: validation loss -{self.full.val_loss - self.anchored_loss:.5f} with the rest of it"
-                    if c.unit in anchor else f"validation loss -{c.gain:.5f} trained {self._with()}")
+            gain = (
+                f"the anchor: validation loss -{self.full.val_loss - self.anchored_loss:.5f} with the rest of it"
+                if c.unit in anchor
+                else f"validation loss -{c.gain:.5f} trained {self._with()}"
+            )
             # JSON strings are YAML strings: a name is never read as a number or an alias.
-            lines.append(f'"{c.unit.parameter}": {c.unit.policy}  # {gain}; '
-                         f"+{c.added_bytes / MB:.4f} MB, +{c.added_time:.3f} of the full-BP step")
+            lines.append(
+                f'"{c.unit.parameter}": {c.unit.policy}  # {gain}; '
+                f"+{c.added_bytes / MB:.4f} MB, +{c.added_time:.3f} of the full-BP step"
+            )
         return "\n".join(lines) + "\n"
 
     def write(self, path) -> Path:
@@ -627,28 +721,36 @@ def check_scheme_path(path) -> Path:
 
 # -- the search ---------------------------------------------------------------------------------
 
-def _check(model, train: Split, val: Split, budgets: list[Budget], steps: int, ratios, batch_size: int,
-           quantize: str | None) -> None:
+
+def _check(
+    model, train: Split, val: Split, budgets: list[Budget], steps: int, ratios, batch_size: int, quantize: str | None
+) -> None:
     if not budgets or not all(isinstance(b, Budget) for b in budgets):
-        raise SearchError("budget must be a pock.Budget(memory_mb=..., step_time=...) or a list of them, got "
-                          f"{budgets!r}")
+        raise SearchError(
+            f"budget must be a pock.Budget(memory_mb=..., step_time=...) or a list of them, got {budgets!r}"
+        )
     if not isinstance(steps, int) or steps < 1:
         raise SearchError(f"steps must be an integer >= 1, got {steps!r}")
     if not ratios or not all(isinstance(r, (int, float)) and 0 < r <= 1 for r in ratios):
         raise SearchError(f"ratios must be channel ratios in (0, 1], got {ratios!r}")
     if quantize not in (None, *FORMATS):
-        raise SearchError(f"quantize must be None or one of {', '.join(map(repr, FORMATS))} (the frozen layer weights' "
-                          f"storage), got {quantize!r}")
+        raise SearchError(
+            f"quantize must be None or one of {', '.join(map(repr, FORMATS))} (the frozen layer weights' "
+            f"storage), got {quantize!r}"
+        )
     for what, split in (("train_data", train), ("val_data", val)):
         if len(split) < batch_size:
             raise SearchError(f"{what} has {len(split)} samples, fewer than one batch ({batch_size})")
-    resident = (sum(t.numel() * t.element_size() for t in [*model.parameters(), *model.buffers()])
-                - sum(int8_savings(model, quantize).values()))
+    resident = sum(t.numel() * t.element_size() for t in [*model.parameters(), *model.buffers()]) - sum(
+        int8_savings(model, quantize).values()
+    )
     for budget in budgets:
         if resident > budget.memory_bytes:
-            raise SearchError(f"the memory budget {budget.memory_mb:g} MB is below the model's parameters and buffers "
-                              f"alone ({resident / MB:.3f} MB{', the layer weights int8' if quantize else ''}): no "
-                              f"scheme fits")
+            raise SearchError(
+                f"the memory budget {budget.memory_mb:g} MB is below the model's parameters and buffers "
+                f"alone ({resident / MB:.3f} MB{', the layer weights int8' if quantize else ''}): no "
+                f"scheme fits"
+            )
 
 
 def _timed_steps(trainer, train: Split, batches) -> float:
@@ -661,10 +763,24 @@ def _timed_steps(trainer, train: Split, batches) -> float:
     return float(np.median(seconds[1:] or seconds))
 
 
-def search_sparse(model, train_data, val_data, *, budget: Budget | list[Budget], loss="cross_entropy", optimizer=None,
-                  steps: int = 10, ratios=RATIOS, anchor="auto", batch_size: int = 32, seed: int = 0, output=None,
-                  target: str = "host", quantize: str | None = None,
-                  progress: bool = False) -> SearchResult | list[SearchResult]:
+def search_sparse(
+    model,
+    train_data,
+    val_data,
+    *,
+    budget: Budget | list[Budget],
+    loss="cross_entropy",
+    optimizer=None,
+    steps: int = 10,
+    ratios=RATIOS,
+    anchor="auto",
+    batch_size: int = 32,
+    seed: int = 0,
+    output=None,
+    target: str = "host",
+    quantize: str | None = None,
+    progress: bool = False,
+) -> SearchResult | list[SearchResult]:
     """Search which parameters (and output channels) to train under `budget` (see the module
     docstring): a SearchResult, whose `sparse` is the scheme; for a list of budgets, a list of
     SearchResults in its order, from one full-BP compilation and one contribution analysis.
@@ -693,8 +809,17 @@ def search_sparse(model, train_data, val_data, *, budget: Budget | list[Budget],
     example = train.batch(np.arange(batch_size))
 
     def compile_scheme(sparse, functions=("step", "loss", "evaluate")):
-        return compile_training(model, tuple(example[0]), example[1], loss=loss, optimizer=optimizer, sparse=sparse,
-                                output=output, target=target, functions=functions)
+        return compile_training(
+            model,
+            tuple(example[0]),
+            example[1],
+            loss=loss,
+            optimizer=optimizer,
+            sparse=sparse,
+            output=output,
+            target=target,
+            functions=functions,
+        )
 
     started = time.perf_counter()
     say.say("compiling the full-BP step (every parameter trained)")
@@ -710,16 +835,20 @@ def search_sparse(model, train_data, val_data, *, budget: Budget | list[Budget],
     say.say(f"full BP: {full.device_bytes / MB:.3f} MB on the device, {1000 * full_step:.2f} ms a step")
 
     in_anchor = {unit.parameter for unit in anchored}
-    units = [u for u in candidate_units({p.name: p.shape for p in program.signature.params}, ratios)
-             if u.parameter not in in_anchor]
+    units = [
+        u
+        for u in candidate_units({p.name: p.shape for p in program.signature.params}, ratios)
+        if u.parameter not in in_anchor
+    ]
     candidates = [Measurement(u, math.nan, math.nan, costs.estimate([*anchored, u])) for u in units]
     for each in budgets:  # before the long part
         check_something_fits(candidates, costs, each.memory_bytes, each.time_fraction, anchored)
     started = time.perf_counter()
     with_anchor = f", each with the anchor ({', '.join(map(str, anchored))})" if anchored else ""
     say.say(f"contribution analysis: {len(units)} candidates{with_anchor} x {steps} steps of full-BP gradients")
-    anchored_loss, measurements = measure_contributions(trainer, candidates, train, val, optimizer, batches, batch_size,
-                                                        say, anchored)
+    anchored_loss, measurements = measure_contributions(
+        trainer, candidates, train, val, optimizer, batches, batch_size, say, anchored
+    )
     shared["contribution analysis"] = time.perf_counter() - started
     del trainer
 
@@ -728,15 +857,37 @@ def search_sparse(model, train_data, val_data, *, budget: Budget | list[Budget],
         started = time.perf_counter()
         attempts: list[int] = []
         # each selection's memory from IREE's schedule alone; the chosen one's code generated once
-        choices, scheduled = fit_to_budget(measurements, costs, each,
-                                           lambda c: compile_scheme(scheme_of(c, quantize), functions=()),
-                                           attempts, say, anchored)
+        choices, scheduled = fit_to_budget(
+            measurements,
+            costs,
+            each,
+            lambda c: compile_scheme(scheme_of(c, quantize), functions=()),
+            attempts,
+            say,
+            anchored,
+        )
         chosen = scheduled.trainer()
         estimate = costs.estimate([c.unit for c in choices])
-        chosen_run = Run(chosen.device_bytes, _timed_steps(chosen, train, batches),
-                         evaluate(chosen, val, batch_size)["val_loss"])
+        chosen_run = Run(
+            chosen.device_bytes, _timed_steps(chosen, train, batches), evaluate(chosen, val, batch_size)["val_loss"]
+        )
         seconds = {**shared, "selection and check": time.perf_counter() - started}
-        results.append(SearchResult(each, choices, measurements, estimate, full, chosen_run, steps, seed, anchored,
-                                    anchored_loss if anchored else math.nan, attempts, seconds, quantize))
+        results.append(
+            SearchResult(
+                each,
+                choices,
+                measurements,
+                estimate,
+                full,
+                chosen_run,
+                steps,
+                seed,
+                anchored,
+                anchored_loss if anchored else math.nan,
+                attempts,
+                seconds,
+                quantize,
+            )
+        )
         say.say(f"done ({each}): " + results[-1].summary()[0])
     return results if isinstance(budget, (list, tuple)) else results[0]

@@ -119,7 +119,8 @@ def _parse_preset(name, where: str = "sparse") -> tuple[str, int | None]:
     if not m:
         raise SparseConfigError(
             f"{where}: unknown preset {name!r}; presets: full, bias-only, last-K, mobilenet-last-K, "
-            f"transformer-last-K (for example mobilenet-last-4)")
+            f"transformer-last-K (for example mobilenet-last-4)"
+        )
     if m.group(1):
         return m.group(1), None
     k = int(m.group(3))
@@ -133,8 +134,9 @@ def _parse_quantize(value, where: str) -> str | None:
     if value is None:
         return None
     if not (isinstance(value, dict) and set(value) == {"frozen"} and value["frozen"] in FORMATS):
-        raise SparseConfigError(f"{where}: quantize takes {{frozen: int8}} (frozen layer weights stored as int8), "
-                                f"got {value!r}")
+        raise SparseConfigError(
+            f"{where}: quantize takes {{frozen: int8}} (frozen layer weights stored as int8), got {value!r}"
+        )
     return value["frozen"]
 
 
@@ -151,9 +153,11 @@ def _load(sparse) -> tuple[SparseUpdate, str]:
     if isinstance(sparse, str):
         raise SparseConfigError(
             f"sparse={sparse!r} is neither a preset (full, bias-only, last-K, mobilenet-last-K, "
-            f"transformer-last-K) nor an existing YAML/JSON file")
+            f"transformer-last-K) nor an existing YAML/JSON file"
+        )
     raise SparseConfigError(
-        f"sparse= takes None, a dict, a SparseUpdate, a preset name or a YAML/JSON path; got {sparse!r}")
+        f"sparse= takes None, a dict, a SparseUpdate, a preset name or a YAML/JSON path; got {sparse!r}"
+    )
 
 
 def _read_file(path: str) -> dict:
@@ -167,13 +171,16 @@ def _read_file(path: str) -> dict:
             data = yaml.safe_load(text)
     except Exception as e:
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        raise SparseConfigError(f"{path}: cannot parse ({first}); in YAML, quote patterns that start with '*'") from None
+        raise SparseConfigError(
+            f"{path}: cannot parse ({first}); in YAML, quote patterns that start with '*'"
+        ) from None
     if not isinstance(data, dict):
         raise SparseConfigError(f"{path}: expected a mapping of patterns to policies, got {type(data).__name__}")
     return data
 
 
 # -- model structure ------------------------------------------------------------------------
+
 
 def _is_bias(name: str) -> bool:
     leaf = name.rpartition(".")[2]
@@ -195,8 +202,9 @@ def _is_linear(module: nn.Module) -> bool:
 
 def _is_pointwise(module: nn.Module) -> bool:
     """A 1x1 ungrouped conv, or a linear over channels (ConvNeXt's, in channels-last)."""
-    return _is_linear(module) or (isinstance(module, nn.modules.conv._ConvNd) and module.groups == 1
-                                  and all(k == 1 for k in module.kernel_size))
+    return _is_linear(module) or (
+        isinstance(module, nn.modules.conv._ConvNd) and module.groups == 1 and all(k == 1 for k in module.kernel_size)
+    )
 
 
 def _is_squeeze_excite(module: nn.Module) -> bool:
@@ -237,9 +245,10 @@ def _last_layers(model: nn.Module, k: int) -> list[str]:
     layers = [name for name, m in model.named_modules() if list(m.parameters(recurse=False))]
     compute = [i for i, name in enumerate(layers) if not _is_norm(model.get_submodule(name))]
     if k > len(compute):
-        raise SparseConfigError(f"preset 'last-{k}': the model has only {len(compute)} layers "
-                                f"({', '.join(layers[i] for i in compute)})")
-    return [n for name in layers[compute[-k]:] for n in _params_of(model, name, recurse=False)]
+        raise SparseConfigError(
+            f"preset 'last-{k}': the model has only {len(compute)} layers ({', '.join(layers[i] for i in compute)})"
+        )
+    return [n for name in layers[compute[-k] :] for n in _params_of(model, name, recurse=False)]
 
 
 def _block_parameters(model: nn.Module, family: str, k: int) -> list[str]:
@@ -249,26 +258,30 @@ def _block_parameters(model: nn.Module, family: str, k: int) -> list[str]:
     blocks = _blocks(model, is_core)
     if not blocks:
         types = sorted({type(m).__name__ for m in model.modules()})
-        raise SparseConfigError(f"preset '{family}-last-{k}' found no {what} in the model (module types: "
-                                f"{', '.join(types)}); use last-K or patterns instead")
+        raise SparseConfigError(
+            f"preset '{family}-last-{k}' found no {what} in the model (module types: "
+            f"{', '.join(types)}); use last-K or patterns instead"
+        )
     if k > len(blocks):
-        raise SparseConfigError(f"preset '{family}-last-{k}': the model has only {len(blocks)} {what} "
-                                f"({', '.join(blocks)})")
+        raise SparseConfigError(
+            f"preset '{family}-last-{k}': the model has only {len(blocks)} {what} ({', '.join(blocks)})"
+        )
     chosen = []
     for block in blocks[-k:]:
         members = [(_qualified(block, n), m) for n, m in model.get_submodule(block).named_modules()]
         if family == "mobilenet":
             excite = [name for name, m in members if _is_squeeze_excite(m)]
-            pointwise = next((name for name, m in members if _is_pointwise(m)
-                              and not any(name.startswith(e + ".") for e in excite)), None)
+            pointwise = next(
+                (name for name, m in members if _is_pointwise(m) and not any(name.startswith(e + ".") for e in excite)),
+                None,
+            )
             if pointwise is None:
                 raise SparseConfigError(f"preset 'mobilenet-last-{k}': block {block} has no pointwise (1x1) conv")
             chosen += _params_of(model, pointwise)
             continue
         attention = next(name for name, m in members if is_core(m))
         chosen += _params_of(model, attention)
-        ffn = next((name for name, m in members if _is_linear(m)
-                    and not name.startswith(attention + ".")), None)
+        ffn = next((name for name, m in members if _is_linear(m) and not name.startswith(attention + ".")), None)
         if ffn is not None:
             chosen += _params_of(model, ffn)
     return chosen
@@ -285,17 +298,22 @@ def preset_parameters(preset: str, model: nn.Module | None, names: list[str]) ->
             raise SparseConfigError("preset 'bias-only': the model has no bias parameters")
         return biases
     if model is None:
-        raise SparseConfigError(f"preset '{preset}' reads the model's structure; without the PyTorch model "
-                                f"(pock-opt) use patterns, full or bias-only")
+        raise SparseConfigError(
+            f"preset '{preset}' reads the model's structure; without the PyTorch model "
+            f"(pock-opt) use patterns, full or bias-only"
+        )
     if family == "last":
         return _last_layers(model, k)
     chosen = biases + _block_parameters(model, family, k)
     if family == "transformer":
-        chosen += [n for name, m in model.named_modules() if _is_norm(m) for n in _params_of(model, name, recurse=False)]
+        chosen += [
+            n for name, m in model.named_modules() if _is_norm(m) for n in _params_of(model, name, recurse=False)
+        ]
     return [n for n in names if n in set(chosen)]
 
 
 # -- resolution -----------------------------------------------------------------------------
+
 
 def _matches(pattern: str, name: str) -> bool:
     """A pattern names a parameter or any module that contains it."""
@@ -339,8 +357,10 @@ def lora_adapters(sparse, model: nn.Module | None) -> list[Adapter]:
     rules = [(pattern, _lora_policy(value, f"pattern '{pattern}'")) for pattern, value in scheme.rules]
     rules = [(pattern, policy) for pattern, policy in rules if policy is not None]
     if rules and not isinstance(model, nn.Module):
-        raise SparseConfigError("LoRA policies add adapters to the PyTorch model: compile with compile_training or "
-                                "pock-compile (pock-opt on bare IR takes patterns without LoRA)")
+        raise SparseConfigError(
+            "LoRA policies add adapters to the PyTorch model: compile with compile_training or "
+            "pock-compile (pock-opt on bare IR takes patterns without LoRA)"
+        )
     if not rules:
         return []
     kinds = {name: adapter_kind(m) for name, m in model.named_modules()}
@@ -353,21 +373,25 @@ def lora_adapters(sparse, model: nn.Module | None) -> list[Adapter]:
             found = ", ".join(f"{n} ({type(model.get_submodule(n)).__name__})" for n in named[:3]) or "nothing"
             raise SparseConfigError(
                 f"pattern '{pattern}': LoRA applies to nn.Linear, Hugging Face Conv1D and ungrouped nn.Conv2d, and the "
-                f"pattern names {found}; closest adaptable modules: {_closest(pattern, adaptable)}")
+                f"pattern names {found}; closest adaptable modules: {_closest(pattern, adaptable)}"
+            )
         for name in targets:
             shape = tuple(model.get_submodule(name).weight.shape)
             chosen[name] = Adapter(name, kinds[name], shape, policy.r, policy.alpha, policy.seed)
     return [chosen[name] for name in adaptable if name in chosen]
 
 
-def _apply(value, matched: list[str], shapes: dict[str, tuple], pattern: str | None,
-           policies: dict[str, Policy]) -> None:
+def _apply(
+    value, matched: list[str], shapes: dict[str, tuple], pattern: str | None, policies: dict[str, Policy]
+) -> None:
     """Set the policy `value` on the `matched` parameters (by `pattern`, None for default)."""
     where = "default" if pattern is None else f"pattern '{pattern}'"
     if _lora_policy(value, where) is not None:
         if pattern is None:
             raise SparseConfigError("default: LoRA is a policy for patterns; name the modules to adapt")
-        adapters = _lora_targets(pattern, [n.removesuffix(".lora_A.weight") for n in shapes if n.endswith(".lora_A.weight")])
+        adapters = _lora_targets(
+            pattern, [n.removesuffix(".lora_A.weight") for n in shapes if n.endswith(".lora_A.weight")]
+        )
         trained = {f"{m}.lora_{part}.weight" for m in adapters for part in "AB"}
         policies.update({n: Policy("full" if n in trained else "frozen") for n in {*matched, *trained}})
     elif value in ("full", "frozen"):
@@ -375,8 +399,10 @@ def _apply(value, matched: list[str], shapes: dict[str, tuple], pattern: str | N
     elif value == "bias":
         if not any(_is_bias(n) for n in matched):
             with_bias = [n.rpartition(".")[0] for n in shapes if _is_bias(n)]
-            raise SparseConfigError(f"{where}: policy 'bias', but it matches no bias parameter ({', '.join(matched[:4])}); "
-                                    f"closest modules with a bias: {_closest(pattern or '', with_bias)}")
+            raise SparseConfigError(
+                f"{where}: policy 'bias', but it matches no bias parameter ({', '.join(matched[:4])}); "
+                f"closest modules with a bias: {_closest(pattern or '', with_bias)}"
+            )
         policies.update({n: Policy("full" if _is_bias(n) else "frozen") for n in matched})
     elif isinstance(value, (int, float)) and not isinstance(value, bool):
         if not 0 < value <= 1:
@@ -384,13 +410,15 @@ def _apply(value, matched: list[str], shapes: dict[str, tuple], pattern: str | N
         for n in matched:
             shape = shapes[n]
             if not shape:
-                raise SparseConfigError(f"{where}: ratio {value} on {n}, a scalar with no output-channel "
-                                        f"dimension; give it full or frozen")
+                raise SparseConfigError(
+                    f"{where}: ratio {value} on {n}, a scalar with no output-channel dimension; give it full or frozen"
+                )
             policy = Policy("channels", float(value))
             policies[n] = policy if policy.channels(shape) < shape[0] else Policy("full")
     else:
-        raise SparseConfigError(f"{where}: unknown policy {value!r}; use full, frozen, bias, a ratio in (0, 1] or "
-                                f"lora:r=8,alpha=16")
+        raise SparseConfigError(
+            f"{where}: unknown policy {value!r}; use full, frozen, bias, a ratio in (0, 1] or lora:r=8,alpha=16"
+        )
 
 
 def resolve_sparse(sparse, model: nn.Module | None, params: dict[str, tuple]) -> SparseScheme:
@@ -416,8 +444,9 @@ def resolve_sparse(sparse, model: nn.Module | None, params: dict[str, tuple]) ->
             unmatched.append(pattern)
             continue
         if not matched:
-            raise SparseConfigError(f"pattern '{pattern}' matches no parameter or module; closest names: "
-                                    f"{_closest(pattern, candidates)}")
+            raise SparseConfigError(
+                f"pattern '{pattern}' matches no parameter or module; closest names: {_closest(pattern, candidates)}"
+            )
         _apply(value, matched, params, pattern, policies)
     return _frozen_by_model(SparseScheme(policies, source, unmatched, scheme.quantize), model)
 
@@ -426,8 +455,9 @@ def _frozen_by_model(scheme: SparseScheme, model: nn.Module | None) -> SparseSch
     """`scheme` with the parameters the model freezes the PyTorch way (requires_grad=False, as PEFT
     freezes a base model) frozen, whatever it said: torch.optim updates only what gets a gradient."""
     if model is not None:
-        scheme.not_requiring_grad = [n for n, p in model.named_parameters()
-                                     if not p.requires_grad and n in scheme.policies]
+        scheme.not_requiring_grad = [
+            n for n, p in model.named_parameters() if not p.requires_grad and n in scheme.policies
+        ]
         scheme.policies.update({n: Policy("frozen") for n in scheme.not_requiring_grad})
     return scheme
 

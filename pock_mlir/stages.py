@@ -7,7 +7,7 @@ STAGE_PIPELINES = {
     "autodiff": "inline,pock-autodiff,pock-dce",
     "sparse": "pock-sparse-bp",
     "lowered": "pock-backend-switch{target={target}},pock-factor-reductions,pock-order-param-reads,pock-reorder-updates,pock-lower-optimizers,pock-strip-params,"
-               "pock-dce,canonicalize,pock-step-into",
+    "pock-dce,canonicalize,pock-step-into",
 }
 STAGES = ("imported", "training", *STAGE_PIPELINES)
 

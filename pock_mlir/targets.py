@@ -7,12 +7,24 @@ from __future__ import annotations
 
 import platform
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
-from pock_mlir.iree_flags import (CPU_COMMON, CPU_FEATURES, CPU_NAME, CPU_TRIPLE, CUDA_COMMON, CUDA_TARGET, DEMOTE_I64,
-                                  EXTERNAL_TRANSIENTS, LOCAL_BACKENDS, PEELED_VECTOR_TAILS, TARGET_DEVICE,
-                                  VULKAN_TARGET, flag)
+from pock_mlir.iree_flags import (
+    CPU_COMMON,
+    CPU_FEATURES,
+    CPU_NAME,
+    CPU_TRIPLE,
+    CUDA_COMMON,
+    CUDA_TARGET,
+    DEMOTE_I64,
+    EXTERNAL_TRANSIENTS,
+    LOCAL_BACKENDS,
+    PEELED_VECTOR_TAILS,
+    TARGET_DEVICE,
+    VULKAN_TARGET,
+    flag,
+)
 
 
 class TargetError(ValueError):
@@ -52,12 +64,16 @@ class Target:
     def check_runtime(self, driver: str, machine: str | None = None) -> None:
         """Raise TargetError unless `driver` on this machine (or `machine`) can run the module."""
         if driver not in self.drivers:
-            raise TargetError(f"a module compiled for target '{self.name}' ({self.description}) runs on device "
-                              f"{' or '.join(self.drivers)}, not '{driver}'")
+            raise TargetError(
+                f"a module compiled for target '{self.name}' ({self.description}) runs on device "
+                f"{' or '.join(self.drivers)}, not '{driver}'"
+            )
         machine = machine or platform.machine()
         if self.arch and _normalize_arch(machine) != self.arch:
-            raise TargetError(f"a module compiled for target '{self.name}' needs an {self.arch} CPU; this machine is "
-                              f"{machine} (recompile with --target host or x86-64, or run it on the device)")
+            raise TargetError(
+                f"a module compiled for target '{self.name}' needs an {self.arch} CPU; this machine is "
+                f"{machine} (recompile with --target host or x86-64, or run it on the device)"
+            )
 
 
 def _normalize_arch(machine: str) -> str:
@@ -89,16 +105,18 @@ def _x86_64(spec: str, option: str) -> Target:
     cpu = option or "x86-64-v3"
     if cpu not in X86_64_CPUS:
         raise TargetError(f"x86-64 takes {', '.join(X86_64_CPUS)}, got '{cpu}'")
-    return _cpu(spec, "x86_64", (flag(CPU_TRIPLE, "x86_64-unknown-linux-gnu"), flag(CPU_NAME, cpu)),
-                f"portable x86-64 ({cpu})")
+    return _cpu(
+        spec, "x86_64", (flag(CPU_TRIPLE, "x86_64-unknown-linux-gnu"), flag(CPU_NAME, cpu)), f"portable x86-64 ({cpu})"
+    )
 
 
 def _aarch64(spec: str, option: str) -> Target:
     features = [f for f in option.split(",") if f]
     bad = [f for f in features if not re.fullmatch(r"[+-][a-z0-9.-]+", f)]
     if bad:
-        raise TargetError(f"aarch64 takes CPU features like +dotprod,+sve (each starting with + or -), got "
-                          f"{', '.join(bad)}")
+        raise TargetError(
+            f"aarch64 takes CPU features like +dotprod,+sve (each starting with + or -), got {', '.join(bad)}"
+        )
     flags = (flag(CPU_TRIPLE, "aarch64-unknown-linux-gnu"), flag(CPU_NAME, "generic"))
     if features:
         flags += (flag(CPU_FEATURES, ",".join(features)),)
@@ -107,16 +125,24 @@ def _aarch64(spec: str, option: str) -> Target:
 
 def _vulkan(spec: str, option: str) -> Target:
     gpu = option or PORTABLE_VULKAN
-    return Target(spec, "vulkan", "vulkan-spirv", VULKAN_DRIVERS, None, (flag(VULKAN_TARGET, gpu), DEMOTE_I64),
-                  f"Vulkan SPIR-V GPUs ({gpu})")
+    return Target(
+        spec,
+        "vulkan",
+        "vulkan-spirv",
+        VULKAN_DRIVERS,
+        None,
+        (flag(VULKAN_TARGET, gpu), DEMOTE_I64),
+        f"Vulkan SPIR-V GPUs ({gpu})",
+    )
 
 
 def _cuda(spec: str, option: str) -> Target:
     sm = option or "sm_87"
     if not re.fullmatch(r"sm_\d{2,3}a?", sm):
         raise TargetError(f"cuda takes a compute capability like sm_87 (Jetson Orin) or sm_80, got '{sm}'")
-    return Target(spec, "cuda", "cuda", CUDA_DRIVERS, None, (flag(CUDA_TARGET, sm), *CUDA_COMMON),
-                  f"NVIDIA GPUs ({sm})")
+    return Target(
+        spec, "cuda", "cuda", CUDA_DRIVERS, None, (flag(CUDA_TARGET, sm), *CUDA_COMMON), f"NVIDIA GPUs ({sm})"
+    )
 
 
 @dataclass(frozen=True)
@@ -132,13 +158,16 @@ class TargetKind:
         return f"{self.name}[:{self.option}]" if self.option else self.name
 
 
-TARGETS = {kind.name: kind for kind in (
-    TargetKind("host", "", CPU_DRIVERS, _host),
-    TargetKind("x86-64", "|".join(X86_64_CPUS), CPU_DRIVERS, _x86_64),
-    TargetKind("aarch64", "+dotprod,+sve,...", CPU_DRIVERS, _aarch64),
-    TargetKind("vulkan", "GPU, e.g. valhall4", VULKAN_DRIVERS, _vulkan),
-    TargetKind("cuda", "sm_XX, e.g. sm_87 for Jetson Orin", CUDA_DRIVERS, _cuda),
-)}
+TARGETS = {
+    kind.name: kind
+    for kind in (
+        TargetKind("host", "", CPU_DRIVERS, _host),
+        TargetKind("x86-64", "|".join(X86_64_CPUS), CPU_DRIVERS, _x86_64),
+        TargetKind("aarch64", "+dotprod,+sve,...", CPU_DRIVERS, _aarch64),
+        TargetKind("vulkan", "GPU, e.g. valhall4", VULKAN_DRIVERS, _vulkan),
+        TargetKind("cuda", "sm_XX, e.g. sm_87 for Jetson Orin", CUDA_DRIVERS, _cuda),
+    )
+}
 # every runtime driver some target's modules run on, the default CPU one first
 DRIVERS = tuple(dict.fromkeys(driver for kind in TARGETS.values() for driver in kind.drivers))
 

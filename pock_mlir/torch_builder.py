@@ -86,8 +86,11 @@ def _run_on_meta(overload: torch._ops.OpOverload, positional: list, keywords: di
     import torch
 
     arguments = [*positional, *keywords.values()]
-    if (torch.Tag.pointwise not in overload.tags or len(overload._schema.returns) != 1
-            or not all(isinstance(a, (torch.Tensor, bool, int, float, type(None))) for a in arguments)):
+    if (
+        torch.Tag.pointwise not in overload.tags
+        or len(overload._schema.returns) != 1
+        or not all(isinstance(a, (torch.Tensor, bool, int, float, type(None))) for a in arguments)
+    ):
         return overload(*positional, **keywords)
     shape = torch.broadcast_shapes(*(a.shape for a in arguments if isinstance(a, torch.Tensor)))
 
@@ -131,7 +134,8 @@ class TorchBuilder:
 
     def _create(self, name, result_types, operands, attributes=None) -> ir.Operation:
         op = ir.Operation.create(
-            name, results=result_types, operands=operands, attributes=attributes or {}, loc=self.loc, ip=self.ip)
+            name, results=result_types, operands=operands, attributes=attributes or {}, loc=self.loc, ip=self.ip
+        )
         if self.created is not None:
             self.created.append(op)
         return op
@@ -152,8 +156,9 @@ class TorchBuilder:
             raise ValueError(f"cannot build {mlir_name} on {[self._describe(a) for a in args]}: {e}") from e
         outs = meta_out if isinstance(meta_out, (tuple, list)) else (meta_out,)
         # An output the op was asked not to compute (convolution_backward's mask) is none.
-        result_types = [ir.Type.parse("!torch.none" if o is None else TensorType.of(o.shape, o.dtype).asm())
-                        for o in outs]
+        result_types = [
+            ir.Type.parse("!torch.none" if o is None else TensorType.of(o.shape, o.dtype).asm()) for o in outs
+        ]
         operands = [self.operand(a) for a in args]
         op = self._create(mlir_name, result_types, operands)
         return op.results[0] if len(op.results) == 1 else tuple(op.results)
@@ -183,17 +188,27 @@ class TorchBuilder:
         if arg is None:
             return self._create("torch.constant.none", [ir.Type.parse("!torch.none")], []).result
         if isinstance(arg, bool):
-            return self._create("torch.constant.bool", [ir.Type.parse("!torch.bool")], [],
-                                {"value": ir.BoolAttr.get(arg)}).result
+            return self._create(
+                "torch.constant.bool", [ir.Type.parse("!torch.bool")], [], {"value": ir.BoolAttr.get(arg)}
+            ).result
         if isinstance(arg, int):
-            return self._create("torch.constant.int", [ir.Type.parse("!torch.int")], [],
-                                {"value": ir.IntegerAttr.get(ir.IntegerType.get_signless(64), arg)}).result
+            return self._create(
+                "torch.constant.int",
+                [ir.Type.parse("!torch.int")],
+                [],
+                {"value": ir.IntegerAttr.get(ir.IntegerType.get_signless(64), arg)},
+            ).result
         if isinstance(arg, float):
-            return self._create("torch.constant.float", [ir.Type.parse("!torch.float")], [],
-                                {"value": ir.FloatAttr.get(ir.F64Type.get(), arg)}).result
+            return self._create(
+                "torch.constant.float",
+                [ir.Type.parse("!torch.float")],
+                [],
+                {"value": ir.FloatAttr.get(ir.F64Type.get(), arg)},
+            ).result
         if isinstance(arg, str):
-            return self._create("torch.constant.str", [ir.Type.parse("!torch.str")], [],
-                                {"value": ir.StringAttr.get(arg)}).result
+            return self._create(
+                "torch.constant.str", [ir.Type.parse("!torch.str")], [], {"value": ir.StringAttr.get(arg)}
+            ).result
         if isinstance(arg, (list, tuple)):
             items = [self.operand(a) for a in arg]
             element = self._list_element_type(arg)
@@ -295,7 +310,9 @@ class TorchBuilder:
 
         array = np.require(array, requirements="C")
         result_type = ir.Type.parse(TensorType.of(array.shape, torch.from_numpy(array).dtype).asm())
-        return self._create("torch.vtensor.literal", [result_type], [], {"value": ir.DenseElementsAttr.get(array)}).result
+        return self._create(
+            "torch.vtensor.literal", [result_type], [], {"value": ir.DenseElementsAttr.get(array)}
+        ).result
 
     def cast(self, x, dtype: torch.dtype):
         if self.type_of(x).dtype == dtype:
@@ -315,8 +332,7 @@ class TorchBuilder:
         if x_shape == shape:
             return x
         lead = len(x_shape) - len(shape)
-        dims = list(range(lead)) + [
-            lead + i for i, d in enumerate(shape) if d == 1 and x_shape[lead + i] != 1]
+        dims = list(range(lead)) + [lead + i for i, d in enumerate(shape) if d == 1 and x_shape[lead + i] != 1]
         if dims:
             x = self.sum(x, dims, keepdim=True)
         return self.reshape(x, shape)

@@ -10,6 +10,7 @@ from typing import NamedTuple
 
 _VTENSOR = re.compile(r"^!torch\.vtensor<\[([^\]]*)\],([a-z0-9]+)>$")
 
+
 class _Element(NamedTuple):
     torch_name: str  # torch.<name>
     itemsize: int  # bytes

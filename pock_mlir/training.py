@@ -13,13 +13,23 @@ import torch
 from torch_mlir import ir
 from torch_mlir.dialects import func
 
-from pock_mlir.abi import FORWARD_LOSS, GRADIENTS, LOSS, LOSS_TRAIN, TRAIN_STEP, Policy, Slot, StepSignature, TensorSpec, layout
+from pock_mlir.abi import (
+    FORWARD_LOSS,
+    GRADIENTS,
+    LOSS,
+    LOSS_TRAIN,
+    TRAIN_STEP,
+    Policy,
+    Slot,
+    StepSignature,
+    TensorSpec,
+    layout,
+)
 from pock_mlir.dialects.pock import ChannelSliceOp, ChannelUpdateOp, GradOp, ParamOp
 from pock_mlir.frontend import ImportedModel
 from pock_mlir.passes.base import function_named
 from pock_mlir.torch_builder import TorchBuilder
 from pock_mlir.torch_types import TensorType
-
 
 FLOAT32_MAX = float(torch.finfo(torch.float32).max)
 
@@ -37,8 +47,17 @@ def _mark_params(signature: StepSignature, args, ip, loc):
     marked = []
     for spec, value in zip(signature.params, args):
         policy = signature.policies.get(spec.name, Policy())
-        marked.append(ParamOp(value, ir.StringAttr.get(spec.name), ir.StringAttr.get(policy.kind),
-                              ir.FloatAttr.get(ir.F64Type.get(), policy.ratio), value.type, loc=loc, ip=ip).result)
+        marked.append(
+            ParamOp(
+                value,
+                ir.StringAttr.get(spec.name),
+                ir.StringAttr.get(policy.kind),
+                ir.FloatAttr.get(ir.F64Type.get(), policy.ratio),
+                value.type,
+                loc=loc,
+                ip=ip,
+            ).result
+        )
     return marked
 
 
@@ -58,26 +77,40 @@ def _call_forward_loss(forward_loss, params, buffers, batch, ip):
     return results[0], list(results[1:-1])
 
 
-def build_training_functions(imported: ImportedModel, optimizer, policies: dict[str, Policy],
-                             adapters=(), quantized=()) -> StepSignature:
+def build_training_functions(
+    imported: ImportedModel, optimizer, policies: dict[str, Policy], adapters=(), quantized=()
+) -> StepSignature:
     """Add train_step, gradients and loss to the imported module (in its context)."""
     trainable = [p.name for p in imported.params if policies.get(p.name, Policy()).kind != "frozen"]
     if not trainable:
         raise ValueError("every parameter is frozen: there is nothing to train")
     signature = StepSignature(
-        params=imported.params, buffers=imported.buffers, updated_buffers=imported.updated_buffers,
-        trainable=trainable, state=[],
-        inputs=imported.inputs, target=imported.target, output=imported.output, policies=dict(policies),
-        by_keyword=imported.by_keyword, adapters=list(adapters), quantized=list(quantized),
-        vocabularies=dict(imported.vocabularies), state_dict=dict(imported.state_dict))
+        params=imported.params,
+        buffers=imported.buffers,
+        updated_buffers=imported.updated_buffers,
+        trainable=trainable,
+        state=[],
+        inputs=imported.inputs,
+        target=imported.target,
+        output=imported.output,
+        policies=dict(policies),
+        by_keyword=imported.by_keyword,
+        adapters=list(adapters),
+        quantized=list(quantized),
+        vocabularies=dict(imported.vocabularies),
+        state_dict=dict(imported.state_dict),
+    )
     signature.state = [
         TensorSpec(f"{name}.{slot}", signature.trainable_shape(name), "float32")
-        for name in trainable for slot in optimizer.state_slots]
+        for name in trainable
+        for slot in optimizer.state_slots
+    ]
 
     module = imported.module
     body = module.body
-    forward_loss, eval_forward_loss = (function_named(module.operation, name)
-                                       for name in (FORWARD_LOSS, imported.eval_function))
+    forward_loss, eval_forward_loss = (
+        function_named(module.operation, name) for name in (FORWARD_LOSS, imported.eval_function)
+    )
     for function in (forward_loss, eval_forward_loss):
         function.attributes["sym_visibility"] = ir.StringAttr.get("private")
     loc = ir.Location.name(TRAIN_STEP)
@@ -95,10 +128,13 @@ def build_training_functions(imported: ImportedModel, optimizer, policies: dict[
             param, policy = by_name[name], signature.policies.get(name, Policy())
             slots = [next(state_iter) for _ in optimizer.state_slots]
             if policy.kind == "channels":
-                slice_type = _tensor_type(next(p for p in signature.params if p.name == name), signature.trainable_shape(name))
+                slice_type = _tensor_type(
+                    next(p for p in signature.params if p.name == name), signature.trainable_shape(name)
+                )
                 k = signature.trainable_shape(name)[0]
-                sliced = ChannelSliceOp(param, ir.IntegerAttr.get(ir.IntegerType.get_signless(64), k), slice_type,
-                                        loc=loc, ip=ip).result
+                sliced = ChannelSliceOp(
+                    param, ir.IntegerAttr.get(ir.IntegerType.get_signless(64), k), slice_type, loc=loc, ip=ip
+                ).result
                 updated, slot_values = optimizer.emit(ip, loc, sliced, grads[name], slots, step)
                 updated = ChannelUpdateOp(param, updated, param.type, loc=loc, ip=ip).result
             else:
@@ -110,8 +146,10 @@ def build_training_functions(imported: ImportedModel, optimizer, policies: dict[
         # values are its old ones. The select fuses into the updates' dispatches.
         finite = b.aten.le.Scalar(b.aten.abs(loss), FLOAT32_MAX)  # aten.isfinite has no lowering to linalg
         old_buffers = dict(zip([s.name for s in signature.buffers], args["buffers"]))
-        results = zip(new_params + new_state + new_buffers + [b.add(step, 1.0)],
-                      [by_name[n] for n in trainable] + state + [old_buffers[n] for n in signature.updated_buffers] + [step])
+        results = zip(
+            new_params + new_state + new_buffers + [b.add(step, 1.0)],
+            [by_name[n] for n in trainable] + state + [old_buffers[n] for n in signature.updated_buffers] + [step],
+        )
         func.ReturnOp([loss] + [b.aten.where.self(finite, new, old) for new, old in results], ip=ip)
 
         ip, args = _function(body, signature, GRADIENTS)

@@ -21,8 +21,15 @@ if "PYTEST_XDIST_WORKER" not in os.environ:
 
 # The longest files first: `make test` runs a file per worker (pytest-xdist --dist loadfile), and a
 # long file started last leaves the other worker idle while it runs.
-LONGEST_FIRST = ("test_zoo.py", "test_readme_commands.py", "test_examples.py", "test_quality_scripts.py",
-                 "test_federated.py", "test_targets.py", "test_lora.py")
+LONGEST_FIRST = (
+    "test_zoo.py",
+    "test_readme_commands.py",
+    "test_examples.py",
+    "test_quality_scripts.py",
+    "test_federated.py",
+    "test_targets.py",
+    "test_lora.py",
+)
 
 
 def pytest_collection_modifyitems(items):

@@ -41,7 +41,7 @@ def blocks(page: str) -> list[Block]:
                 heading = line.strip()
         elif line.strip() == "```":
             indent, lang, start = fence
-            found.append(Block(page, heading, lang, "\n".join(b[len(indent):] for b in body) + "\n", start))
+            found.append(Block(page, heading, lang, "\n".join(b[len(indent) :] for b in body) + "\n", start))
             fence = None
         else:
             body.append(line)

@@ -50,8 +50,15 @@ def _run(model, inputs):
     return model(*args, **kwargs)
 
 
-def torch_gradients(model: torch.nn.Module, inputs, target, loss="cross_entropy", trainable=None,
-                    float64: bool = False, seed: int | None = None):
+def torch_gradients(
+    model: torch.nn.Module,
+    inputs,
+    target,
+    loss="cross_entropy",
+    trainable=None,
+    float64: bool = False,
+    seed: int | None = None,
+):
     """Loss and {name: grad} from torch.autograd on a copy of the model (in double precision
     with float64; with a seed, its masks as a Trainer's gradients() draws them with that seed)."""
     model = copy.deepcopy(model)
@@ -65,8 +72,17 @@ def torch_gradients(model: torch.nn.Module, inputs, target, loss="cross_entropy"
     return value.item(), {n: p.grad.numpy().copy() for n, p in model.named_parameters() if p.grad is not None}
 
 
-def torch_trajectory(model: torch.nn.Module, inputs, target, optimizer, steps: int, loss="cross_entropy",
-                     trainable=None, float64: bool = False, seed: int | None = None):
+def torch_trajectory(
+    model: torch.nn.Module,
+    inputs,
+    target,
+    optimizer,
+    steps: int,
+    loss="cross_entropy",
+    trainable=None,
+    float64: bool = False,
+    seed: int | None = None,
+):
     """Losses over `steps` torch.optim updates and the final state_dict (parameters, BatchNorm's
     running statistics; a tied weight under each key), on a copy of the model; float64 runs it in
     double precision (see assert_trajectory_close); with a seed, each step draws its masks as a
@@ -90,8 +106,9 @@ def torch_trajectory(model: torch.nn.Module, inputs, target, optimizer, steps: i
     return losses, {n: t.detach().numpy().copy() for n, t in model.state_dict().items()}
 
 
-def torch_sparse_trajectory(model: torch.nn.Module, inputs, target, optimizer, steps: int, rows: dict,
-                            loss="cross_entropy"):
+def torch_sparse_trajectory(
+    model: torch.nn.Module, inputs, target, optimizer, steps: int, rows: dict, loss="cross_entropy"
+):
     """torch.optim with the parameters outside `rows` frozen (requires_grad=False) and only the
     first rows[name] rows of the others updated: gradient rows beyond them are zeroed by a
     hook, and restored after each step so that weight decay does not move them either (pock's
@@ -121,8 +138,9 @@ def torch_sparse_trajectory(model: torch.nn.Module, inputs, target, optimizer, s
 FLOAT32_THREADS = (1, 2)  # make test's workers run PyTorch on one thread; users and the bench on two
 
 
-def torch_float32_trajectories(model, inputs, target, optimizer, steps: int, loss="cross_entropy", trainable=None,
-                               seed: int | None = None):
+def torch_float32_trajectories(
+    model, inputs, target, optimizer, steps: int, loss="cross_entropy", trainable=None, seed: int | None = None
+):
     """torch_trajectory in float32 on each of FLOAT32_THREADS threads."""
     threads = torch.get_num_threads()
     try:
@@ -135,8 +153,9 @@ def torch_float32_trajectories(model, inputs, target, optimizer, steps: int, los
         torch.set_num_threads(threads)
 
 
-def assert_gradients_close(actual: dict, expected: dict, rtol: float = 1e-4, what: str = "gradient",
-                           allowed: dict | None = None) -> None:
+def assert_gradients_close(
+    actual: dict, expected: dict, rtol: float = 1e-4, what: str = "gradient", allowed: dict | None = None
+) -> None:
     """Each gradient within rtol of its expected one in the 2-norm. A gradient that is zero up
     to rounding (the bias of a BatchNorm feeding a conv and a train-mode BatchNorm, which cancels
     any per-channel shift) is held to rtol * 1% of the largest gradient's norm, about ten float32
@@ -150,9 +169,18 @@ def assert_gradients_close(actual: dict, expected: dict, rtol: float = 1e-4, wha
         assert err <= bound, f"{what} of {name}: error {err:.3e} > {bound:.3e}"
 
 
-def assert_gradients_close_to_float64(actual: dict, model, inputs, target, loss="cross_entropy", rtol: float = 1e-4,
-                                      slack: float = 2.0, what: str = "gradient", trainable=None,
-                                      seed: int | None = None) -> None:
+def assert_gradients_close_to_float64(
+    actual: dict,
+    model,
+    inputs,
+    target,
+    loss="cross_entropy",
+    rtol: float = 1e-4,
+    slack: float = 2.0,
+    what: str = "gradient",
+    trainable=None,
+    seed: int | None = None,
+) -> None:
     """Gradients against float64 autograd, each within rtol or `slack` times torch float32's own
     distance from float64 (train-mode BatchNorm on a small batch amplifies rounding)."""
     _, want = torch_gradients(model, inputs, target, loss, trainable, float64=True, seed=seed)
@@ -162,9 +190,21 @@ def assert_gradients_close_to_float64(actual: dict, model, inputs, target, loss=
     assert_gradients_close(actual, want, rtol, what, allowed=strays)
 
 
-def assert_trajectory_close(losses, state: dict, model, inputs, target, optimizer, steps: int, rtol: float = 1e-4,
-                            slack: float = 10.0, what: str = "", loss="cross_entropy", trainable=None,
-                            seed: int | None = None) -> None:
+def assert_trajectory_close(
+    losses,
+    state: dict,
+    model,
+    inputs,
+    target,
+    optimizer,
+    steps: int,
+    rtol: float = 1e-4,
+    slack: float = 10.0,
+    what: str = "",
+    loss="cross_entropy",
+    trainable=None,
+    seed: int | None = None,
+) -> None:
     """Losses and final parameters and buffers of `steps` updates against torch.optim in float64.
 
     A trajectory can amplify rounding (train-mode BatchNorm on a batch of 4, an activation's kink
@@ -175,16 +215,24 @@ def assert_trajectory_close(losses, state: dict, model, inputs, target, optimize
     rather than to where a sensitive trajectory lands in exact arithmetic. PyTorch's order of
     sums depends on how many threads split them (the test MobileNetV2's loss at step 10: 4e-7 off
     float64 on one thread, 5.6e-4 on two), so its runs on each of FLOAT32_THREADS count."""
-    want_losses, want_state = torch_trajectory(model, inputs, target, optimizer, steps, loss, trainable, float64=True,
-                                               seed=seed)
+    want_losses, want_state = torch_trajectory(
+        model, inputs, target, optimizer, steps, loss, trainable, float64=True, seed=seed
+    )
     runs = torch_float32_trajectories(model, inputs, target, optimizer, steps, loss, trainable, seed)
     for step, (got, want) in enumerate(zip(losses, want_losses), 1):
         f32 = max((run_losses[step - 1] for run_losses, _ in runs), key=lambda value: abs(value - want))
         bound = max(rtol * abs(want), slack * abs(f32 - want))
-        assert abs(got - want) <= bound, (f"{what} loss at step {step}: {got:.8g}, float64 {want:.8g}, "
-                                          f"torch float32 {f32:.8g}; error {abs(got - want):.3e} > {bound:.3e}")
+        assert abs(got - want) <= bound, (
+            f"{what} loss at step {step}: {got:.8g}, float64 {want:.8g}, "
+            f"torch float32 {f32:.8g}; error {abs(got - want):.3e} > {bound:.3e}"
+        )
     assert set(state) == set(want_state)
-    strays = {name: slack * max(np.linalg.norm(np.asarray(run_state[name], np.float64) - np.asarray(want, np.float64))
-                                for _, run_state in runs)
-              for name, want in want_state.items()}
+    strays = {
+        name: slack
+        * max(
+            np.linalg.norm(np.asarray(run_state[name], np.float64) - np.asarray(want, np.float64))
+            for _, run_state in runs
+        )
+        for name, want in want_state.items()
+    }
     assert_gradients_close(state, want_state, rtol, f"{what} final value", allowed=strays)

@@ -37,8 +37,13 @@ class Net(nn.Module):
 def program():
     torch.manual_seed(0)
     x, y = torch.randn(2, 3, 6, 6), torch.tensor([1, 3])
-    return pock.compile_training(Net().train(), x, y, optimizer=pock.AdamW(lr=1e-3),
-                                 sparse={"conv.weight": 0.5, "default": "full", "fc.bias": "frozen"})
+    return pock.compile_training(
+        Net().train(),
+        x,
+        y,
+        optimizer=pock.AdamW(lr=1e-3),
+        sparse={"conv.weight": 0.5, "default": "full", "fc.bias": "frozen"},
+    )
 
 
 def _spec(type_: ir.Type) -> tuple[tuple[int, ...], str]:
@@ -52,12 +57,21 @@ def test_compiled_functions_have_the_layout(program):
     assert "fc.bias" not in sig.trainable
     with make_context():
         module = ir.Module.parse(program.ir("lowered"))
-        types = {ir.StringAttr(op.attributes["sym_name"]).value: ir.FunctionType(ir.TypeAttr(op.attributes["function_type"]).value)
-                 for op in module.body.operations if op.operation.name == "func.func"}
+        types = {
+            ir.StringAttr(op.attributes["sym_name"]).value: ir.FunctionType(
+                ir.TypeAttr(op.attributes["function_type"]).value
+            )
+            for op in module.body.operations
+            if op.operation.name == "func.func"
+        }
         for function in FUNCTIONS:
             arguments, results = layout(sig, function)
-            assert [_spec(t) for t in types[function].inputs] == [(s.spec.shape, s.spec.dtype) for s in arguments], function
-            assert [_spec(t) for t in types[function].results] == [(s.spec.shape, s.spec.dtype) for s in results], function
+            assert [_spec(t) for t in types[function].inputs] == [(s.spec.shape, s.spec.dtype) for s in arguments], (
+                function
+            )
+            assert [_spec(t) for t in types[function].results] == [(s.spec.shape, s.spec.dtype) for s in results], (
+                function
+            )
 
 
 def test_written_argument_pairs_point_at_what_a_step_updates(program):
@@ -90,7 +104,9 @@ def test_train_mode_loss_function_is_the_forward_loss(program):
 
 
 def test_device_side_loads_without_torch():
-    code = ("import sys; import pock_mlir.runtime, pock_mlir.bundle, pock_mlir.checkpoint, pock_mlir.abi, "
-            "pock_mlir.tools.pock_train; print(sorted(m for m in ('torch', 'torch_mlir') if m in sys.modules))")
+    code = (
+        "import sys; import pock_mlir.runtime, pock_mlir.bundle, pock_mlir.checkpoint, pock_mlir.abi, "
+        "pock_mlir.tools.pock_train; print(sorted(m for m in ('torch', 'torch_mlir') if m in sys.modules))"
+    )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert done.returncode == 0 and done.stdout.strip() == "[]", done.stderr

@@ -4,9 +4,9 @@ parameters whose gradients need it, and freezing those parameters makes the mode
 import pytest
 import torch
 import torch.nn as nn
+from oracle import assert_close_to_norm, torch_gradients
 
 import pock_mlir as pock
-from oracle import assert_close_to_norm, torch_gradients
 
 
 class AtanEncoder(nn.Module):
@@ -46,8 +46,13 @@ def test_missing_rule_names_op_model_line_and_parameters():
 def test_model_compiles_with_those_parameters_frozen():
     x, y = batch()
     model = AtanEncoder()
-    program = pock.compile_training(model, x, y, sparse={"head": "full"},  # unnamed parameters stay frozen
-                                    functions=("gradients",))
+    program = pock.compile_training(
+        model,
+        x,
+        y,
+        sparse={"head": "full"},  # unnamed parameters stay frozen
+        functions=("gradients",),
+    )
     assert program.signature.trainable == ["head.weight", "head.bias"]
     loss, grads = program.trainer().gradients(x, y)
     want_loss, want = torch_gradients(model, x, y, trainable={"head.weight", "head.bias"})

@@ -19,9 +19,29 @@ ROOT = Path(__file__).resolve().parent.parent
 @pytest.fixture(scope="module")
 def results(tmp_path_factory):
     out = tmp_path_factory.mktemp("bench")
-    done = subprocess.run([sys.executable, "-m", "bench", "--quick", "--steps", "3", "--warmup", "1", "--rounds", "2",
-                           "--systems", "eager,pock-mlir,pock-mlir-other-tails", "--profile", "--out", str(out)],
-                          cwd=ROOT, capture_output=True, text=True, timeout=300)
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "bench",
+            "--quick",
+            "--steps",
+            "3",
+            "--warmup",
+            "1",
+            "--rounds",
+            "2",
+            "--systems",
+            "eager,pock-mlir,pock-mlir-other-tails",
+            "--profile",
+            "--out",
+            str(out),
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert done.returncode == 0, done.stdout + done.stderr
     return out, json.loads((out / "results.json").read_text())
 
@@ -31,7 +51,8 @@ def test_every_row_measured(results):
     rows = {(r["model"], r["scheme"], r["system"]): r for r in data["rows"]}
     # the other-tails ablation runs on full BP only, the same program with the vector tails not chosen
     assert set(rows) == {("mlp", s, system) for s in ("full", "sparse") for system in ("eager", "pock-mlir")} | {
-        ("mlp", "full", "pock-mlir-other-tails")}
+        ("mlp", "full", "pock-mlir-other-tails")
+    }
     chosen, other = rows["mlp", "full", "pock-mlir"], rows["mlp", "full", "pock-mlir-other-tails"]
     assert other["vector_tails"] == ("peeled" if chosen["vector_tails"] == "masked" else "masked")
     if platform.machine() == "x86_64":  # where x86 targets peel unless the table chose (pock_mlir/targets.py)
@@ -92,12 +113,16 @@ def test_profile_lists_the_step_dispatches(results):
     assert "; by kind: " in text
 
 
-@pytest.mark.parametrize("name, kind", [
-    ("train_step_into$async_dispatch_939_matvec_like_96x8x2304_f32", "matvec_like"),
-    ("train_step_into$async_dispatch_25_slow_memcpy", "slow_memcpy"),
-    ("evaluate$async_dispatch_22_softmax_4x3x65x65xf32_dispatch_tensor_store", "softmax"),
-    ("train_step_into$async_dispatch_15_batch_mmt4d_32x4x8x128x16x16x1_f32", "batch_mmt4d"),
-    ("train_step_into$async_dispatch_80_unpack_elementwise_4x256x1024_f32", "unpack_elementwise")])
+@pytest.mark.parametrize(
+    "name, kind",
+    [
+        ("train_step_into$async_dispatch_939_matvec_like_96x8x2304_f32", "matvec_like"),
+        ("train_step_into$async_dispatch_25_slow_memcpy", "slow_memcpy"),
+        ("evaluate$async_dispatch_22_softmax_4x3x65x65xf32_dispatch_tensor_store", "softmax"),
+        ("train_step_into$async_dispatch_15_batch_mmt4d_32x4x8x128x16x16x1_f32", "batch_mmt4d"),
+        ("train_step_into$async_dispatch_80_unpack_elementwise_4x256x1024_f32", "unpack_elementwise"),
+    ],
+)
 def test_a_dispatch_kind_is_its_name_before_the_first_shape(name, kind):
     from bench.profile import dispatch_kind
 
@@ -112,8 +137,17 @@ def test_plot_is_a_png(results):
 def test_a_child_that_fails_becomes_a_row_with_its_error(tmp_path):
     from bench.__main__ import TrainingChild
 
-    child = TrainingChild({"task": "pock-run", "model": "mlp", "scheme": "full", "warmup": 1, "steps": 1,
-                           "program": str(tmp_path / "missing.pickle")}, timeout=120)
+    child = TrainingChild(
+        {
+            "task": "pock-run",
+            "model": "mlp",
+            "scheme": "full",
+            "warmup": 1,
+            "steps": 1,
+            "program": str(tmp_path / "missing.pickle"),
+        },
+        timeout=120,
+    )
     child.round()  # a failed child ignores the round
     status = child.finish()["status"]
     assert status.startswith("failed: FileNotFoundError") and "missing.pickle" in status
@@ -127,14 +161,16 @@ def test_the_next_round_waits_for_the_threads_of_the_system_before_to_stop_spinn
     from bench.__main__ import wait_until_idle
 
     stopped = tmp_path / "stopped"
-    spinner = (f"import pathlib, threading, time\n"
-               f"def spin():\n"
-               f"    end = time.monotonic() + 0.3\n"
-               f"    while time.monotonic() < end: pass\n"
-               f"    pathlib.Path({str(stopped)!r}).touch()\n"
-               f"threading.Thread(target=spin).start()\n"
-               f"print('ready', flush=True)\n"
-               f"time.sleep(30)\n")
+    spinner = (
+        f"import pathlib, threading, time\n"
+        f"def spin():\n"
+        f"    end = time.monotonic() + 0.3\n"
+        f"    while time.monotonic() < end: pass\n"
+        f"    pathlib.Path({str(stopped)!r}).touch()\n"
+        f"threading.Thread(target=spin).start()\n"
+        f"print('ready', flush=True)\n"
+        f"time.sleep(30)\n"
+    )
     child = subprocess.Popen([sys.executable, "-c", spinner], stdout=subprocess.PIPE, text=True)
     try:
         assert child.stdout.readline() == "ready\n"
@@ -150,25 +186,40 @@ def test_update_replaces_the_rows_of_the_models_it_measured_and_keeps_the_rest(r
     from bench.report import write_markdown
 
     _, previous = results  # the quick run's mlp rows stand for a model measured again
-    eager, pock = (next(r for r in previous["rows"] if (r["scheme"], r["system"]) == ("full", s))
-                   for s in ("eager", "pock-mlir"))
+    eager, pock = (
+        next(r for r in previous["rows"] if (r["scheme"], r["system"]) == ("full", s)) for s in ("eager", "pock-mlir")
+    )
     again = [{**eager, "step_ms": 2.0}, {**pock, "step_ms": 1.0, "speedup_vs_eager_full": None}]
     kws = [{**eager, "model": "kws", "step_ms": 3.0}]  # a row of another model, which the update keeps
-    update = {"date": "2026-01-01T00:00:00+00:00", "models": ["mlp"], "schemes": ["full"],
-              "load_before": [0.5, 0, 0], "load_after": [1.5, 0, 0], "wall_s": 60.0}
+    update = {
+        "date": "2026-01-01T00:00:00+00:00",
+        "models": ["mlp"],
+        "schemes": ["full"],
+        "load_before": [0.5, 0, 0],
+        "load_after": [1.5, 0, 0],
+        "wall_s": 60.0,
+    }
     merged = updated({**previous, "rows": kws + previous["rows"]}, again, update)
     rows = [(r["model"], r["scheme"], r["system"]) for r in merged["rows"]]
     # full BP's rows replaced (its ablation row with them), sparse kept; MODELS' order, then SCHEMES'
-    assert rows == [("mlp", "full", "eager"), ("mlp", "full", "pock-mlir"), ("mlp", "sparse", "eager"),
-                    ("mlp", "sparse", "pock-mlir"), ("kws", "full", "eager")]
+    assert rows == [
+        ("mlp", "full", "eager"),
+        ("mlp", "full", "pock-mlir"),
+        ("mlp", "sparse", "eager"),
+        ("mlp", "sparse", "pock-mlir"),
+        ("kws", "full", "eager"),
+    ]
     by_key = dict(zip(rows, merged["rows"]))
     assert by_key["mlp", "full", "pock-mlir"]["speedup_vs_eager_full"] == 2.0  # against the new eager row
-    assert by_key["mlp", "sparse", "eager"]["speedup_vs_eager_full"] == pytest.approx(2.0 / by_key[
-        "mlp", "sparse", "eager"]["step_ms"])
+    assert by_key["mlp", "sparse", "eager"]["speedup_vs_eager_full"] == pytest.approx(
+        2.0 / by_key["mlp", "sparse", "eager"]["step_ms"]
+    )
     assert merged["updates"] == [update] and merged["date"] == previous["date"]
     write_markdown(merged, tmp_path / "results.md")
-    assert "Re-measured with --update at 2026-01-01T00:00:00+00:00: mlp (full) (load 0.50 before, 1.50 after)." in (
-        tmp_path / "results.md").read_text()
+    assert (
+        "Re-measured with --update at 2026-01-01T00:00:00+00:00: mlp (full) (load 0.50 before, 1.50 after)."
+        in (tmp_path / "results.md").read_text()
+    )
 
 
 def test_update_refuses_what_would_mix_runs_before_measuring(results, tmp_path, capsys):
@@ -178,15 +229,17 @@ def test_update_refuses_what_would_mix_runs_before_measuring(results, tmp_path, 
     quick = ["--quick", "--steps", "3", "--warmup", "1", "--rounds", "2"]
     other_cpu = tmp_path / "other-cpu"  # the same CPU model name, another family (as AMD EPYCs are)
     other_cpu.mkdir()
-    (other_cpu / "results.json").write_text(json.dumps(
-        {**previous, "machine": {**previous["machine"], "cpu_id": "x86_64-Other-1-2"}}))
+    (other_cpu / "results.json").write_text(
+        json.dumps({**previous, "machine": {**previous["machine"], "cpu_id": "x86_64-Other-1-2"}})
+    )
     assert parse_args([*quick, "--update", "--models", "mlp", "--out", str(out)]).previous == previous
     for argv, message in (
-            ([*quick, "--update", "--out", str(out)], "re-measures the models given with --models"),
-            ([*quick, "--update", "--models", "mlp", "--systems", "eager", "--out", str(out)], "leave out --systems"),
-            ([*quick, "--update", "--models", "mlp", "--out", str(tmp_path)], "needs the results.json of an earlier run"),
-            (["--quick", "--update", "--models", "mlp", "--out", str(out)], "steps 3 there, 5 here"),
-            ([*quick, "--update", "--models", "mlp", "--out", str(other_cpu)], "cpu_id 'x86_64-Other-1-2' there")):
+        ([*quick, "--update", "--out", str(out)], "re-measures the models given with --models"),
+        ([*quick, "--update", "--models", "mlp", "--systems", "eager", "--out", str(out)], "leave out --systems"),
+        ([*quick, "--update", "--models", "mlp", "--out", str(tmp_path)], "needs the results.json of an earlier run"),
+        (["--quick", "--update", "--models", "mlp", "--out", str(out)], "steps 3 there, 5 here"),
+        ([*quick, "--update", "--models", "mlp", "--out", str(other_cpu)], "cpu_id 'x86_64-Other-1-2' there"),
+    ):
         with pytest.raises(SystemExit):
             parse_args(argv)
         assert message in capsys.readouterr().err.splitlines()[-1], argv
@@ -218,11 +271,14 @@ def test_a_conv_study_of_some_forms_measures_their_cases_again_and_keeps_the_res
         return [{"shape": s.to_json(), "class": s.kind(), "ms": {"again": 1.0}} for s in cases]
 
     flags = iree_study.target_flags("host")
-    before = [{"shape": s.to_json(), "class": s.kind(), "ms": {"before": 2.0}}
-              for s in [*iree_study.CONV_CASES[:3], flipped[0]]]
+    before = [
+        {"shape": s.to_json(), "class": s.kind(), "ms": {"before": 2.0}}
+        for s in [*iree_study.CONV_CASES[:3], flipped[0]]
+    ]
     table = tmp_path / "table.json"
-    table.write_text(json.dumps({"convs": {"load_average": 0.5, "iree_flags": flags, "cases": before},
-                                 "flags": {"kept": True}}))
+    table.write_text(
+        json.dumps({"convs": {"load_average": 0.5, "iree_flags": flags, "cases": before}, "flags": {"kept": True}})
+    )
     monkeypatch.setattr(iree_study, "own_table_path", lambda target: table)
     monkeypatch.setattr(iree_study, "study_convs", study_convs)
     with pytest.raises(SystemExit):
@@ -242,10 +298,14 @@ def test_a_conv_study_of_some_forms_measures_their_cases_again_and_keeps_the_res
     assert written["convs"]["cases"] == json.loads(json.dumps(before[:3] + again))
 
 
-@pytest.mark.parametrize("grouped, transposed, input_grad", [
-    (dict(in_channels=8, out_channels=8, kernel_size=3, stride=2, padding=1, groups=8), False, False),  # depthwise
-    (dict(in_channels=4, out_channels=6, kernel_size=3, groups=2), False, True),
-    (dict(in_channels=4, out_channels=6, kernel_size=3, stride=2, groups=2), True, True)])
+@pytest.mark.parametrize(
+    "grouped, transposed, input_grad",
+    [
+        (dict(in_channels=8, out_channels=8, kernel_size=3, stride=2, padding=1, groups=8), False, False),  # depthwise
+        (dict(in_channels=4, out_channels=6, kernel_size=3, groups=2), False, True),
+        (dict(in_channels=4, out_channels=6, kernel_size=3, stride=2, groups=2), True, True),
+    ],
+)
 def test_a_grouped_convolution_step_counts_the_flops_of_its_groups(grouped, transposed, input_grad):
     import torch
     from torch.utils.flop_counter import FlopCounterMode
@@ -256,8 +316,17 @@ def test_a_grouped_convolution_step_counts_the_flops_of_its_groups(grouped, tran
     groups = grouped["groups"]
     conv = kind(**grouped)
     # the oracle: the same work as one ungrouped convolution per group, which torch counts right
-    apart = [kind(**{**grouped, "in_channels": grouped["in_channels"] // groups,
-                     "out_channels": grouped["out_channels"] // groups, "groups": 1}) for _ in range(groups)]
+    apart = [
+        kind(
+            **{
+                **grouped,
+                "in_channels": grouped["in_channels"] // groups,
+                "out_channels": grouped["out_channels"] // groups,
+                "groups": 1,
+            }
+        )
+        for _ in range(groups)
+    ]
     x = torch.randn(2, grouped["in_channels"], 12, 12, requires_grad=input_grad)
 
     def run_grouped():
@@ -282,8 +351,13 @@ def test_recount_flops_counts_again_and_rederives_the_rates(results, tmp_path, c
     out.mkdir()
     wrong = [{**r, "flops": 1} if "flops" in r else r for r in measured["rows"]]
     (out / "results.json").write_text(json.dumps({**measured, "rows": wrong}))
-    done = subprocess.run([sys.executable, "-m", "bench", "--recount-flops", "--out", str(out)],
-                          cwd=ROOT, capture_output=True, text=True, timeout=300)
+    done = subprocess.run(
+        [sys.executable, "-m", "bench", "--recount-flops", "--out", str(out)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert done.returncode == 0, done.stdout + done.stderr
     again = json.loads((out / "results.json").read_text())
     for before, after in zip(measured["rows"], again["rows"]):
@@ -300,16 +374,32 @@ def test_targets_say_what_rate_each_speedup_takes():
     from bench.report import check_targets
 
     def row(scheme, system, ms, gflops=None):
-        return {"model": "bert", "scheme": scheme, "system": system, "status": "ok", "step_ms": ms,
-                "step_ms_min": ms, "peak_mb": 100.0, **({"gflops": gflops} if gflops else {})}
+        return {
+            "model": "bert",
+            "scheme": scheme,
+            "system": system,
+            "status": "ok",
+            "step_ms": ms,
+            "step_ms_min": ms,
+            "peak_mb": 100.0,
+            **({"gflops": gflops} if gflops else {}),
+        }
 
     # sparse runs 2.5x faster than eager full at 50 GFLOP/s, so 4x takes 50 * 4 / 2.5 = 80 GFLOP/s
     rows = [row("full", "eager", 100.0), row("full", "pock-mlir", 80.0, 60.0), row("sparse", "pock-mlir", 40.0, 50.0)]
     checks = {target.split(": ", 1)[1]: rest for target, *rest in check_targets(rows, peak_gflops=100.0)}
     assert checks["pock-mlir sparse BP >= 4x faster than PyTorch eager full BP"] == [
-        False, "2.50x", "2.50x", "80 (80% of peak; now 50)"]
+        False,
+        "2.50x",
+        "2.50x",
+        "80 (80% of peak; now 50)",
+    ]
     assert checks["pock-mlir sparse BP >= 2x faster than pock-mlir full BP"] == [
-        True, "2.00x", "2.00x", "50 (50% of peak; now 50)"]
+        True,
+        "2.00x",
+        "2.00x",
+        "50 (50% of peak; now 50)",
+    ]
     assert checks["pock-mlir sparse peak memory <= 0.5x PyTorch eager full BP"] == [False, "1.00x", "", ""]
     assert checks["pock-mlir sparse BP at least as fast as its full BP"][:2] == [True, "2.00x"]
     assert checks["pock-mlir full BP faster than the fastest peer (PyTorch eager)"][:2] == [True, "1.25x"]
@@ -325,11 +415,22 @@ def test_the_deployed_trainer_is_held_below_onnx_runtime_memory():
     from bench.report import check_targets
 
     def row(scheme, system, mb):
-        return {"model": "kws", "scheme": scheme, "system": system, "status": "ok", "step_ms": 1.0,
-                "step_ms_min": 1.0, "peak_mb": mb}
+        return {
+            "model": "kws",
+            "scheme": scheme,
+            "system": system,
+            "status": "ok",
+            "step_ms": 1.0,
+            "step_ms_min": 1.0,
+            "peak_mb": mb,
+        }
 
-    rows = [row("full", "ort-training", 20.0), row("full", "pock-mlir-deployed", 15.0),
-            row("sparse", "ort-training", 10.0), row("sparse", "pock-mlir-deployed", 12.0)]
+    rows = [
+        row("full", "ort-training", 20.0),
+        row("full", "pock-mlir-deployed", 15.0),
+        row("sparse", "ort-training", 10.0),
+        row("sparse", "pock-mlir-deployed", 12.0),
+    ]
     checks = {target.split(": ", 1)[1]: rest for target, *rest in check_targets(rows, peak_gflops=None)}
     assert checks["pock-mlir's deployed trainer (full) below ONNX Runtime's peak memory"] == [True, "0.75x", "", ""]
     assert checks["pock-mlir's deployed trainer (sparse) below ONNX Runtime's peak memory"] == [False, "1.20x", "", ""]
@@ -338,21 +439,33 @@ def test_the_deployed_trainer_is_held_below_onnx_runtime_memory():
     rows[3]["optimizer_state_mb"] = 4.0
     rows.append(row("sparse", "pock-mlir-deployed-ort-optimizer", 8.0))
     checks = {target.split(": ", 1)[1]: rest for target, *rest in check_targets(rows, peak_gflops=None)}
-    assert checks["pock-mlir's deployed trainer (sparse) below ONNX Runtime's peak memory, both with ONNX Runtime's "
-                  "plain SGD (with the model's momentum SGD, 4.0 MB of state ONNX Runtime does not hold: 1.20x)"] == \
-        [True, "0.80x", "", ""]
+    assert checks[
+        "pock-mlir's deployed trainer (sparse) below ONNX Runtime's peak memory, both with ONNX Runtime's "
+        "plain SGD (with the model's momentum SGD, 4.0 MB of state ONNX Runtime does not hold: 1.20x)"
+    ] == [True, "0.80x", "", ""]
 
 
 def test_the_report_says_how_the_onnx_runtime_rows_were_made(tmp_path):
     from bench.report import write_markdown
 
-    row = {"model": "mlp", "scheme": "full", "status": "ok", "step_ms": 1.0, "step_ms_min": 1.0, "peak_mb": 1.0,
-           "loss": 2.0}
-    results = {"date": "today", "machine": {"cpu": "cpu", "cores": 2, "threads": 2, "load_before": [0.0] * 3,
-                                            "load_after": [0.0] * 3},
-               "settings": {"steps": 1, "warmup": 1, "pock_iree_flags": [], "models": {}},
-               "rows": [{**row, "system": "eager"}, {**row, "system": "ort-training", "onnxruntime": "1.19.2",
-                                                     "optimizer_differs": "SGD without momentum"}]}
+    row = {
+        "model": "mlp",
+        "scheme": "full",
+        "status": "ok",
+        "step_ms": 1.0,
+        "step_ms_min": 1.0,
+        "peak_mb": 1.0,
+        "loss": 2.0,
+    }
+    results = {
+        "date": "today",
+        "machine": {"cpu": "cpu", "cores": 2, "threads": 2, "load_before": [0.0] * 3, "load_after": [0.0] * 3},
+        "settings": {"steps": 1, "warmup": 1, "pock_iree_flags": [], "models": {}},
+        "rows": [
+            {**row, "system": "eager"},
+            {**row, "system": "ort-training", "onnxruntime": "1.19.2", "optimizer_differs": "SGD without momentum"},
+        ],
+    }
     write_markdown(results, tmp_path / "results.md")
     text = (tmp_path / "results.md").read_text()
     assert "| mlp | full | ONNX Runtime training |  | 1.00 |" in text  # its trained values unknown
@@ -364,12 +477,23 @@ def test_compile_time_targets_read_the_full_step_compile():
     from bench.report import check_targets
 
     limit = MODELS["hf-llama"].compile_target_s
-    rows = [{"model": "hf-llama", "scheme": "full", "system": "pock-mlir", "status": "ok", "step_ms": 1.0,
-             "step_ms_min": 1.0, "peak_mb": 1.0, "compile_s": limit + 2.5}]
+    rows = [
+        {
+            "model": "hf-llama",
+            "scheme": "full",
+            "system": "pock-mlir",
+            "status": "ok",
+            "step_ms": 1.0,
+            "step_ms_min": 1.0,
+            "peak_mb": 1.0,
+            "compile_s": limit + 2.5,
+        }
+    ]
     checks = {target.split(": ", 1)[1]: rest for target, *rest in check_targets(rows, peak_gflops=None)}
     assert checks[f"pock-mlir full BP compiles in <= {limit:.0f} s"] == [False, f"{limit + 2.5:.1f} s", "", ""]
-    assert not any("compiles in" in target for target, *_ in check_targets(
-        [{**rows[0], "model": "mlp"}], peak_gflops=None))  # a model without a compile-time target
+    assert not any(
+        "compiles in" in target for target, *_ in check_targets([{**rows[0], "model": "mlp"}], peak_gflops=None)
+    )  # a model without a compile-time target
 
 
 def test_profile_runs_the_step_of_a_model_with_dropout():
@@ -406,19 +530,29 @@ def test_the_lora_rows_train_the_same_tensors_in_pytorch_and_pock_mlir():
         shapes.update({n: v.shape for n, v in layers.initial_adapter_values(adapters).items()})
         ours = {n for n, p in resolve_sparse(scheme, model, shapes).policies.items() if p.kind != "frozen"}
         peft_model = with_peft_adapters(scheme, model)
-        theirs = {n.removeprefix("base_model.model.").replace(".default.", ".").replace("modules_to_save.", "")
-                  for n, p in peft_model.named_parameters() if p.requires_grad}
+        theirs = {
+            n.removeprefix("base_model.model.").replace(".default.", ".").replace("modules_to_save.", "")
+            for n, p in peft_model.named_parameters()
+            if p.requires_grad
+        }
         assert ours == theirs and any(".lora_A." in n for n in ours), name
 
 
 def test_the_int8_base_runs_on_the_transformers_under_their_sparse_and_lora_schemes():
     from bench.models import SCHEMES, scheme_spec
 
-    runs = {(name, s) for name, model in MODELS.items() for s in SCHEMES if s.endswith("-int8") and scheme_spec(model, s)}
-    assert runs == {(name, s) for name in ("bert", "llama", "hf-llama", "tiny-llama")
-                    for s in ("sparse-int8", "lora-int8", "lora-all-int8")}
-    assert scheme_spec(MODELS["llama"], "lora-all-int8")[0] == {"blocks": "lora:r=8,alpha=16",
-                                                                "quantize": {"frozen": "int8"}}
+    runs = {
+        (name, s) for name, model in MODELS.items() for s in SCHEMES if s.endswith("-int8") and scheme_spec(model, s)
+    }
+    assert runs == {
+        (name, s)
+        for name in ("bert", "llama", "hf-llama", "tiny-llama")
+        for s in ("sparse-int8", "lora-int8", "lora-all-int8")
+    }
+    assert scheme_spec(MODELS["llama"], "lora-all-int8")[0] == {
+        "blocks": "lora:r=8,alpha=16",
+        "quantize": {"frozen": "int8"},
+    }
 
 
 @pytest.mark.parametrize("name, task, rows, moved_up", [("llama", "language", "pock ", 2), ("bert", "text", "", 0)])
@@ -429,20 +563,30 @@ def test_the_searched_row_trains_the_quality_search_moved_to_the_bench_model(nam
     from bench.models import QUALITY_RESULTS, SCHEMES, SEARCHED_AT, runs_scheme, scheme_spec
     from pock_mlir.sparse import resolve_sparse
 
-    row = next(line for line in (QUALITY_RESULTS / f"{task}.md").read_text().splitlines()
-               if line.startswith(f"| {rows}searched (") and f"{SEARCHED_AT}'s memory" in line)
+    row = next(
+        line
+        for line in (QUALITY_RESULTS / f"{task}.md").read_text().splitlines()
+        if line.startswith(f"| {rows}searched (") and f"{SEARCHED_AT}'s memory" in line
+    )
     budget = re.search(r"searched \(([0-9.]+) MB", row).group(1)
     chosen = re.findall(r'^"(\S+)": (?!frozen)', (QUALITY_RESULTS / f"{task}_search_{budget}MB.yaml").read_text(), re.M)
     model = MODELS[name].build()
-    assert len(model.blocks) - json.loads((QUALITY_RESULTS / f"{task}.json").read_text())["config"]["layers"] == moved_up
+    assert (
+        len(model.blocks) - json.loads((QUALITY_RESULTS / f"{task}.json").read_text())["config"]["layers"] == moved_up
+    )
 
     def moved(parameter):
         parts = parameter.split(".")
         return ".".join([parts[0], str(int(parts[1]) + moved_up), *parts[2:]]) if parts[0] == "blocks" else parameter
 
     scheme, label = scheme_spec(MODELS[name], "searched")
-    trained = {n for n, p in resolve_sparse(scheme, model, {n: tuple(p.shape) for n, p in model.named_parameters()})
-               .policies.items() if p.kind != "frozen"}
+    trained = {
+        n
+        for n, p in resolve_sparse(
+            scheme, model, {n: tuple(p.shape) for n, p in model.named_parameters()}
+        ).policies.items()
+        if p.kind != "frozen"
+    }
     assert chosen and trained == {moved(parameter) for parameter in chosen}
     assert f"{len(chosen)} tensors" in label and "test " in label
     assert [m for m in MODELS if runs_scheme(MODELS[m], "searched")] == ["bert", "llama"] and "searched" in SCHEMES
@@ -468,8 +612,10 @@ def test_the_pytorch_lora_row_trains_in_its_own_process():
     from bench.models import MODELS, scheme_spec
 
     model_def = MODELS["tiny-llama"]
-    child = TrainingChild({"model": "tiny-llama", "scheme": "lora", "warmup": 1, "steps": 1, "task": "eager",
-                           "count_flops": False}, timeout=300)
+    child = TrainingChild(
+        {"model": "tiny-llama", "scheme": "lora", "warmup": 1, "steps": 1, "task": "eager", "count_flops": False},
+        timeout=300,
+    )
     child.round()
     row = child.finish()
     assert row["status"] == "ok", row["status"]
@@ -490,15 +636,24 @@ def test_the_deployed_row_trains_the_bundle_without_torch(tmp_path, as_ort_runs_
     process trains; its loss after the warm-up, the round's untimed step and one timed step is
     torch.optim's fourth. pock-mlir-deployed-ort-optimizer's is compiled with the optimizer ONNX
     Runtime runs (plain SGD for the MLP's momentum SGD), and its loss is that optimizer's."""
-    from bench.__main__ import run_child
-    from bench.models import MODELS, ort_optimizer
     from oracle import torch_trajectory
     from test_bench_ort import torch_free_round
 
+    from bench.__main__ import run_child
+    from bench.models import MODELS, ort_optimizer
+
     common = {"model": "mlp", "scheme": "full", "warmup": 2, "steps": 1}
-    compiled = run_child({**common, "task": "pock-compile", "program": str(tmp_path / "mlp.pickle"),
-                          "iree_flags": [], "bundle": str(tmp_path / "bundle"), "ort_optimizer": as_ort_runs_it},
-                         timeout=600)
+    compiled = run_child(
+        {
+            **common,
+            "task": "pock-compile",
+            "program": str(tmp_path / "mlp.pickle"),
+            "iree_flags": [],
+            "bundle": str(tmp_path / "bundle"),
+            "ort_optimizer": as_ort_runs_it,
+        },
+        timeout=600,
+    )
     assert compiled["status"] == "ok", compiled["status"]
     row = torch_free_round({**common, "task": "pock-deployed", "bundle": str(tmp_path / "bundle")}, timeout=300)
     model_def = MODELS["mlp"]

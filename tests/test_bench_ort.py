@@ -3,11 +3,11 @@ trained in bench/ort_child.py's process (which must never import torch), against
 (ONNX Runtime's SGD has no momentum) on the same weights and batch."""
 
 import pytest
+from oracle import torch_trajectory
 
 import pock_mlir as pock
 from bench.__main__ import TrainingChild, run_child
 from bench.models import MODELS, scheme_spec, trainable_names
-from oracle import torch_trajectory
 
 WARMUP, STEPS = 1, 2  # with the round's untimed step, the reported loss is the 4th step's
 TOLERANCE = 1e-5  # relative, on the loss
@@ -19,7 +19,9 @@ def torch_sgd_losses(scheme: str, steps: int) -> tuple[list[float], int]:
     module = model_def.build()
     inputs, target = model_def.batch()
     trainable = trainable_names(scheme_spec(model_def, scheme)[0], module)
-    losses, _ = torch_trajectory(module, inputs, target, pock.SGD(lr=model_def.optimizer.lr), steps, trainable=trainable)
+    losses, _ = torch_trajectory(
+        module, inputs, target, pock.SGD(lr=model_def.optimizer.lr), steps, trainable=trainable
+    )
     return losses, sum(p.numel() for name, p in module.named_parameters() if name in trainable)
 
 
@@ -39,8 +41,10 @@ def test_ort_trains_the_mlp_like_torch_sgd_without_torch(scheme, tmp_path):
     exported = run_child({**common, "task": "ort-export", "artifacts": str(tmp_path / "mlp")}, timeout=120)
     assert exported["status"] == "ok", exported["status"]
     assert "momentum" in exported["optimizer_differs"]  # the MLP's optimizer is momentum SGD: the report says so
-    trained = torch_free_round({**common, "task": "ort-run", "artifacts": str(tmp_path / "mlp"),
-                                "learning_rate": exported["learning_rate"]}, timeout=120)
+    trained = torch_free_round(
+        {**common, "task": "ort-run", "artifacts": str(tmp_path / "mlp"), "learning_rate": exported["learning_rate"]},
+        timeout=120,
+    )
     assert trained["steps"] == STEPS and trained["step_ms"] > 0 and trained["peak_mb"] > 0
 
     losses, trainable = torch_sgd_losses(scheme, WARMUP + 1 + STEPS)

@@ -21,8 +21,13 @@ X, Y = torch.randn(8, 6, generator=torch.Generator().manual_seed(0)), torch.tens
 def compile_mlp(**options):
     """The module of every function, whose compile_report lines have no module named."""
     torch.manual_seed(0)
-    return pock.compile_training(nn.Sequential(nn.Linear(6, 8), nn.ReLU(), nn.Linear(8, 3)), X, Y,
-                                 optimizer=OPTIMIZER, **{"functions": "all", **options})
+    return pock.compile_training(
+        nn.Sequential(nn.Linear(6, 8), nn.ReLU(), nn.Linear(8, 3)),
+        X,
+        Y,
+        optimizer=OPTIMIZER,
+        **{"functions": "all", **options},
+    )
 
 
 def entries(root):
@@ -105,8 +110,10 @@ def test_the_cache_keeps_the_most_recently_used_within_its_size(tmp_path, monkey
         for path in tmp_path.glob(f"{entry}.*"):
             os.utime(path, (i, i))  # a older than b older than c
     assert cache.load(tmp_path, "a") is None and cache.load(tmp_path, "b") is not None
-    assert cache.load(tmp_path, "c") == (bytes(1000), {"in_place": ["optimizer"],
-                                                       "sha256": hashlib.sha256(bytes(1000)).hexdigest()})
+    assert cache.load(tmp_path, "c") == (
+        bytes(1000),
+        {"in_place": ["optimizer"], "sha256": hashlib.sha256(bytes(1000)).hexdigest()},
+    )
 
 
 def test_a_failure_is_kept_and_a_damaged_record_of_one_is_none(tmp_path):

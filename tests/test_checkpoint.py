@@ -19,9 +19,9 @@ from safetensors.numpy import load_file
 
 import pock_mlir as pock
 from pock_mlir.bundle import write_bundle
-from pock_mlir.runtime.bundle import load_bundle
 from pock_mlir.files import TEMPORARY_PREFIX
 from pock_mlir.runtime import Trainer
+from pock_mlir.runtime.bundle import load_bundle
 from pock_mlir.tools import pock_train
 
 VENV_BIN = Path(sys.executable).parent
@@ -37,8 +37,13 @@ def bundle(tmp_path_factory):
     g = torch.Generator().manual_seed(1)
     x, y = torch.randn(BATCH, 32, generator=g), torch.randint(0, 10, (BATCH,), generator=g)
     program = pock.compile_training(model, x, y, optimizer=pock.AdamW(lr=1e-2), functions="all")
-    return write_bundle(program, tmp_path_factory.mktemp("checkpoint") / "bundle", example_inputs=x, example_target=y,
-                        loss="cross_entropy")
+    return write_bundle(
+        program,
+        tmp_path_factory.mktemp("checkpoint") / "bundle",
+        example_inputs=x,
+        example_target=y,
+        loss="cross_entropy",
+    )
 
 
 @pytest.fixture(scope="module")
@@ -46,8 +51,13 @@ def data(tmp_path_factory):
     """29 training samples: 3 batches an epoch (one sample left out, a different one each epoch)."""
     rng = np.random.default_rng(0)
     path = tmp_path_factory.mktemp("data") / "data.npz"
-    np.savez(path, x_train=rng.normal(size=(29, 32)).astype(np.float32), y_train=rng.integers(0, 10, 29),
-             x_val=rng.normal(size=(16, 32)).astype(np.float32), y_val=rng.integers(0, 10, 16))
+    np.savez(
+        path,
+        x_train=rng.normal(size=(29, 32)).astype(np.float32),
+        y_train=rng.integers(0, 10, 29),
+        x_val=rng.normal(size=(16, 32)).astype(np.float32),
+        y_val=rng.integers(0, 10, 16),
+    )
     return path
 
 
@@ -58,8 +68,12 @@ def train(bundle, data, *arguments):
 def test_resumed_run_equals_the_uninterrupted_run(bundle, data, tmp_path):
     # 10 steps cross three epoch ends; the resume at step 5 starts inside the second epoch.
     assert train(bundle, data, "--max-steps", 5, "--checkpoint", tmp_path / "a.ckpt", "--export", tmp_path / "a5") == 0
-    assert train(bundle, data, "--max-steps", 10, "--checkpoint", tmp_path / "a.ckpt", "--resume",
-                 "--export", tmp_path / "a") == 0
+    assert (
+        train(
+            bundle, data, "--max-steps", 10, "--checkpoint", tmp_path / "a.ckpt", "--resume", "--export", tmp_path / "a"
+        )
+        == 0
+    )
     assert train(bundle, data, "--max-steps", 10, "--checkpoint", tmp_path / "b.ckpt", "--export", tmp_path / "b") == 0
     resumed, straight = load_file(tmp_path / "a"), load_file(tmp_path / "b")
     assert set(resumed) == {"0.weight", "0.bias", "3.weight", "3.bias"}
@@ -79,22 +93,37 @@ def test_checkpoint_layout(bundle, data, tmp_path):
     assert metadata["format"] == "pock-checkpoint-2"
     assert metadata["module_sha256"] == load_bundle(bundle).module_sha256
     assert names == {"model/0.weight", "model/0.bias", "model/3.weight", "model/3.bias", "optimizer/step"} | {
-        f"optimizer/{p}.{slot}" for p in ("0.weight", "0.bias", "3.weight", "3.bias") for slot in ("exp_avg", "exp_avg_sq")}
+        f"optimizer/{p}.{slot}"
+        for p in ("0.weight", "0.bias", "3.weight", "3.bias")
+        for slot in ("exp_avg", "exp_avg_sq")
+    }
     # 4 steps: one epoch of 3 batches, then 1 batch
-    assert json.loads(metadata["progress"]) == {"epoch": 1, "batch": 1, "shuffle_seed": 0, "train_samples": 29,
-                                                "dropout_seed": 4}
+    assert json.loads(metadata["progress"]) == {
+        "epoch": 1,
+        "batch": 1,
+        "shuffle_seed": 0,
+        "train_samples": 29,
+        "dropout_seed": 4,
+    }
     trainer = Trainer.from_bundle(bundle)
     assert trainer.steps_taken == 0
     state = load_file(tmp_path / "c.ckpt")
-    trainer.load_optimizer_state({n.removeprefix("optimizer/"): v for n, v in state.items() if n.startswith("optimizer/")})
+    trainer.load_optimizer_state(
+        {n.removeprefix("optimizer/"): v for n, v in state.items() if n.startswith("optimizer/")}
+    )
     assert trainer.steps_taken == 4
 
 
 def start_train(*arguments, command=(VENV_BIN / "pock-train",)) -> subprocess.Popen:
     """pock-train in a process that Ctrl-C reaches: a shell that ran the tests in the background
     (`make test &`) makes its children ignore SIGINT, which Python then leaves ignored."""
-    return subprocess.Popen([*command, *map(str, arguments)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True, preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    return subprocess.Popen(
+        [*command, *map(str, arguments)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )
 
 
 # pock-train whose first atomic write of the checkpoint goes into a FIFO the test holds: the
@@ -126,8 +155,19 @@ def start_checkpoint_writer(bundle, data, checkpoint):
     staged = staged_fifo(checkpoint)
     os.mkfifo(staged)
     reader = os.open(staged, os.O_RDONLY | os.O_NONBLOCK)
-    process = start_train(staged, checkpoint.name, bundle, "--data", data, "--epochs", "2", "--checkpoint", checkpoint,
-                          "--resume", command=(sys.executable, "-c", TRAIN_INTO_FIFO))
+    process = start_train(
+        staged,
+        checkpoint.name,
+        bundle,
+        "--data",
+        data,
+        "--epochs",
+        "2",
+        "--checkpoint",
+        checkpoint,
+        "--resume",
+        command=(sys.executable, "-c", TRAIN_INTO_FIFO),
+    )
     readable, _, _ = select.select([reader], [], [], 120)
     assert readable and os.read(reader, 1), "pock-train did not start writing the checkpoint"
     return process, reader
@@ -171,7 +211,7 @@ def test_a_run_stopped_mid_write_leaves_the_previous_checkpoint(bundle, data, tm
 def corrupt(path: Path, how: str) -> None:
     data = bytearray(path.read_bytes())
     if how == "truncated":
-        path.write_bytes(data[:len(data) // 2])
+        path.write_bytes(data[: len(data) // 2])
     elif how == "flipped byte":
         data[-100] ^= 0xFF
         path.write_bytes(bytes(data))
@@ -179,9 +219,14 @@ def corrupt(path: Path, how: str) -> None:
         path.write_bytes(b"not a checkpoint at all")
 
 
-@pytest.mark.parametrize("how, message", [("truncated", "is corrupt or not a checkpoint"),
-                                          ("flipped byte", "is corrupt: its tensors do not match the checksum"),
-                                          ("garbage", "is corrupt or not a checkpoint")])
+@pytest.mark.parametrize(
+    "how, message",
+    [
+        ("truncated", "is corrupt or not a checkpoint"),
+        ("flipped byte", "is corrupt: its tensors do not match the checksum"),
+        ("garbage", "is corrupt or not a checkpoint"),
+    ],
+)
 def test_a_corrupt_checkpoint_is_refused(bundle, data, tmp_path, capsys, how, message):
     checkpoint = tmp_path / "c.ckpt"
     assert train(bundle, data, "--max-steps", 2, "--checkpoint", checkpoint, "--export", tmp_path / "t") == 0

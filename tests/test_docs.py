@@ -3,15 +3,14 @@ PyTorch), every link leads somewhere, and the README stays a front door."""
 
 import copy
 import re
-from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
-
-import pock_mlir as pock
 from docs_blocks import REPO, RUNNABLE, blocks, doc_commands, doc_python, pages
 from oracle import assert_gradients_close, assert_trajectory_close, torch_gradients, torch_trajectory
+
+import pock_mlir as pock
 
 READS = re.compile(r'doc_(?P<kind>commands|python)\(\s*"(?P<page>[^"]+)",\s*"(?P<heading>[^"]+)"\s*\)')
 LINK = re.compile(r"\]\((?P<target>[^)\s]+)\)")
@@ -27,14 +26,24 @@ def sections_read_by_tests() -> set[tuple[str, str, str]]:
 
 def test_every_command_block_is_run_by_a_test():
     read = sections_read_by_tests()
-    unrun = [f"{b.page}:{b.line} ```{b.lang} under {b.heading!r}" for page in pages() for b in blocks(page)
-             if b.lang in RUNNABLE and (b.page, b.heading, b.lang) not in read]
-    assert not unrun, ("blocks no test runs (run them with tests/docs_blocks.py's doc_commands/doc_python, "
-                       "or mark output and formats as ```text): " + "; ".join(unrun))
+    unrun = [
+        f"{b.page}:{b.line} ```{b.lang} under {b.heading!r}"
+        for page in pages()
+        for b in blocks(page)
+        if b.lang in RUNNABLE and (b.page, b.heading, b.lang) not in read
+    ]
+    assert not unrun, (
+        "blocks no test runs (run them with tests/docs_blocks.py's doc_commands/doc_python, "
+        "or mark output and formats as ```text): " + "; ".join(unrun)
+    )
     untyped = [f"{b.page}:{b.line}" for page in pages() for b in blocks(page) if not b.lang]
     assert not untyped, f"blocks without a language (```sh, ```python, ```text, ...): {', '.join(untyped)}"
-    other_shells = [f"{b.page}:{b.line} ```{b.lang}" for page in pages() for b in blocks(page)
-                    if b.lang in ("bash", "shell", "console", "py", "python3")]
+    other_shells = [
+        f"{b.page}:{b.line} ```{b.lang}"
+        for page in pages()
+        for b in blocks(page)
+        if b.lang in ("bash", "shell", "console", "py", "python3")
+    ]
     assert not other_shells, f"commands are ```sh or ```python blocks: {', '.join(other_shells)}"
 
 
@@ -89,8 +98,16 @@ def test_setup_block_is_what_ci_runs():
 
 def test_readme_example_trains_as_torch_optim():
     ns = run_as_written(doc_python("README.md", "## Example"), "README.md")
-    assert_trajectory_close(ns["losses"], ns["trainer"].state_dict(), ns["model"], ns["inputs"], ns["target"],
-                            pock.SGD(lr=0.1, momentum=0.9), 20, trainable={"0.bias", "2.bias", "4.weight", "4.bias"})
+    assert_trajectory_close(
+        ns["losses"],
+        ns["trainer"].state_dict(),
+        ns["model"],
+        ns["inputs"],
+        ns["target"],
+        pock.SGD(lr=0.1, momentum=0.9),
+        20,
+        trainable={"0.bias", "2.bias", "4.weight", "4.bias"},
+    )
     assert "4 of 6 parameters trained" in str(ns["program"].report())
 
 

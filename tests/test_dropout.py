@@ -10,9 +10,9 @@ import pytest
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+from oracle import assert_close_to_norm, torch_gradients
 
 import pock_mlir as pock
-from oracle import assert_close_to_norm, torch_gradients
 from pock_mlir.dropout import SeededDropout
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "examples"))
@@ -46,14 +46,15 @@ def within(observed, expected, n, what):
 def dropouts():
     model = Dropouts()
     x = torch.ones(SHAPE)
-    program = pock.compile_training(model, x, torch.zeros(3 * SHAPE[0], SHAPE[1]), loss="mse",
-                                    functions=("step", "gradients"))  # one IREE module for both
+    program = pock.compile_training(
+        model, x, torch.zeros(3 * SHAPE[0], SHAPE[1]), loss="mse", functions=("step", "gradients")
+    )  # one IREE module for both
     trainer = program.trainer()
 
     def masks(seed):
         trainer.seed = seed
         out = trainer.evaluate(x, train_mode=True)
-        return out[:SHAPE[0]], out[SHAPE[0]:2 * SHAPE[0]], out[2 * SHAPE[0]:]
+        return out[: SHAPE[0]], out[SHAPE[0] : 2 * SHAPE[0]], out[2 * SHAPE[0] :]
 
     return model, x, program, trainer, masks
 
@@ -61,7 +62,9 @@ def dropouts():
 def test_seed_is_the_last_input(dropouts):
     _, _, program, _, _ = dropouts
     assert [(s.name, s.shape, s.dtype) for s in program.signature.inputs] == [
-        ("input0", SHAPE, "float32"), ("seed", (), "int32")]
+        ("input0", SHAPE, "float32"),
+        ("seed", (), "int32"),
+    ]
 
 
 def test_keep_probability_and_scale_match_torch(dropouts):
@@ -132,8 +135,13 @@ class StochasticDepths(nn.Module):
 
         super().__init__()
         self.w = nn.Parameter(torch.ones(4))
-        self.drops = nn.ModuleList([torchvision.ops.StochasticDepth(P, "row"), torchvision.ops.StochasticDepth(P, "batch"),
-                                    timm.layers.DropPath(P)])
+        self.drops = nn.ModuleList(
+            [
+                torchvision.ops.StochasticDepth(P, "row"),
+                torchvision.ops.StochasticDepth(P, "batch"),
+                timm.layers.DropPath(P),
+            ]
+        )
 
     def forward(self, x):
         return torch.cat([drop(self.w * x) for drop in self.drops])
@@ -187,9 +195,14 @@ def test_eval_mode_has_no_dropout_and_no_seed():
     np.testing.assert_allclose(program.trainer().evaluate(x), model(x).detach().numpy(), rtol=1e-6)
 
 
-@pytest.mark.parametrize("op,noise", [("randn", lambda x: torch.randn_like(x)),
-                                      ("bernoulli", lambda x: torch.empty_like(x).bernoulli_(torch.full_like(x, 0.5)))],
-                         ids=["randn_like", "bernoulli_of_a_probability_tensor"])
+@pytest.mark.parametrize(
+    "op,noise",
+    [
+        ("randn", lambda x: torch.randn_like(x)),
+        ("bernoulli", lambda x: torch.empty_like(x).bernoulli_(torch.full_like(x, 0.5))),
+    ],
+    ids=["randn_like", "bernoulli_of_a_probability_tensor"],
+)
 def test_other_random_ops_are_an_error_naming_the_line(op, noise):
     class Noisy(nn.Module):
         def __init__(self):
@@ -227,14 +240,23 @@ def swin_with_drop_path():
     import timm
 
     torch.manual_seed(0)
-    model = timm.models.SwinTransformer(img_size=32, patch_size=4, window_size=4, embed_dim=16, depths=(2, 2),
-                                        num_heads=(2, 2), num_classes=3, drop_path_rate=0.3)
+    model = timm.models.SwinTransformer(
+        img_size=32,
+        patch_size=4,
+        window_size=4,
+        embed_dim=16,
+        depths=(2, 2),
+        num_heads=(2, 2),
+        num_classes=3,
+        drop_path_rate=0.3,
+    )
     g = torch.Generator().manual_seed(1)
     return model, torch.randn(2, 3, 32, 32, generator=g), torch.tensor([0, 2]), "cross_entropy"
 
 
-@pytest.mark.parametrize("make", [bert_with_dropout, torch_encoder_layer, swin_with_drop_path],
-                         ids=lambda f: f.__name__)
+@pytest.mark.parametrize(
+    "make", [bert_with_dropout, torch_encoder_layer, swin_with_drop_path], ids=lambda f: f.__name__
+)
 def test_gradients_with_dropout_match_autograd(make):
     model, x, target, loss_fn = make()
     trainer = pock.compile_training(model, x, target, loss=loss_fn, functions=("gradients",)).trainer()

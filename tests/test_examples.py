@@ -18,10 +18,14 @@ from pock_mlir.tools.pock_compile import load_model_file
 
 REPO = Path(__file__).resolve().parents[1]
 VENV_BIN = Path(sys.executable).parent
-MODEL_FILES = sorted(p.name for p in (REPO / "examples").glob("*.py") if "def example_batch(" in p.read_text()
-                     and p.name != "llama_text.py")  # llama_text.py's own run is below (test_llama_text_quick)
-SCRIPTS = sorted(str(p.relative_to(REPO)) for p in (REPO / "examples").rglob("*.py")
-                 if 'if __name__ == "__main__":' in p.read_text())
+MODEL_FILES = sorted(
+    p.name
+    for p in (REPO / "examples").glob("*.py")
+    if "def example_batch(" in p.read_text() and p.name != "llama_text.py"
+)  # llama_text.py's own run is below (test_llama_text_quick)
+SCRIPTS = sorted(
+    str(p.relative_to(REPO)) for p in (REPO / "examples").rglob("*.py") if 'if __name__ == "__main__":' in p.read_text()
+)
 
 
 def run(command: list, cwd: Path, timeout: float = 900) -> subprocess.CompletedProcess:
@@ -33,9 +37,12 @@ def docstring_commands(name: str) -> list[list[str]]:
     """The commands a model file's docstring shows (pock-compile, the data, pock-train), with
     pock-train cut to one epoch."""
     text = (REPO / "examples" / name).read_text()
-    doc = text[text.index('"""') + 3:text.index('"""', 3)]
-    commands = [shlex.split(line.split("#")[0]) for line in doc.splitlines()
-                if line.strip().startswith(("pock-compile ", "pock-train ", "python examples/"))]
+    doc = text[text.index('"""') + 3 : text.index('"""', 3)]
+    commands = [
+        shlex.split(line.split("#")[0])
+        for line in doc.splitlines()
+        if line.strip().startswith(("pock-compile ", "pock-train ", "python examples/"))
+    ]
     assert [c[0] for c in commands] == ["pock-compile", "python", "pock-train"], f"{name}: {commands}"
     train = commands[2]
     train[train.index("--epochs") + 1] = "1"

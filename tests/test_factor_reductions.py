@@ -18,8 +18,16 @@ def activation_sums(program) -> int:
 
 def test_a_batch_norm_backward_sums_its_activations_twice():
     torch.manual_seed(0)
-    model = nn.Sequential(nn.Conv2d(4, 8, 1, bias=False), nn.BatchNorm2d(8), nn.ReLU6(), nn.Flatten(), nn.Linear(288, 3))
+    model = nn.Sequential(
+        nn.Conv2d(4, 8, 1, bias=False), nn.BatchNorm2d(8), nn.ReLU6(), nn.Flatten(), nn.Linear(288, 3)
+    )
     x, y = torch.randn(2, 4, 6, 6), torch.tensor([0, 2])
     assert activation_sums(pock.compile_training(model, x, y, loss="cross_entropy", functions=())) == 2
-    assert activation_sums(pock.compile_training(model, x, y, loss="cross_entropy", functions=(),
-                                                 pipelines=pipelines_without("pock-factor-reductions"))) == 4
+    assert (
+        activation_sums(
+            pock.compile_training(
+                model, x, y, loss="cross_entropy", functions=(), pipelines=pipelines_without("pock-factor-reductions")
+            )
+        )
+        == 4
+    )

@@ -20,13 +20,14 @@ from safetensors.numpy import load_file
 
 pytest.importorskip("flwr", reason="the federated extra (pip install 'pock-mlir[federated]')")
 
+from test_tools import load_example  # noqa: E402
+
 import pock_mlir as pock  # noqa: E402
 from pock_mlir.bundle import write_bundle  # noqa: E402
-from pock_mlir.runtime.bundle import load_bundle  # noqa: E402
 from pock_mlir.federated import launch, wire  # noqa: E402
 from pock_mlir.federated.launch import LocalFederation, process_tree  # noqa: E402
 from pock_mlir.runtime import Trainer  # noqa: E402
-from test_tools import load_example  # noqa: E402
+from pock_mlir.runtime.bundle import load_bundle  # noqa: E402
 
 ROUNDS = 2
 RUN_SECONDS = 120  # one federation of this file takes 20-40 s on a 2-core machine
@@ -36,8 +37,15 @@ SPARSE = {"default": "full", "0": "frozen", "2": 0.25}  # 0: frozen, 2: its firs
 def compile_bundle(directory: Path, sparse) -> Path:
     example = load_example()
     inputs, target = example.example_batch()
-    program = pock.compile_training(example.model(), inputs, target, loss="cross_entropy",
-                                    optimizer=pock.SGD(lr=0.1, momentum=0.9), sparse=sparse, functions="all")
+    program = pock.compile_training(
+        example.model(),
+        inputs,
+        target,
+        loss="cross_entropy",
+        optimizer=pock.SGD(lr=0.1, momentum=0.9),
+        sparse=sparse,
+        functions="all",
+    )
     return write_bundle(program, directory, example_inputs=inputs, example_target=target, loss="cross_entropy")
 
 
@@ -63,8 +71,17 @@ def data(tmp_path_factory):
 
 
 def run_config(bundle: Path, test: Path, out: Path, **overrides) -> dict:
-    return {"bundle": str(bundle), "test-data": str(test), "out": str(out), "num-server-rounds": ROUNDS,
-            "local-epochs": 1, "clients": 2, "min-clients": 2, "round-timeout": 60, **overrides}
+    return {
+        "bundle": str(bundle),
+        "test-data": str(test),
+        "out": str(out),
+        "num-server-rounds": ROUNDS,
+        "local-epochs": 1,
+        "clients": 2,
+        "min-clients": 2,
+        "round-timeout": 60,
+        **overrides,
+    }
 
 
 def alive(pids) -> list[int]:
@@ -151,13 +168,22 @@ def test_frozen_tensors_never_cross_the_wire(federation, bundles):
     manifest = json.loads((bundles[0] / "manifest.json").read_text())
     params = {p["name"]: p["shape"] for p in manifest["params"]}
     rows = math.ceil(0.25 * params["2.weight"][0])
-    expected = {"2.weight": (rows, params["2.weight"][1]), "2.bias": (rows,),
-                "4.weight": tuple(params["4.weight"]), "4.bias": tuple(params["4.bias"])}
+    expected = {
+        "2.weight": (rows, params["2.weight"][1]),
+        "2.bias": (rows,),
+        "4.weight": tuple(params["4.weight"]),
+        "4.bias": tuple(params["4.bias"]),
+    }
     sent = load_file(fed.local.sent_log(0) / "round-1.safetensors")
     assert {name: value.shape for name, value in sent.items()} == expected
     payload = 4 * sum(math.prod(shape) for shape in expected.values())
-    frozen = 4 * (math.prod(params["0.weight"]) + math.prod(params["0.bias"])
-                  + (params["2.weight"][0] - rows) * params["2.weight"][1] + params["2.bias"][0] - rows)
+    frozen = 4 * (
+        math.prod(params["0.weight"])
+        + math.prod(params["0.bias"])
+        + (params["2.weight"][0] - rows) * params["2.weight"][1]
+        + params["2.bias"][0]
+        - rows
+    )
     overhead = 4096  # Flower's message, record and chunk headers, the config and the metrics
     for row in results["rounds"][1:]:
         assert len(row["reply_bytes"]) == 2
@@ -178,7 +204,10 @@ def test_a_client_with_another_bundle_is_refused_by_name(federation):
     fed, _, _ = federation
     refusals = [line for line in fed.shown if "BundleMismatchError" in line]
     assert len(refusals) == ROUNDS, fed.shown
-    assert "has module sha256" in refusals[0] and "give this SuperNode the bundle the server was started with" in refusals[0]
+    assert (
+        "has module sha256" in refusals[0]
+        and "give this SuperNode the bundle the server was started with" in refusals[0]
+    )
     assert "Traceback" not in "\n".join(fed.shown)
 
 
@@ -194,8 +223,11 @@ def test_a_client_killed_mid_round_does_not_stop_the_run(bundles, data, tmp_path
         while time.monotonic() < deadline and not killed:
             if any(line.startswith(f"round 1/{ROUNDS}:") for line in fed.shown):  # round 1 is aggregated
                 node = fed.local.supernodes[1]
-                apps = [pid for pid in process_tree(node.pid)
-                        if b"flwr-clientapp" in Path(f"/proc/{pid}/cmdline").read_bytes()]
+                apps = [
+                    pid
+                    for pid in process_tree(node.pid)
+                    if b"flwr-clientapp" in Path(f"/proc/{pid}/cmdline").read_bytes()
+                ]
                 if apps:
                     for pid in process_tree(node.pid):
                         os.kill(pid, signal.SIGKILL)
@@ -214,7 +246,7 @@ def test_a_client_killed_mid_round_does_not_stop_the_run(bundles, data, tmp_path
     survivor = load_file(fed.local.sent_log(0) / "round-2.safetensors")
     exported = load_file(tmp_path / "global.safetensors")
     for name, value in survivor.items():
-        np.testing.assert_allclose(exported[name][:len(value)], value, rtol=1e-6, atol=1e-7)
+        np.testing.assert_allclose(exported[name][: len(value)], value, rtol=1e-6, atol=1e-7)
     assert not alive(fed.pids)
 
 
@@ -222,11 +254,30 @@ def test_ctrl_c_stops_every_process(bundles, data, tmp_path):
     """pock-federate with FedAdam, interrupted after round 2: its exit, its processes, and FedAdam's
     float64 global tensors sent to the clients in the bundle's float32 (round 2 as large as round 1)."""
     (sparse, _), (clients, test) = bundles, data
-    command = [sys.executable, "-m", "pock_mlir.federated.launch", str(sparse), "--data", *map(str, clients),
-               "--test-data", str(test), "--out", str(tmp_path / "out"), "--rounds", "20", "--strategy", "fedadam"]
+    command = [
+        sys.executable,
+        "-m",
+        "pock_mlir.federated.launch",
+        str(sparse),
+        "--data",
+        *map(str, clients),
+        "--test-data",
+        str(test),
+        "--out",
+        str(tmp_path / "out"),
+        "--rounds",
+        "20",
+        "--strategy",
+        "fedadam",
+    ]
     # started with SIGINT ignored, as a non-interactive shell starts a `cmd &` job: Ctrl-C must still stop it
-    runner = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                              preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN))
+    runner = subprocess.Popen(
+        command,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN),
+    )
     pids: set[int] = set()
     try:
         lines = []
@@ -254,17 +305,30 @@ def test_ctrl_c_stops_every_process(bundles, data, tmp_path):
     assert abs(second["bytes_to_clients"] - first["bytes_to_clients"]) < 64, (first, second)
 
 
-@pytest.mark.parametrize("change, message", [
-    (lambda args, d: args.update(test=d / "missing.npz"), "cannot read"),
-    (lambda args, d: args.update(clients=[d / "one.npz"]), "x_train has samples of shape (63,)"),
-    (lambda args, d: args.update(extra=["--min-clients", "3"]), "--min-clients 3: give 1 to 2"),
-])
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        (lambda args, d: args.update(test=d / "missing.npz"), "cannot read"),
+        (lambda args, d: args.update(clients=[d / "one.npz"]), "x_train has samples of shape (63,)"),
+        (lambda args, d: args.update(extra=["--min-clients", "3"]), "--min-clients 3: give 1 to 2"),
+    ],
+)
 def test_bad_input_is_named_before_anything_starts(bundles, data, tmp_path, capsys, change, message):
     np.savez(tmp_path / "one.npz", x_train=np.zeros((100, 63), np.float32), y_train=np.zeros(100, np.int64))
     args = {"clients": data[0], "test": data[1], "extra": []}
     change(args, tmp_path)
-    code = launch.main([str(bundles[0]), "--data", *map(str, args["clients"]), "--test-data", str(args["test"]),
-                        "--out", str(tmp_path / "out"), *args["extra"]])
+    code = launch.main(
+        [
+            str(bundles[0]),
+            "--data",
+            *map(str, args["clients"]),
+            "--test-data",
+            str(args["test"]),
+            "--out",
+            str(tmp_path / "out"),
+            *args["extra"],
+        ]
+    )
     err = capsys.readouterr().err
     assert code == 1 and err.startswith("pock-federate: error: ") and message in err and "Traceback" not in err, err
     assert not (tmp_path / "out").exists()
@@ -282,9 +346,13 @@ def test_wire_round_trip_and_refusals(bundles):
     assert sorted(back) == sorted(sent)
     np.testing.assert_array_equal(back["2.weight"][:16], state["2.weight"][:16] + 1)
     np.testing.assert_array_equal(back["2.weight"][16:], state["2.weight"][16:])
-    wrong = {**{k: v for k, v in sent.items() if k != "4.bias"}, "0.weight": state["0.weight"],
-             "2.weight": state["2.weight"]}
+    wrong = {
+        **{k: v for k, v in sent.items() if k != "4.bias"},
+        "0.weight": state["0.weight"],
+        "2.weight": state["2.weight"],
+    }
     with pytest.raises(wire.WireError) as refused:
         wire.from_wire(bundle, state, wrong)
-    assert str(refused.value) == ("missing 4.bias; unexpected 0.weight; "
-                                  "wrong shape: 2.weight (64, 128) (expected (16, 128))")
+    assert str(refused.value) == (
+        "missing 4.bias; unexpected 0.weight; wrong shape: 2.weight (64, 128) (expected (16, 128))"
+    )

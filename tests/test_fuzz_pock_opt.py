@@ -20,9 +20,12 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 MUTANTS = int(os.environ.get("POCK_FUZZ_MUTANTS", "300"))
 SEED = int(os.environ.get("POCK_FUZZ_SEED", "0"))
-PIPELINES = ["", "pock-autodiff,pock-dce",
-             "inline,pock-autodiff,pock-sparse-bp,pock-backend-switch,pock-order-param-reads,pock-reorder-updates,"
-             "pock-lower-optimizers,pock-strip-params,pock-dce,canonicalize"]
+PIPELINES = [
+    "",
+    "pock-autodiff,pock-dce",
+    "inline,pock-autodiff,pock-sparse-bp,pock-backend-switch,pock-order-param-reads,pock-reorder-updates,"
+    "pock-lower-optimizers,pock-strip-params,pock-dce,canonicalize",
+]
 HANG_SECONDS = 60
 TOKEN = re.compile(r"%[\w.-]+|@[\w.$-]+|\b\d+\b|\b[a-z_]+\.[\w.]+\b|[\[\]{}()<>,:=]")
 
@@ -69,12 +72,12 @@ def mutate(text: str, rng: random.Random) -> str:
                 continue
             m = rng.choice(tokens)
             if kind == "number":
-                new = str(rng.choice([0, 1, -1, 2, 3, 7, 64, 2 ** 31, 2 ** 63, 10 ** 30]))
+                new = str(rng.choice([0, 1, -1, 2, 3, 7, 64, 2**31, 2**63, 10**30]))
             elif kind == "type":
                 new = rng.choice(["f64", "i1", "i64", "!torch.int", "!torch.vtensor<[2],f32>", "!torch.none", "[]"])
             else:
                 new = rng.choice(TOKEN.findall(rng.choice(lines)) or ["%x"])
-            lines[i] = lines[i][:m.start()] + new + lines[i][m.end():]
+            lines[i] = lines[i][: m.start()] + new + lines[i][m.end() :]
         if not lines:
             lines = [""]
     return "\n".join(lines) + "\n"
@@ -92,8 +95,12 @@ def run_campaign(tmp_path: Path, count: int, seed: int) -> tuple[dict, list[str]
     status_path = tmp_path / "status.txt"
     failures, outcomes, start = [], {"success": 0, "diagnostic": 0}, 0
     while start < count:
-        worker = subprocess.Popen([sys.executable, "-c", WORKER, tmp_path / "cases.json", status_path, str(start)],
-                                  stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        worker = subprocess.Popen(
+            [sys.executable, "-c", WORKER, tmp_path / "cases.json", status_path, str(start)],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
         last_progress, seen = time.monotonic(), 0
         while worker.poll() is None:
             time.sleep(0.2)

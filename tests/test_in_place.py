@@ -42,7 +42,7 @@ def dispatch(name: str, *bindings: str) -> str:
 
 def concurrent(*dispatches: str) -> str:
     inner = "\n".join("  " + line for d in dispatches for line in d.splitlines())
-    return f"stream.cmd.concurrent {{\n{inner}\n}} loc(\"step.mlir\":9:7)"
+    return f'stream.cmd.concurrent {{\n{inner}\n}} loc("step.mlir":9:7)'
 
 
 UPDATE = dispatch("update", "ro %old", "wo %new")
@@ -52,13 +52,18 @@ SCHEDULES = {
     "a reader of the old value before the update": ([dispatch("forward", "ro %old"), UPDATE], []),
     "a reader of the new value after the update": ([UPDATE, dispatch("apply", "ro %new")], []),
     "a reader of the old value beside the update": (
-        [concurrent(UPDATE, dispatch("input_grad", "ro %old"))], ["read by stream.cmd.dispatch @ex::@input_grad"]),
+        [concurrent(UPDATE, dispatch("input_grad", "ro %old"))],
+        ["read by stream.cmd.dispatch @ex::@input_grad"],
+    ),
     "a reader of the old value after the update": (
-        [UPDATE, dispatch("input_grad", "ro %old")], ["read by stream.cmd.dispatch @ex::@input_grad"]),
+        [UPDATE, dispatch("input_grad", "ro %old")],
+        ["read by stream.cmd.dispatch @ex::@input_grad"],
+    ),
     "two writers": ([UPDATE, dispatch("again", "rw %new")], ["written by 2 commands"]),
-    "a copy into the new buffer after the read": ([dispatch("forward", "ro %old"),
-                                                    "stream.cmd.copy %old[%c0], %new[%c0], %c16 : "
-                                                    f"{RESOURCE} -> {RESOURCE}"], []),
+    "a copy into the new buffer after the read": (
+        [dispatch("forward", "ro %old"), f"stream.cmd.copy %old[%c0], %new[%c0], %c16 : {RESOURCE} -> {RESOURCE}"],
+        [],
+    ),
 }
 
 

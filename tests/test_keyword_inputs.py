@@ -14,11 +14,10 @@ import pytest
 import torch
 import torch.nn.functional as F
 import transformers
+from oracle import assert_close_to_norm, assert_gradients_close_to_float64, assert_trajectory_close, torch_trajectory
 from safetensors.torch import load_file
 
 import pock_mlir as pock
-from oracle import (assert_close_to_norm, assert_gradients_close_to_float64, assert_trajectory_close,
-                    torch_trajectory)
 from pock_mlir.bundle import load_bundle, write_bundle
 from pock_mlir.data import load_data
 from pock_mlir.frontend import FrontendError
@@ -40,8 +39,11 @@ def seq2seq_batch(seed: int, samples: int = BATCH) -> tuple[dict, torch.Tensor]:
     generator = torch.Generator().manual_seed(seed)
     mask = torch.ones(samples, SOURCE, dtype=torch.long)
     mask[1::2, 4:] = 0
-    batch = {"input_ids": token_ids(generator, samples, SOURCE), "attention_mask": mask,
-             "decoder_input_ids": token_ids(generator, samples, TARGET)}
+    batch = {
+        "input_ids": token_ids(generator, samples, SOURCE),
+        "attention_mask": mask,
+        "decoder_input_ids": token_ids(generator, samples, TARGET),
+    }
     return batch, token_ids(generator, samples, TARGET)
 
 
@@ -51,9 +53,20 @@ def logits_cross_entropy(output, target):
 
 def t5() -> transformers.T5ForConditionalGeneration:
     torch.manual_seed(0)
-    return transformers.T5ForConditionalGeneration(transformers.T5Config(
-        vocab_size=VOCAB, d_model=32, d_kv=8, d_ff=64, num_layers=1, num_decoder_layers=1, num_heads=4,
-        dropout_rate=0.0, decoder_start_token_id=0, pad_token_id=0))
+    return transformers.T5ForConditionalGeneration(
+        transformers.T5Config(
+            vocab_size=VOCAB,
+            d_model=32,
+            d_kv=8,
+            d_ff=64,
+            num_layers=1,
+            num_decoder_layers=1,
+            num_heads=4,
+            dropout_rate=0.0,
+            decoder_start_token_id=0,
+            pad_token_id=0,
+        )
+    )
 
 
 T5_OPTIMIZER = pock.AdamW(lr=1e-2, weight_decay=0.01)
@@ -63,15 +76,18 @@ T5_OPTIMIZER = pock.AdamW(lr=1e-2, weight_decay=0.01)
 def t5_program():
     """T5 compiled for its keyword batch, every function in one module (as a bundle holds it)."""
     batch, target = seq2seq_batch(0)
-    return pock.compile_training(t5(), batch, target, loss=logits_cross_entropy, optimizer=T5_OPTIMIZER,
-                                 functions="all")
+    return pock.compile_training(
+        t5(), batch, target, loss=logits_cross_entropy, optimizer=T5_OPTIMIZER, functions="all"
+    )
 
 
 def test_t5_signature_names_the_keyword_inputs(t5_program):
     sig = t5_program.signature
     assert [(s.name, s.shape, s.dtype) for s in sig.inputs] == [
-        ("input_ids", (BATCH, SOURCE), "int32"), ("attention_mask", (BATCH, SOURCE), "int32"),
-        ("decoder_input_ids", (BATCH, TARGET), "int32")]
+        ("input_ids", (BATCH, SOURCE), "int32"),
+        ("attention_mask", (BATCH, SOURCE), "int32"),
+        ("decoder_input_ids", (BATCH, TARGET), "int32"),
+    ]
     assert sig.by_keyword == 3 and sig.output.name == "logits"
 
 
@@ -80,8 +96,9 @@ def test_t5_trains_with_keyword_inputs_as_torch_optim(t5_program):
     trainer = t5_program.trainer()
     reordered = dict(reversed(list(batch.items())))  # keywords match by name, in any order
     losses = [trainer.step(reordered, target) for _ in range(STEPS)]
-    assert_trajectory_close(losses, trainer.state_dict(), t5(), batch, target, T5_OPTIMIZER, STEPS,
-                            loss=logits_cross_entropy, what="T5")
+    assert_trajectory_close(
+        losses, trainer.state_dict(), t5(), batch, target, T5_OPTIMIZER, STEPS, loss=logits_cross_entropy, what="T5"
+    )
 
 
 def test_t5_gradients_loss_and_evaluate_take_the_keyword_batch(t5_program):
@@ -97,18 +114,23 @@ def test_t5_gradients_loss_and_evaluate_take_the_keyword_batch(t5_program):
     assert_close_to_norm(trainer.evaluate(batch), output.logits.numpy(), 1e-5, "logits")
 
 
-@pytest.mark.parametrize("inputs, message", [
-    (lambda b: {k: v for k, v in b.items() if k != "attention_mask"}, "(missing attention_mask)"),
-    (lambda b: {**b, "labels": b["decoder_input_ids"]}, "(unknown labels)"),
-    (lambda b: tuple(b.values()), "got input0, input1, input2"),
-], ids=["missing keyword", "unknown keyword", "positional"])
+@pytest.mark.parametrize(
+    "inputs, message",
+    [
+        (lambda b: {k: v for k, v in b.items() if k != "attention_mask"}, "(missing attention_mask)"),
+        (lambda b: {**b, "labels": b["decoder_input_ids"]}, "(unknown labels)"),
+        (lambda b: tuple(b.values()), "got input0, input1, input2"),
+    ],
+    ids=["missing keyword", "unknown keyword", "positional"],
+)
 def test_a_batch_unlike_the_compiled_call_names_what_differs(t5_program, inputs, message):
     batch, target = seq2seq_batch(0)
     trainer = t5_program.trainer()
     with pytest.raises(InputError) as error:
         trainer.step(inputs(batch), target)
     assert str(error.value).startswith(
-        "the model was compiled to take input_ids, attention_mask, decoder_input_ids by keyword; got ")
+        "the model was compiled to take input_ids, attention_mask, decoder_input_ids by keyword; got "
+    )
     assert message in str(error.value)
     assert trainer.steps_taken == 0
 
@@ -116,8 +138,14 @@ def test_a_batch_unlike_the_compiled_call_names_what_differs(t5_program, inputs,
 @pytest.fixture(scope="module")
 def t5_bundle(t5_program, tmp_path_factory):
     batch, target = seq2seq_batch(0)
-    return write_bundle(t5_program, tmp_path_factory.mktemp("t5") / "bundle", example_inputs=batch,
-                        example_target=target, loss=logits_cross_entropy, model=t5())
+    return write_bundle(
+        t5_program,
+        tmp_path_factory.mktemp("t5") / "bundle",
+        example_inputs=batch,
+        example_target=target,
+        loss=logits_cross_entropy,
+        model=t5(),
+    )
 
 
 def test_t5_bundle_round_trip(t5_bundle):
@@ -139,8 +167,13 @@ def test_pock_train_reads_arrays_named_by_keyword(t5_bundle, tmp_path):
     train, train_target = seq2seq_batch(2, samples=3 * BATCH)
     val, val_target = seq2seq_batch(3, samples=BATCH)
     data = tmp_path / "data.npz"
-    np.savez(data, **{f"{k}_train": v.numpy() for k, v in train.items()}, y_train=train_target.numpy(),
-             **{f"{k}_val": v.numpy() for k, v in val.items()}, y_val=val_target.numpy())
+    np.savez(
+        data,
+        **{f"{k}_train": v.numpy() for k, v in train.items()},
+        y_train=train_target.numpy(),
+        **{f"{k}_val": v.numpy() for k, v in val.items()},
+        y_val=val_target.numpy(),
+    )
     steps, real_step = [], Trainer.step
 
     def recording_step(self, inputs, target):
@@ -169,27 +202,45 @@ def test_pock_train_reads_arrays_named_by_keyword(t5_bundle, tmp_path):
 def test_pock_train_names_a_missing_keyword_array(t5_bundle, tmp_path, capsys):
     train, target = seq2seq_batch(2, samples=BATCH)
     data = tmp_path / "data.npz"
-    np.savez(data, input_ids_train=train["input_ids"].numpy(),
-             decoder_input_ids_train=train["decoder_input_ids"].numpy(), y_train=target.numpy())
+    np.savez(
+        data,
+        input_ids_train=train["input_ids"].numpy(),
+        decoder_input_ids_train=train["decoder_input_ids"].numpy(),
+        y_train=target.numpy(),
+    )
     assert pock_train.main([str(t5_bundle), "--data", str(data)]) == 1
     assert "lacks attention_mask_train" in capsys.readouterr().err
 
 
 def test_bart_trains_with_masks_as_torch_optim():
     torch.manual_seed(0)
-    model = transformers.BartForConditionalGeneration(transformers.BartConfig(
-        vocab_size=VOCAB, d_model=32, encoder_layers=1, decoder_layers=1, encoder_attention_heads=4,
-        decoder_attention_heads=4, encoder_ffn_dim=64, decoder_ffn_dim=64, max_position_embeddings=16,
-        dropout=0.0, attention_dropout=0.0, activation_dropout=0.0))
+    model = transformers.BartForConditionalGeneration(
+        transformers.BartConfig(
+            vocab_size=VOCAB,
+            d_model=32,
+            encoder_layers=1,
+            decoder_layers=1,
+            encoder_attention_heads=4,
+            decoder_attention_heads=4,
+            encoder_ffn_dim=64,
+            decoder_ffn_dim=64,
+            max_position_embeddings=16,
+            dropout=0.0,
+            attention_dropout=0.0,
+            activation_dropout=0.0,
+        )
+    )
     batch, target = seq2seq_batch(4)
     batch["decoder_attention_mask"] = torch.ones(BATCH, TARGET, dtype=torch.long)
     optimizer = pock.SGD(lr=0.1, momentum=0.9)
-    program = pock.compile_training(model, batch, target, loss=logits_cross_entropy, optimizer=optimizer,
-                                    functions=("step",))
+    program = pock.compile_training(
+        model, batch, target, loss=logits_cross_entropy, optimizer=optimizer, functions=("step",)
+    )
     trainer = program.trainer()
     losses = [trainer.step(batch, target) for _ in range(STEPS)]
-    assert_trajectory_close(losses, trainer.state_dict(), model, batch, target, optimizer, STEPS,
-                            loss=logits_cross_entropy, what="BART")
+    assert_trajectory_close(
+        losses, trainer.state_dict(), model, batch, target, optimizer, STEPS, loss=logits_cross_entropy, what="BART"
+    )
 
 
 def model_loss(output, target):
@@ -199,9 +250,18 @@ def model_loss(output, target):
 
 def test_llama_computing_its_loss_from_labels_trains_as_torch_optim():
     torch.manual_seed(0)
-    model = transformers.LlamaForCausalLM(transformers.LlamaConfig(
-        vocab_size=VOCAB, hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=4,
-        num_key_value_heads=2, max_position_embeddings=16, use_cache=False))
+    model = transformers.LlamaForCausalLM(
+        transformers.LlamaConfig(
+            vocab_size=VOCAB,
+            hidden_size=32,
+            intermediate_size=64,
+            num_hidden_layers=1,
+            num_attention_heads=4,
+            num_key_value_heads=2,
+            max_position_embeddings=16,
+            use_cache=False,
+        )
+    )
     generator = torch.Generator().manual_seed(5)
     ids = token_ids(generator, BATCH, SOURCE)
     mask = torch.ones(BATCH, SOURCE, dtype=torch.long)
@@ -209,15 +269,17 @@ def test_llama_computing_its_loss_from_labels_trains_as_torch_optim():
     labels = ids.masked_fill(mask == 0, -100)  # padded positions count for nothing
     batch = {"input_ids": ids, "attention_mask": mask, "labels": labels}
     optimizer = pock.AdamW(lr=1e-2)
-    program = pock.compile_training(model, batch, labels, loss=model_loss, optimizer=optimizer,
-                                    functions=("step", "evaluate"))
+    program = pock.compile_training(
+        model, batch, labels, loss=model_loss, optimizer=optimizer, functions=("step", "evaluate")
+    )
     assert program.signature.output.name == "logits"  # evaluate returns the logits, not the loss
     trainer = program.trainer()
     with torch.no_grad():
         assert_close_to_norm(trainer.evaluate(batch), model(**batch).logits.numpy(), 1e-5, "logits")
     losses = [trainer.step(batch, labels) for _ in range(STEPS)]
-    assert_trajectory_close(losses, trainer.state_dict(), model, batch, labels, optimizer, STEPS, loss=model_loss,
-                            what="Llama")
+    assert_trajectory_close(
+        losses, trainer.state_dict(), model, batch, labels, optimizer, STEPS, loss=model_loss, what="Llama"
+    )
 
 
 class Masked(torch.nn.Module):
@@ -238,32 +300,44 @@ def test_positional_and_keyword_inputs_with_an_absent_one():
     model = Masked()
     x, mask, target = torch.randn(BATCH, 4), (torch.rand(BATCH, 3) > 0.3).float(), torch.tensor([0, 2])
     optimizer = pock.SGD(lr=0.5)
-    program = pock.compile_training(model, ((x,), {"mask": mask, "scale": None}), target, optimizer=optimizer,
-                                    functions=("step",))
+    program = pock.compile_training(
+        model, ((x,), {"mask": mask, "scale": None}), target, optimizer=optimizer, functions=("step",)
+    )
     sig = program.signature
     assert [s.name for s in sig.inputs] == ["input0", "mask"] and sig.by_keyword == 1
     trainer = program.trainer()
     losses = [trainer.step((x, {"mask": mask}), target), trainer.step(((x,), {"mask": mask, "scale": None}), target)]
     assert_trajectory_close(losses, trainer.state_dict(), model, (x, {"mask": mask}), target, optimizer, 2)
-    with pytest.raises(InputError, match=r"^the model was compiled to take input0 and mask by keyword; got input0 "
-                                         r"and mask, scale by keyword \(unknown scale\)$"):
+    with pytest.raises(
+        InputError,
+        match=r"^the model was compiled to take input0 and mask by keyword; got input0 "
+        r"and mask, scale by keyword \(unknown scale\)$",
+    ):
         trainer.step((x, {"mask": mask, "scale": torch.ones(())}), target)
 
 
-@pytest.mark.parametrize("inputs, message", [
-    ({"x": torch.randn(BATCH, 4), "mask": True}, "keyword input 'mask': expected a torch.Tensor or numpy.ndarray, "
-                                                 "got bool; inputs are tensors"),
-    ((torch.randn(BATCH, 4), {"target": torch.ones(BATCH, 3)}),
-     "keyword input(s) target: the compiled module gives the name(s) to its target"),
-    ({1: torch.randn(BATCH, 4)}, "named by the model's argument names; got the key(s) 1"),
-], ids=["not a tensor", "reserved name", "not a name"])
+@pytest.mark.parametrize(
+    "inputs, message",
+    [
+        (
+            {"x": torch.randn(BATCH, 4), "mask": True},
+            "keyword input 'mask': expected a torch.Tensor or numpy.ndarray, got bool; inputs are tensors",
+        ),
+        (
+            (torch.randn(BATCH, 4), {"target": torch.ones(BATCH, 3)}),
+            "keyword input(s) target: the compiled module gives the name(s) to its target",
+        ),
+        ({1: torch.randn(BATCH, 4)}, "named by the model's argument names; got the key(s) 1"),
+    ],
+    ids=["not a tensor", "reserved name", "not a name"],
+)
 def test_keyword_inputs_the_frontend_refuses(inputs, message):
     with pytest.raises(FrontendError) as error:
         pock.compile_training(Masked(), inputs, torch.tensor([0, 1]))
     assert message in str(error.value) and "\n" not in str(error.value)
 
 
-MODEL_FILE = '''
+MODEL_FILE = """
 import torch
 
 
@@ -283,14 +357,18 @@ def model():
 
 def example_batch():
     return {"x": torch.zeros(2, 4), "mask": torch.ones(2, 3)}, torch.tensor([0, 1])
-'''
+"""
 
 
 def test_a_model_file_with_a_dict_batch_compiles_and_trains_on_named_arrays(tmp_path):
     (tmp_path / "masked.py").write_text(MODEL_FILE)
     with contextlib.redirect_stdout(io.StringIO()):
-        assert pock_compile.main([str(tmp_path / "masked.py"), "-o", str(tmp_path / "bundle"),
-                                  "--optimizer", "sgd:lr=0.5"]) == 0
+        assert (
+            pock_compile.main(
+                [str(tmp_path / "masked.py"), "-o", str(tmp_path / "bundle"), "--optimizer", "sgd:lr=0.5"]
+            )
+            == 0
+        )
     generator = torch.Generator().manual_seed(6)
     x, mask = torch.randn(6, 4, generator=generator), (torch.rand(6, 3, generator=generator) > 0.3).float()
     target = torch.randint(0, 3, (6,), generator=generator)
@@ -306,8 +384,18 @@ def test_a_model_file_with_a_dict_batch_compiles_and_trains_on_named_arrays(tmp_
 
     with pytest.MonkeyPatch.context() as patch, contextlib.redirect_stdout(io.StringIO()):
         patch.setattr(Trainer, "step", recording_step)
-        assert pock_train.main([str(tmp_path / "bundle"), "--data", str(tmp_path / "data.npz"), "--export",
-                                str(tmp_path / "tuned.safetensors")]) == 0
+        assert (
+            pock_train.main(
+                [
+                    str(tmp_path / "bundle"),
+                    "--data",
+                    str(tmp_path / "data.npz"),
+                    "--export",
+                    str(tmp_path / "tuned.safetensors"),
+                ]
+            )
+            == 0
+        )
     assert len(steps) == 3
     model = model_file.model
     optimizer = torch.optim.SGD(model.parameters(), lr=0.5)

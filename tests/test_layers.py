@@ -15,13 +15,38 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 # module name prefix -> its directory (pyproject's package-dir installs passes/ and dialects/ inside pock_mlir)
-PACKAGES = {"pock_mlir": "pock_mlir", "pock_mlir.passes": "passes", "pock_mlir.dialects": "dialects",
-            "bench": "bench", "tools": "tools"}
-RUNTIME = ("pock_mlir.runtime", "pock_mlir.bundle", "pock_mlir.checkpoint", "pock_mlir.data", "pock_mlir.abi",
-           "pock_mlir.files", "pock_mlir.tools.pock_train", "pock_mlir.federated.client", "pock_mlir.federated.wire")
-COMPILE_SIDE = ("pock_mlir.program", "pock_mlir.compiler", "pock_mlir.frontend", "pock_mlir.passes",
-                "pock_mlir.dialects", "pock_mlir.autodiff", "pock_mlir.training", "pock_mlir.op_facts",
-                "pock_mlir.torch_builder", "pock_mlir.sparse", "pock_mlir.search", "pock_mlir.layers")
+PACKAGES = {
+    "pock_mlir": "pock_mlir",
+    "pock_mlir.passes": "passes",
+    "pock_mlir.dialects": "dialects",
+    "bench": "bench",
+    "tools": "tools",
+}
+RUNTIME = (
+    "pock_mlir.runtime",
+    "pock_mlir.bundle",
+    "pock_mlir.checkpoint",
+    "pock_mlir.data",
+    "pock_mlir.abi",
+    "pock_mlir.files",
+    "pock_mlir.tools.pock_train",
+    "pock_mlir.federated.client",
+    "pock_mlir.federated.wire",
+)
+COMPILE_SIDE = (
+    "pock_mlir.program",
+    "pock_mlir.compiler",
+    "pock_mlir.frontend",
+    "pock_mlir.passes",
+    "pock_mlir.dialects",
+    "pock_mlir.autodiff",
+    "pock_mlir.training",
+    "pock_mlir.op_facts",
+    "pock_mlir.torch_builder",
+    "pock_mlir.sparse",
+    "pock_mlir.search",
+    "pock_mlir.layers",
+)
 COMPILERS = ("torch", "torch_mlir", "iree.compiler")  # third-party modules only the compile side may import
 
 
@@ -57,7 +82,7 @@ def _imported(module: str) -> set[str]:
         elif isinstance(node, ast.ImportFrom):
             base = node.module or ""
             if node.level:
-                parent = package.split(".")[:len(package.split(".")) - node.level + 1]
+                parent = package.split(".")[: len(package.split(".")) - node.level + 1]
                 base = ".".join([*parent, base] if base else parent)
             names.update(f"{base}.{a.name}" if f"{base}.{a.name}" in MODULES else base for a in node.names)
     return names
@@ -155,8 +180,13 @@ def _closure(roots) -> dict[str, list[str]]:
 
 def test_graph_sees_the_project():
     """The graph covers every layer and resolves imports into modules (the other tests would pass on an empty one)."""
-    for module in ("pock_mlir.runtime.trainer", "pock_mlir.passes.pock_dce", "pock_mlir.dialects.pock",
-                   "pock_mlir.autodiff.rules.core", "bench.child"):
+    for module in (
+        "pock_mlir.runtime.trainer",
+        "pock_mlir.passes.pock_dce",
+        "pock_mlir.dialects.pock",
+        "pock_mlir.autodiff.rules.core",
+        "bench.child",
+    ):
         assert module in MODULES, module
     assert "pock_mlir.op_facts" in GRAPH["pock_mlir.passes.pock_dce"]
     assert "pock_mlir.runtime.workspace" in GRAPH["pock_mlir.runtime.trainer"]
@@ -167,7 +197,8 @@ def test_graph_sees_the_project():
 def test_no_import_circles():
     circles = _cycles()
     assert not circles, "import circles (function-local imports included):\n" + "\n".join(
-        " -> ".join(circle) for circle in circles)
+        " -> ".join(circle) for circle in circles
+    )
 
 
 def test_abi_is_a_leaf():
@@ -192,8 +223,10 @@ def test_runtime_imports_no_compile_side(root):
 def test_runtime_alone_loads_no_compile_side():
     """Importing the runtime layer in a fresh interpreter leaves PyTorch, torch-mlir and the compile side unloaded."""
     forbidden = COMPILE_SIDE + COMPILERS
-    code = (f"import sys; import {', '.join(RUNTIME)}; "
-            f"print(sorted(m for m in sys.modules if any(m == p or m.startswith(p + '.') for p in {forbidden!r})))")
+    code = (
+        f"import sys; import {', '.join(RUNTIME)}; "
+        f"print(sorted(m for m in sys.modules if any(m == p or m.startswith(p + '.') for p in {forbidden!r})))"
+    )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "[]", done.stdout

@@ -11,8 +11,9 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 LIT_DIR = ROOT / "lit_tests"
 # lit.cfg.py excludes "Output" (lit's own) and "inputs" (files other tests' RUN lines read)
-LIT_FILES = sorted(p.relative_to(LIT_DIR).as_posix() for p in LIT_DIR.rglob("*.mlir")
-                   if not {"Output", "inputs"} & set(p.parts))
+LIT_FILES = sorted(
+    p.relative_to(LIT_DIR).as_posix() for p in LIT_DIR.rglob("*.mlir") if not {"Output", "inputs"} & set(p.parts)
+)
 
 
 @pytest.fixture(scope="session")
@@ -21,8 +22,12 @@ def lit_results(tmp_path_factory):
     # as LIT_FILES does; the xunit report splits that path and mangles its dots.
     report = tmp_path_factory.mktemp("lit") / "results.json"
     lit = Path(sys.executable).parent / "lit"
-    subprocess.run([str(lit), "-q", "-j", str(os.cpu_count() or 2), f"--output={report}", str(LIT_DIR)],
-                   cwd=ROOT, capture_output=True, text=True)
+    subprocess.run(
+        [str(lit), "-q", "-j", str(os.cpu_count() or 2), f"--output={report}", str(LIT_DIR)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+    )
     results = {}
     for test in json.loads(report.read_text())["tests"]:
         path = test["name"].split(" :: ", 1)[1]

@@ -5,8 +5,8 @@ pock-mlir load into `peft.PeftModel.from_pretrained`, and the merged weights equ
 merge_and_unload. Each model compiles once (module fixture)."""
 
 import copy
-import math
 import json
+import math
 from types import SimpleNamespace
 
 import numpy as np
@@ -14,9 +14,9 @@ import pytest
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+from oracle import assert_gradients_close, torch_gradients, torch_trajectory
 
 import pock_mlir as pock
-from oracle import assert_gradients_close, torch_gradients, torch_trajectory
 from pock_mlir import layers, lora
 from pock_mlir.sparse import SparseConfigError, lora_adapters, resolve_sparse
 
@@ -34,15 +34,27 @@ def next_token_loss(out, y):
 
 def llama():
     torch.manual_seed(0)
-    return transformers.LlamaForCausalLM(transformers.LlamaConfig(
-        vocab_size=VOCAB, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
-        num_key_value_heads=2, max_position_embeddings=32, tie_word_embeddings=True))
+    return transformers.LlamaForCausalLM(
+        transformers.LlamaConfig(
+            vocab_size=VOCAB,
+            hidden_size=32,
+            intermediate_size=64,
+            num_hidden_layers=2,
+            num_attention_heads=4,
+            num_key_value_heads=2,
+            max_position_embeddings=32,
+            tie_word_embeddings=True,
+        )
+    )
 
 
 def gpt2():
     torch.manual_seed(0)
-    return transformers.GPT2LMHeadModel(transformers.GPT2Config(
-        vocab_size=VOCAB, n_positions=32, n_embd=32, n_layer=2, n_head=4, bos_token_id=0, eos_token_id=0)).eval()
+    return transformers.GPT2LMHeadModel(
+        transformers.GPT2Config(
+            vocab_size=VOCAB, n_positions=32, n_embd=32, n_layer=2, n_head=4, bos_token_id=0, eos_token_id=0
+        )
+    ).eval()
 
 
 class PointwiseCNN(nn.Module):
@@ -81,24 +93,67 @@ def image_batch():
 # name: (model, batch, loss, pock-mlir's scheme, the same adapters as PEFT's LoraConfig)
 CASES = {
     # LoRA on the attention projections; the norms train in full (PEFT: modules_to_save)
-    "hf-llama": (llama, token_batch, next_token_loss,
-                 {"model.layers.*.self_attn.*_proj": {"lora": {"r": 4, "alpha": 8}}, "*norm": "full"},
-                 dict(r=4, lora_alpha=8, target_modules=[f"layers.{i}.self_attn.{p}_proj" for i in range(2) for p in "qkvo"],
-                      modules_to_save=["input_layernorm", "post_attention_layernorm", "model.norm"])),
+    "hf-llama": (
+        llama,
+        token_batch,
+        next_token_loss,
+        {"model.layers.*.self_attn.*_proj": {"lora": {"r": 4, "alpha": 8}}, "*norm": "full"},
+        dict(
+            r=4,
+            lora_alpha=8,
+            target_modules=[f"layers.{i}.self_attn.{p}_proj" for i in range(2) for p in "qkvo"],
+            modules_to_save=["input_layernorm", "post_attention_layernorm", "model.norm"],
+        ),
+    ),
     # Hugging Face Conv1D (weights stored [in, out]): the fused QKV and the first FFN layer
-    "hf-gpt2": (gpt2, token_batch, next_token_loss, {"*.c_attn": "lora:r=4,alpha=16", "*.mlp.c_fc": "lora:r=2,alpha=4"},
-                dict(r=4, lora_alpha=16, target_modules=["c_attn", "c_fc"], rank_pattern={"c_fc": 2},
-                     alpha_pattern={"c_fc": 4}, fan_in_fan_out=True)),
+    "hf-gpt2": (
+        gpt2,
+        token_batch,
+        next_token_loss,
+        {"*.c_attn": "lora:r=4,alpha=16", "*.mlp.c_fc": "lora:r=2,alpha=4"},
+        dict(
+            r=4,
+            lora_alpha=16,
+            target_modules=["c_attn", "c_fc"],
+            rank_pattern={"c_fc": 2},
+            alpha_pattern={"c_fc": 4},
+            fan_in_fan_out=True,
+        ),
+    ),
     # QLoRA-style: the same LLaMA scheme over an int8 frozen base (PEFT's base: the dequantized weights)
-    "hf-llama-int8": (llama, token_batch, next_token_loss,
-                      {"quantize": {"frozen": "int8"}, "model.layers.*.self_attn.*_proj": "lora:r=4,alpha=8", "*norm": "full"},
-                      dict(r=4, lora_alpha=8, target_modules=["q_proj", "k_proj", "v_proj", "o_proj"],
-                           modules_to_save=["input_layernorm", "post_attention_layernorm", "model.norm"])),
+    "hf-llama-int8": (
+        llama,
+        token_batch,
+        next_token_loss,
+        {"quantize": {"frozen": "int8"}, "model.layers.*.self_attn.*_proj": "lora:r=4,alpha=8", "*norm": "full"},
+        dict(
+            r=4,
+            lora_alpha=8,
+            target_modules=["q_proj", "k_proj", "v_proj", "o_proj"],
+            modules_to_save=["input_layernorm", "post_attention_layernorm", "model.norm"],
+        ),
+    ),
     # 1x1 convs, a 3x3 conv (PEFT's A takes the base kernel, B is 1x1) and a linear; one module full
-    "cnn": (cnn, image_batch, "cross_entropy", {"expand": "lora:r=2", "project": "lora:r=2", "stem": "lora:r=3,alpha=6",
-                                                "head": {"lora": {"r": 2, "alpha": 2}}, "depthwise": "full"},
-            dict(r=2, lora_alpha=8, target_modules=["expand", "project", "stem", "head"], rank_pattern={"stem": 3},
-                 alpha_pattern={"stem": 6, "head": 2}, modules_to_save=["depthwise"])),
+    "cnn": (
+        cnn,
+        image_batch,
+        "cross_entropy",
+        {
+            "expand": "lora:r=2",
+            "project": "lora:r=2",
+            "stem": "lora:r=3,alpha=6",
+            "head": {"lora": {"r": 2, "alpha": 2}},
+            "depthwise": "full",
+        },
+        dict(
+            r=2,
+            lora_alpha=8,
+            target_modules=["expand", "project", "stem", "head"],
+            rank_pattern={"stem": 3},
+            alpha_pattern={"stem": 6, "head": 2},
+            modules_to_save=["depthwise"],
+        ),
+    ),
 }
 
 
@@ -142,16 +197,28 @@ def case(request):
     """The compiled program, its starting state and PEFT's twin of it."""
     make, batch, loss, scheme, config = CASES[request.param]
     model, (x, y) = make(), batch()
-    program = pock.compile_training(model, x, y, loss=loss, optimizer=OPTIMIZER, sparse=scheme,
-                                    functions=("step", "gradients"))  # one IREE module for both
+    program = pock.compile_training(
+        model, x, y, loss=loss, optimizer=OPTIMIZER, sparse=scheme, functions=("step", "gradients")
+    )  # one IREE module for both
     # B starts at zero (PEFT's init), where A's gradient vanishes: give B values so both are checked.
     g = np.random.default_rng(0)
-    start = {**program.initial_params, **{a.b: (0.1 * g.standard_normal(a.b_shape)).astype(np.float32)
-                                          for a in program.signature.adapters}}
+    start = {
+        **program.initial_params,
+        **{a.b: (0.1 * g.standard_normal(a.b_shape)).astype(np.float32) for a in program.signature.adapters},
+    }
     base = int8_base(model, [w.module for w in program.signature.quantized])
     twin, peft_trainable = peft_twin(base, config, start)
-    return SimpleNamespace(name=request.param, base=base, x=x, y=y, loss=loss, program=program, start=start,
-                           twin=twin, peft_trainable=peft_trainable)
+    return SimpleNamespace(
+        name=request.param,
+        base=base,
+        x=x,
+        y=y,
+        loss=loss,
+        program=program,
+        start=start,
+        twin=twin,
+        peft_trainable=peft_trainable,
+    )
 
 
 def started(case):
@@ -218,11 +285,13 @@ def test_twenty_adamw_steps_match_peft(case):
     assert losses[-1] < losses[0]
     trained = {ours(n): want[n] for n in case.peft_trainable}
     strays = {ours(n): 10 * np.linalg.norm(f32[n] - want[n]) for n in case.peft_trainable}
-    assert_gradients_close({n: state[n] for n in trained}, trained, what=f"{case.name} after {STEPS} steps",
-                           allowed=strays)
+    assert_gradients_close(
+        {n: state[n] for n in trained}, trained, what=f"{case.name} after {STEPS} steps", allowed=strays
+    )
     signature = case.program.signature
-    assert all(np.array_equal(state[p.name], case.start[p.name]) for p in signature.params
-               if p.name not in signature.trainable)
+    assert all(
+        np.array_equal(state[p.name], case.start[p.name]) for p in signature.params if p.name not in signature.trainable
+    )
 
 
 def test_exported_adapters_load_into_peft_and_merge_as_peft_merges(case, tmp_path):
@@ -246,6 +315,7 @@ def test_exported_adapters_load_into_peft_and_merge_as_peft_merges(case, tmp_pat
 
 # -- the scheme's format and its errors (no compilation) ------------------------------------
 
+
 def _resolve(model, sparse):
     adapters = lora_adapters(sparse, model)
     params = {n: tuple(p.shape) for n, p in model.named_parameters()}
@@ -257,8 +327,9 @@ def test_a_peft_model_as_it_is_trains_its_adapters_only_as_peft_with_torch_optim
     """A model the user wrapped with peft.get_peft_model compiles without a scheme: PEFT froze the
     base (requires_grad=False), so only the adapters train, and ten AdamW steps follow torch.optim
     on PEFT's trainable parameters."""
-    model = peft.get_peft_model(cnn(), peft.LoraConfig(r=2, lora_alpha=4, target_modules=["expand", "head"],
-                                                       init_lora_weights=False))
+    model = peft.get_peft_model(
+        cnn(), peft.LoraConfig(r=2, lora_alpha=4, target_modules=["expand", "head"], init_lora_weights=False)
+    )
     x, y = image_batch()
     trainable = {n for n, p in model.named_parameters() if p.requires_grad}
     trainer = pock.compile_training(model, x, y, optimizer=OPTIMIZER, functions=("step",)).trainer()
@@ -272,26 +343,41 @@ def test_a_peft_model_as_it_is_trains_its_adapters_only_as_peft_with_torch_optim
 
 def test_lora_combines_with_later_patterns_and_names_modules_by_weight_or_container():
     adapters, scheme = _resolve(cnn(), {"stem.weight": "lora", "*": "bias", "head": "lora:r=1,alpha=3"})
-    assert [(a.module, a.kind, a.r, a.alpha) for a in adapters] == [("stem", "conv", 8, 8.0), ("head", "linear", 1, 3.0)]
+    assert [(a.module, a.kind, a.r, a.alpha) for a in adapters] == [
+        ("stem", "conv", 8, 8.0),
+        ("head", "linear", 1, 3.0),
+    ]
     kinds = {n: p.kind for n, p in scheme.policies.items()}
     # "*": bias, after stem's LoRA, trains every bias (stem's too) but freezes stem's adapter
     assert kinds["stem.bias"] == "full" and kinds["stem.lora_A.weight"] == "frozen" and kinds["stem.weight"] == "frozen"
     assert kinds["head.lora_B.weight"] == "full" and kinds["head.weight"] == "frozen" and kinds["head.bias"] == "frozen"
     adapters, _ = _resolve(llama(), {"model.layers.1": "lora"})  # a block: every linear inside it
     assert [a.module.removeprefix("model.layers.1.") for a in adapters] == [
-        "self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj",
-        "mlp.gate_proj", "mlp.up_proj", "mlp.down_proj"]
+        "self_attn.q_proj",
+        "self_attn.k_proj",
+        "self_attn.v_proj",
+        "self_attn.o_proj",
+        "mlp.gate_proj",
+        "mlp.up_proj",
+        "mlp.down_proj",
+    ]
 
 
-@pytest.mark.parametrize("sparse, message", [
-    ({"depthwise": "lora"}, "pattern 'depthwise': LoRA applies to nn.Linear, Hugging Face Conv1D and ungrouped "
-                            "nn.Conv2d, and the pattern names depthwise (Conv2d)"),
-    ({"head": "lora:r=0"}, "LoRA needs r >= 1 and alpha > 0, got r=0"),
-    ({"head": "lora:rank=4"}, "unknown LoRA option(s) rank; options are r, alpha, seed"),
-    ({"head": "lora:4"}, "write lora:r=8,alpha=16"),
-    ({"head": {"lora": {"r": "x"}}}, "LoRA r and seed must be integers"),
-    ({"default": "lora"}, "default: LoRA is a policy for patterns"),
-])
+@pytest.mark.parametrize(
+    "sparse, message",
+    [
+        (
+            {"depthwise": "lora"},
+            "pattern 'depthwise': LoRA applies to nn.Linear, Hugging Face Conv1D and ungrouped "
+            "nn.Conv2d, and the pattern names depthwise (Conv2d)",
+        ),
+        ({"head": "lora:r=0"}, "LoRA needs r >= 1 and alpha > 0, got r=0"),
+        ({"head": "lora:rank=4"}, "unknown LoRA option(s) rank; options are r, alpha, seed"),
+        ({"head": "lora:4"}, "write lora:r=8,alpha=16"),
+        ({"head": {"lora": {"r": "x"}}}, "LoRA r and seed must be integers"),
+        ({"default": "lora"}, "default: LoRA is a policy for patterns"),
+    ],
+)
 def test_bad_lora_policies_are_one_clear_error(sparse, message):
     with pytest.raises(SparseConfigError) as e:
         _resolve(cnn(), sparse)
@@ -317,7 +403,7 @@ def test_peft_cannot_hold_a_trained_tensor_inside_an_adapted_module():
 
 # -- the bundle: pock-compile, pock-train --export-adapters, checkpoints -------------------
 
-MODEL_FILE = '''
+MODEL_FILE = """
 import torch
 from test_lora_model import PointwiseCNN
 
@@ -327,13 +413,13 @@ def model():
 
 def example_batch():
     return torch.zeros(4, 3, 12, 12), torch.zeros(4, dtype=torch.int64)
-'''
+"""
 
-SCHEME = '''
+SCHEME = """
 expand: lora:r=2,alpha=4
 project: {lora: {r: 2, alpha: 4}}
 head: full
-'''
+"""
 
 
 def test_pock_train_exports_adapters_that_peft_loads_and_resumes_them(tmp_path, monkeypatch, capsys):
@@ -346,29 +432,69 @@ def test_pock_train_exports_adapters_that_peft_loads_and_resumes_them(tmp_path, 
 
     from pock_mlir.tools import pock_compile, pock_train
 
-    (tmp_path / "test_lora_model.py").write_text("import torch, torch.nn as nn, torch.nn.functional as F\n\n"
-                                                  + inspect.getsource(PointwiseCNN))
+    (tmp_path / "test_lora_model.py").write_text(
+        "import torch, torch.nn as nn, torch.nn.functional as F\n\n" + inspect.getsource(PointwiseCNN)
+    )
     (tmp_path / "cnn_model.py").write_text(MODEL_FILE)
     (tmp_path / "lora.yaml").write_text(SCHEME)
     monkeypatch.syspath_prepend(str(tmp_path))
     bundle = tmp_path / "bundle"
-    assert pock_compile.main([str(tmp_path / "cnn_model.py"), "--sparse", str(tmp_path / "lora.yaml"),
-                              "--optimizer", "adamw:lr=0.01", "-o", str(bundle)]) == 0
+    assert (
+        pock_compile.main(
+            [
+                str(tmp_path / "cnn_model.py"),
+                "--sparse",
+                str(tmp_path / "lora.yaml"),
+                "--optimizer",
+                "adamw:lr=0.01",
+                "-o",
+                str(bundle),
+            ]
+        )
+        == 0
+    )
     manifest = json.loads((bundle / "manifest.json").read_text())
     assert [a["module"] for a in manifest["lora"]] == ["expand", "project"]
     g = np.random.default_rng(0)
     x, y = image_batch()
-    np.savez(tmp_path / "data.npz", x_train=g.standard_normal((16, 3, 12, 12)).astype(np.float32),
-             y_train=g.integers(0, 5, 16))
+    np.savez(
+        tmp_path / "data.npz",
+        x_train=g.standard_normal((16, 3, 12, 12)).astype(np.float32),
+        y_train=g.integers(0, 5, 16),
+    )
 
     def train(*extra):
         return pock_train.main([str(bundle), "--data", str(tmp_path / "data.npz"), "--epochs", "1", *extra])
 
-    assert train("--max-steps", "4", "--export", str(tmp_path / "straight.safetensors"),
-                 "--export-adapters", str(tmp_path / "straight")) == 0
-    assert train("--max-steps", "2", "--checkpoint", str(tmp_path / "ck"), "--export", str(tmp_path / "half.safetensors")) == 0
-    assert train("--max-steps", "4", "--checkpoint", str(tmp_path / "ck"), "--resume",
-                 "--export", str(tmp_path / "resumed.safetensors"), "--export-adapters", str(tmp_path / "resumed")) == 0
+    assert (
+        train(
+            "--max-steps",
+            "4",
+            "--export",
+            str(tmp_path / "straight.safetensors"),
+            "--export-adapters",
+            str(tmp_path / "straight"),
+        )
+        == 0
+    )
+    assert (
+        train("--max-steps", "2", "--checkpoint", str(tmp_path / "ck"), "--export", str(tmp_path / "half.safetensors"))
+        == 0
+    )
+    assert (
+        train(
+            "--max-steps",
+            "4",
+            "--checkpoint",
+            str(tmp_path / "ck"),
+            "--resume",
+            "--export",
+            str(tmp_path / "resumed.safetensors"),
+            "--export-adapters",
+            str(tmp_path / "resumed"),
+        )
+        == 0
+    )
     for file in ("straight/adapter_model.safetensors", "straight/adapter_config.json"):
         assert (tmp_path / file).read_bytes() == (tmp_path / file.replace("straight", "resumed")).read_bytes()
 
@@ -380,8 +506,22 @@ def test_pock_train_exports_adapters_that_peft_loads_and_resumes_them(tmp_path, 
         assert not torch.allclose(merged(x), cnn()(x))  # trained
 
     capsys.readouterr()
-    assert pock_train.main([str(bundle), "--data", str(tmp_path / "data.npz"), "--max-steps", "1",
-                            "--export", str(tmp_path / "x.safetensors"), "--export-adapters", str(tmp_path / "data.npz")]) == 1
+    assert (
+        pock_train.main(
+            [
+                str(bundle),
+                "--data",
+                str(tmp_path / "data.npz"),
+                "--max-steps",
+                "1",
+                "--export",
+                str(tmp_path / "x.safetensors"),
+                "--export-adapters",
+                str(tmp_path / "data.npz"),
+            ]
+        )
+        == 1
+    )
     err = capsys.readouterr().err.strip()
     assert err.count("\n") == 0 and "data.npz" in err and not (tmp_path / "x.safetensors").exists()
 
@@ -390,11 +530,13 @@ def test_an_int8_bundle_stores_int8_and_exports_the_model_it_trains(tmp_path):
     """The bundle holds int8 values and scales (a quarter of the bytes); the exported state_dict
     loads strictly into the model and holds the dequantized weights, which reproduce evaluate."""
     from pock_mlir.bundle import write_bundle
-    from pock_mlir.runtime.bundle import load_bundle
     from pock_mlir.runtime import Trainer
+    from pock_mlir.runtime.bundle import load_bundle
 
     model, (x, y) = cnn(), image_batch()
-    program = pock.compile_training(model, x, y, sparse={"quantize": {"frozen": "int8"}, "head": "full"}, functions="all")
+    program = pock.compile_training(
+        model, x, y, sparse={"quantize": {"frozen": "int8"}, "head": "full"}, functions="all"
+    )
     layers = ["stem", "expand", "depthwise", "project"]
     assert [w.module for w in program.signature.quantized] == layers
     write_bundle(program, tmp_path / "bundle", example_inputs=x, example_target=y, loss="cross_entropy")
@@ -404,7 +546,9 @@ def test_an_int8_bundle_stores_int8_and_exports_the_model_it_trains(tmp_path):
     float_bytes = sum(p.numel() * 4 for p in model.parameters())
     int8_bytes = sum(v.nbytes for v in bundle.initial_params.values())
     weight_bytes = sum(model.get_submodule(n).weight.numel() for n in layers)
-    assert int8_bytes == float_bytes - 3 * weight_bytes + 4 * sum(model.get_submodule(n).weight.shape[0] for n in layers)
+    assert int8_bytes == float_bytes - 3 * weight_bytes + 4 * sum(
+        model.get_submodule(n).weight.shape[0] for n in layers
+    )
 
     trainer = Trainer.from_bundle(tmp_path / "bundle")
     trainer.step(x.numpy(), y.numpy())

@@ -8,10 +8,10 @@ import numpy as np
 import pytest
 import torch
 import torch.nn as nn
+from oracle import assert_close_to_norm, torch_gradients, torch_trajectory
 
 import pock_mlir as pock
 from pock_mlir.abi import EVALUATE, EVALUATE_TRAIN, GRADIENTS, LOSS, LOSS_TRAIN, TRAIN_STEP_INTO
-from oracle import assert_close_to_norm, torch_gradients, torch_trajectory
 
 STEPS = 20
 
@@ -81,7 +81,10 @@ def test_evaluate_and_state_dict_round_trip(compiled, batch):
 def test_mse_loss_and_numpy_inputs():
     torch.manual_seed(3)
     model = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 2))
-    x, y = np.random.RandomState(0).randn(6, 4).astype(np.float32), np.random.RandomState(1).randn(6, 2).astype(np.float32)
+    x, y = (
+        np.random.RandomState(0).randn(6, 4).astype(np.float32),
+        np.random.RandomState(1).randn(6, 2).astype(np.float32),
+    )
     program = pock.compile_training(model, x, y, loss="mse", optimizer=pock.SGD(lr=0.1))
     loss, grads = program.trainer().gradients(x, y)
     want_loss, want = torch_gradients(model, torch.from_numpy(x), torch.from_numpy(y), loss="mse")
@@ -93,7 +96,7 @@ def test_mse_loss_and_numpy_inputs():
 def function_text(module: str, name: str) -> str:
     start = module.index(f"func.func @{name}(")
     end = module.find("\n  func.func ", start)
-    return module[start:end if end >= 0 else None]
+    return module[start : end if end >= 0 else None]
 
 
 def test_evaluate_is_the_step_forward_without_the_loss(compiled):
@@ -113,8 +116,13 @@ def test_ir_stages_are_inspectable(compiled):
     assert '"pock.grad"' not in program.ir("autodiff")
     # no pock op is left; the module keeps pock-backend-switch's per-program choices
     assert set(re.findall(r"pock\.\w+", program.ir("lowered"))) == {
-        "pock.data_tiling", "pock.data_tiling_reason", "pock.vector_tails", "pock.vector_tails_reason", "pock.fusion",
-        "pock.fusion_reason"}
+        "pock.data_tiling",
+        "pock.data_tiling_reason",
+        "pock.vector_tails",
+        "pock.vector_tails_reason",
+        "pock.fusion",
+        "pock.fusion_reason",
+    }
     with pytest.raises(KeyError, match="stages are"):
         program.ir("nonsense")
 
@@ -159,7 +167,9 @@ def test_a_trainer_compiles_what_it_calls(batch):
     assert trainer.step(x, y) == pytest.approx(want_losses[0], rel=1e-5) and list(modules)[1] == step_module
 
     both = pock.compile_training(make_mlp(), x, y, optimizer=OPTIMIZERS["adamw"], functions=("step", "gradients"))
-    assert list(both.modules) == [(TRAIN_STEP_INTO, GRADIENTS, LOSS, EVALUATE, LOSS_TRAIN, EVALUATE_TRAIN)]  # one module
+    assert list(both.modules) == [
+        (TRAIN_STEP_INTO, GRADIENTS, LOSS, EVALUATE, LOSS_TRAIN, EVALUATE_TRAIN)
+    ]  # one module
     trainer = both.trainer()
     assert trainer.gradients(x, y)[0] == pytest.approx(want_losses[0], rel=1e-5)
     assert trainer.step(x, y) == pytest.approx(want_losses[0], rel=1e-5) and len(both.modules) == 1

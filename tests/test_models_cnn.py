@@ -10,10 +10,10 @@ import sys
 import numpy as np
 import pytest
 import torch
+from oracle import assert_gradients_close, assert_trajectory_close, torch_gradients
 
 import pock_mlir as pock
 from pock_mlir.abi import EVALUATE
-from oracle import assert_gradients_close, assert_trajectory_close, torch_gradients
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "examples"))
 from models.cnn import Bneck, MobileNetV2Like, MobileNetV3Like, ResNetLike, Stage  # noqa: E402
@@ -24,8 +24,13 @@ OPTIMIZER = pock.SGD(lr=0.05, momentum=0.9, weight_decay=1e-4)
 
 def mobilenet_v2():
     torch.manual_seed(0)
-    return MobileNetV2Like(width=0.5, num_classes=5, stem=16, head=64,
-                           stages=(Stage(1, 16, 1, 1), Stage(4, 24, 2, 2), Stage(4, 32, 1, 2, kernel=5)))
+    return MobileNetV2Like(
+        width=0.5,
+        num_classes=5,
+        stem=16,
+        head=64,
+        stages=(Stage(1, 16, 1, 1), Stage(4, 24, 2, 2), Stage(4, 32, 1, 2, kernel=5)),
+    )
 
 
 def resnet():
@@ -35,8 +40,11 @@ def resnet():
 
 def mobilenet_v3():
     torch.manual_seed(0)
-    return MobileNetV3Like(num_classes=5, head=32, blocks=(
-        Bneck(3, 16, 16, True, False, 2), Bneck(5, 32, 16, True, True, 1), Bneck(3, 48, 24, False, True, 2)))
+    return MobileNetV3Like(
+        num_classes=5,
+        head=32,
+        blocks=(Bneck(3, 16, 16, True, False, 2), Bneck(5, 32, 16, True, True, 1), Bneck(3, 48, 24, False, True, 2)),
+    )
 
 
 MODELS = {
@@ -60,8 +68,9 @@ def compiled(request):
     model = MODELS[request.param]()
     before = buffers_of(model)
     x, y = batch()
-    program = pock.compile_training(model, x, y, optimizer=OPTIMIZER,
-                                    functions=("step", "gradients"))  # one IREE module for both
+    program = pock.compile_training(
+        model, x, y, optimizer=OPTIMIZER, functions=("step", "gradients")
+    )  # one IREE module for both
     return request.param, model, before, program
 
 
@@ -105,10 +114,12 @@ def test_evaluate_runs_as_model_eval(compiled):
     name, model, _, program = compiled
     x, _ = batch()
     trainer = program.trainer()
-    np.testing.assert_allclose(trainer.evaluate(x), copy.deepcopy(model).eval()(x).detach().numpy(), rtol=1e-4,
-                               atol=1e-5)
-    np.testing.assert_allclose(trainer.evaluate(x, train_mode=True), copy.deepcopy(model)(x).detach().numpy(),
-                               rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(
+        trainer.evaluate(x), copy.deepcopy(model).eval()(x).detach().numpy(), rtol=1e-4, atol=1e-5
+    )
+    np.testing.assert_allclose(
+        trainer.evaluate(x, train_mode=True), copy.deepcopy(model)(x).detach().numpy(), rtol=1e-4, atol=1e-5
+    )
     stats = trainer.state_dict()
     trainer.evaluate(x)
     trainer.evaluate(x, train_mode=True)
@@ -124,8 +135,9 @@ def test_strided_pointwise_convs_are_right_without_measurements():
     program = pock.compile_training(model, x, y, optimizer=OPTIMIZER, target="x86-64", functions=())
     program.module((EVALUATE,))  # a module of evaluate alone: the forward is what this checks
     assert "im2col    convolution dense 1x1/s2" in program.backend_report(EVALUATE)
-    np.testing.assert_allclose(program.trainer().evaluate(x), copy.deepcopy(model).eval()(x).detach().numpy(),
-                               rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(
+        program.trainer().evaluate(x), copy.deepcopy(model).eval()(x).detach().numpy(), rtol=1e-4, atol=1e-5
+    )
 
 
 def test_compiling_leaves_the_model_unchanged(compiled):

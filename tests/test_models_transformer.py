@@ -7,9 +7,9 @@ import sys
 import numpy as np
 import pytest
 import torch
+from oracle import assert_close_to_norm, torch_gradients, torch_trajectory
 
 import pock_mlir as pock
-from oracle import assert_close_to_norm, torch_gradients, torch_trajectory
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "examples"))
 from models.transformer import BertConfig, BertLike, LlamaConfig, LlamaLike, token_cross_entropy  # noqa: E402
@@ -45,8 +45,9 @@ CASES = {"bert": bert_case, "llama": llama_case}
 @pytest.fixture(scope="module", params=list(CASES))
 def compiled(request):
     model, ids, target, loss, optimizer = CASES[request.param]()
-    program = pock.compile_training(model, ids, target, loss=loss, optimizer=optimizer,
-                                    functions=("step", "gradients"))  # one IREE module for both
+    program = pock.compile_training(
+        model, ids, target, loss=loss, optimizer=optimizer, functions=("step", "gradients")
+    )  # one IREE module for both
     return request.param, model, ids, target, loss, optimizer, program
 
 

@@ -12,10 +12,15 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
+from oracle import (
+    assert_close_to_norm,
+    assert_gradients_close,
+    torch_gradients,
+    torch_sparse_trajectory,
+    torch_trajectory,
+)
 
 import pock_mlir as pock
-from oracle import assert_close_to_norm, assert_gradients_close, torch_gradients, torch_sparse_trajectory, \
-    torch_trajectory
 from pock_mlir.frontend import decompositions
 
 transformers = pytest.importorskip("transformers")
@@ -23,15 +28,28 @@ from transformers.integrations import moe  # noqa: E402,F401  (registers transfo
 
 VOCAB, EXPERTS, STEPS = 64, 4, 5
 OPTIMIZER = pock.SGD(lr=0.1, momentum=0.9)
-COMMON = dict(vocab_size=VOCAB, hidden_size=32, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
-              max_position_embeddings=32, num_experts_per_tok=2, pad_token_id=1, eos_token_id=0, bos_token_id=0)
+COMMON = dict(
+    vocab_size=VOCAB,
+    hidden_size=32,
+    num_hidden_layers=2,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    max_position_embeddings=32,
+    num_experts_per_tok=2,
+    pad_token_id=1,
+    eos_token_id=0,
+    bos_token_id=0,
+)
 CONFIGS = {
-    "qwen3-moe": lambda: transformers.Qwen3MoeForCausalLM(transformers.Qwen3MoeConfig(
-        **COMMON, num_experts=EXPERTS, moe_intermediate_size=16, intermediate_size=64)),
-    "mixtral": lambda: transformers.MixtralForCausalLM(transformers.MixtralConfig(
-        **COMMON, num_local_experts=EXPERTS, intermediate_size=16)),
-    "olmoe": lambda: transformers.OlmoeForCausalLM(transformers.OlmoeConfig(
-        **COMMON, num_experts=EXPERTS, intermediate_size=16)),
+    "qwen3-moe": lambda: transformers.Qwen3MoeForCausalLM(
+        transformers.Qwen3MoeConfig(**COMMON, num_experts=EXPERTS, moe_intermediate_size=16, intermediate_size=64)
+    ),
+    "mixtral": lambda: transformers.MixtralForCausalLM(
+        transformers.MixtralConfig(**COMMON, num_local_experts=EXPERTS, intermediate_size=16)
+    ),
+    "olmoe": lambda: transformers.OlmoeForCausalLM(
+        transformers.OlmoeConfig(**COMMON, num_experts=EXPERTS, intermediate_size=16)
+    ),
 }
 CASES = {name: (name, "grouped_mm") for name in CONFIGS} | {"qwen3-moe-batched-mm": ("qwen3-moe", "batched_mm")}
 
@@ -55,8 +73,9 @@ def batch():
 @pytest.fixture(scope="module", params=list(CASES))
 def compiled(request):
     model, (ids, target) = make_model(*CASES[request.param]), batch()
-    return model, pock.compile_training(model, ids, target, loss=next_token_loss, optimizer=OPTIMIZER,
-                                        functions=("step", "gradients"))  # one IREE module for both
+    return model, pock.compile_training(
+        model, ids, target, loss=next_token_loss, optimizer=OPTIMIZER, functions=("step", "gradients")
+    )  # one IREE module for both
 
 
 def test_gradients_match_autograd(compiled):
@@ -87,15 +106,22 @@ def test_training_matches_torch_optim(compiled):
 def _rows(model, suffix_rows):
     """The rows of each parameter a scheme trains: every row of the parameters ending in a
     suffix given with None, the first k of those given with k."""
-    return {n: p.shape[0] if k is None else k for n, p in model.named_parameters()
-            for suffix, k in suffix_rows.items() if n.endswith(suffix)}
+    return {
+        n: p.shape[0] if k is None else k
+        for n, p in model.named_parameters()
+        for suffix, k in suffix_rows.items()
+        if n.endswith(suffix)
+    }
 
 
 # On Qwen3-MoE: the routers, and the first half of every layer's experts (a ratio keeps the first
 # rows of a parameter, and an experts tensor's rows are its experts), each by its parameter names.
 SPARSE = {"*.mlp.gate": "full", "*.mlp.experts": 0.5}
-SPARSE_ROWS = {".mlp.gate.weight": None, ".mlp.experts.gate_up_proj": EXPERTS // 2,
-               ".mlp.experts.down_proj": EXPERTS // 2}
+SPARSE_ROWS = {
+    ".mlp.gate.weight": None,
+    ".mlp.experts.gate_up_proj": EXPERTS // 2,
+    ".mlp.experts.down_proj": EXPERTS // 2,
+}
 
 
 def test_a_scheme_of_the_routers_and_half_the_experts_trains_as_torch_optim_does():
@@ -105,8 +131,7 @@ def test_a_scheme_of_the_routers_and_half_the_experts_trains_as_torch_optim_does
     assert program.signature.trainable == [n for n, _ in model.named_parameters() if n in rows]
     trainer = program.trainer()
     losses = [trainer.step(ids, target) for _ in range(STEPS)]
-    want_losses, want_params = torch_sparse_trajectory(model, ids, target, OPTIMIZER, STEPS, rows,
-                                                       loss=next_token_loss)
+    want_losses, want_params = torch_sparse_trajectory(model, ids, target, OPTIMIZER, STEPS, rows, loss=next_token_loss)
     np.testing.assert_allclose(losses, want_losses, rtol=1e-4)
     state = trainer.state_dict()
     assert_gradients_close(state, want_params, what="final value")
@@ -133,8 +158,16 @@ def test_histc_decomposes_to_torch_histc(bins, bounds):
     lo, hi = bounds
     g = torch.Generator().manual_seed(0)
     edges = torch.linspace(lo, hi, bins + 1)
-    values = torch.cat([torch.rand(500, generator=g) * (hi - lo + 2) + lo - 1, edges, edges.nextafter(edges + 1),
-                        edges.nextafter(edges - 1), torch.tensor([lo, hi, hi, lo - 1, hi + 1])])
+    values = torch.cat(
+        [
+            torch.rand(500, generator=g) * (hi - lo + 2) + lo - 1,
+            edges,
+            edges.nextafter(edges + 1),
+            edges.nextafter(edges - 1),
+            torch.tensor([lo, hi, hi, lo - 1, hi + 1]),
+        ]
+    )
     histc = torch.ops.aten.histc.default
-    torch.testing.assert_close(decompositions()[histc](values, bins, lo, hi), histc(values, bins, lo, hi), rtol=0,
-                               atol=0)
+    torch.testing.assert_close(
+        decompositions()[histc](values, bins, lo, hi), histc(values, bins, lo, hi), rtol=0, atol=0
+    )

@@ -3,13 +3,13 @@ defined: pock-sparse-bp, the cost model and pock-dce read it, so changing an op'
 what each of them does with that op."""
 
 import pytest
+from pock_mlir.passes import run_pipeline
 from torch_mlir import ir
 
 import pock_mlir.autodiff  # noqa: F401  (its rule files fill FACTS)
 from pock_mlir.context import make_context
 from pock_mlir.cost import op_flops
 from pock_mlir.op_facts import FACTS, derivative_rules, elementwise
-from pock_mlir.passes import run_pipeline
 
 CHANNEL_SPARSE_RELU = """
 func.func @f(%w: !torch.vtensor<[8,4],f32>, %x: !torch.vtensor<[5,4],f32>) -> (!torch.vtensor<[],f32>, !torch.vtensor<[4,4],f32>) {
@@ -39,9 +39,13 @@ def threshold_backward_type(text: str) -> str:
 
 def test_sparse_bp_slices_through_an_op_because_of_its_entry(monkeypatch):
     assert FACTS["aten.threshold_backward"].slices is elementwise
-    assert threshold_backward_type(run(CHANNEL_SPARSE_RELU, "pock-autodiff,pock-sparse-bp")) == "!torch.vtensor<[5,4],f32>"
+    assert (
+        threshold_backward_type(run(CHANNEL_SPARSE_RELU, "pock-autodiff,pock-sparse-bp")) == "!torch.vtensor<[5,4],f32>"
+    )
     monkeypatch.setattr(FACTS["aten.threshold_backward"], "slices", None)
-    assert threshold_backward_type(run(CHANNEL_SPARSE_RELU, "pock-autodiff,pock-sparse-bp")) == "!torch.vtensor<[5,8],f32>"
+    assert (
+        threshold_backward_type(run(CHANNEL_SPARSE_RELU, "pock-autodiff,pock-sparse-bp")) == "!torch.vtensor<[5,8],f32>"
+    )
 
 
 def test_cost_model_reads_the_view_fact(monkeypatch):

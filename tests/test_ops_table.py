@@ -11,7 +11,8 @@ PAGE = Path(__file__).resolve().parent.parent / "docs" / "supported-ops.md"
 def test_page_holds_the_generated_table():
     text = PAGE.read_text()
     assert with_table(text, ops_table()) == text, (
-        "docs/supported-ops.md is stale: run `python -m pock_mlir.tools.ops_table --update docs/supported-ops.md`")
+        "docs/supported-ops.md is stale: run `python -m pock_mlir.tools.ops_table --update docs/supported-ops.md`"
+    )
 
 
 def test_table_has_one_row_per_rule_with_its_family():

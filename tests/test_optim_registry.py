@@ -9,18 +9,21 @@ import struct
 
 import pytest
 import torch
+from pock_mlir.passes import run_pipeline
 from torch_mlir import ir
 from torch_mlir.dialects import func
 
 from pock_mlir.context import make_context
-from pock_mlir.optim import OPTIMIZERS, UPDATE_OPS, AdamW, SGD, parse_optimizer
-from pock_mlir.passes import run_pipeline
+from pock_mlir.optim import OPTIMIZERS, SGD, UPDATE_OPS, AdamW, parse_optimizer
 
 TENSOR = "!torch.vtensor<[4,3],f32>"
 
 
-@pytest.mark.parametrize("optimizer", [SGD(lr=0.1), SGD(lr=0.1, momentum=0.9, nesterov=True), AdamW(lr=1e-3)],
-                         ids=["sgd", "sgd_momentum", "adamw"])
+@pytest.mark.parametrize(
+    "optimizer",
+    [SGD(lr=0.1), SGD(lr=0.1, momentum=0.9, nesterov=True), AdamW(lr=1e-3)],
+    ids=["sgd", "sgd_momentum", "adamw"],
+)
 def test_each_update_op_is_registered_with_its_slots_and_lowers(optimizer):
     slots = len(optimizer.state_slots)
     with make_context(), ir.Location.unknown():
@@ -65,17 +68,21 @@ def update_op_text(optimizer_class, **hyperparameters) -> str:
         attributes = [f64(n) for n in ("lr", "beta1", "beta2", "eps", "weight_decay")]
     elif fields["momentum"]:
         name, operands, results = "pock.sgd_momentum", 3, 2
-        attributes = [*(f64(n) for n in ("lr", "momentum", "dampening", "weight_decay")),
-                      f"nesterov = {str(fields['nesterov']).lower()}"]
+        attributes = [
+            *(f64(n) for n in ("lr", "momentum", "dampening", "weight_decay")),
+            f"nesterov = {str(fields['nesterov']).lower()}",
+        ]
     else:
         name, operands, results = "pock.sgd", 2, 1
         attributes = [f64("lr"), f64("weight_decay")]
     stepped = name != "pock.sgd"
     arguments = ", ".join(["%w"] * operands + ["%step"] * stepped)
     types = ", ".join([TENSOR] * operands + [step] * stepped)
-    return (f"func.func @update(%w: {TENSOR}, %step: {step}) {{\n"
-            f"  %n:{results} = \"{name}\"({arguments}) {{{', '.join(attributes)}}} : ({types}) -> "
-            f"({', '.join([TENSOR] * results)})\n  return\n}}")
+    return (
+        f"func.func @update(%w: {TENSOR}, %step: {step}) {{\n"
+        f'  %n:{results} = "{name}"({arguments}) {{{", ".join(attributes)}}} : ({types}) -> '
+        f"({', '.join([TENSOR] * results)})\n  return\n}}"
+    )
 
 
 def verifier_errors(text: str) -> list[str]:
@@ -88,15 +95,27 @@ def verifier_errors(text: str) -> list[str]:
     return []
 
 
-@pytest.mark.parametrize("optimizer_class, hyperparameters", [
-    (SGD, dict(lr=0.0)), (SGD, dict(lr=0.1, weight_decay=-0.01)), (SGD, dict(lr=-0.1, momentum=0.9)),
-    (SGD, dict(lr=0.1, momentum=-0.5)), (SGD, dict(lr=0.1, momentum=0.9, weight_decay=-1.0)),
-    (SGD, dict(lr=0.1, momentum=0.9, dampening=0.1, nesterov=True)), (SGD, dict(lr=math.inf)),
-    (AdamW, dict(lr=0.0)), (AdamW, dict(eps=0.0)), (AdamW, dict(betas=(1.0, 0.999))), (AdamW, dict(betas=(0.9, -0.5))),
-    (AdamW, dict(weight_decay=-0.01)),
-], ids=lambda v: v.__name__ if isinstance(v, type) else ",".join(f"{k}={x}" for k, x in v.items()))
-def test_a_hyperparameter_out_of_range_is_refused_alike_by_the_python_api_and_the_verifier(optimizer_class,
-                                                                                          hyperparameters):
+@pytest.mark.parametrize(
+    "optimizer_class, hyperparameters",
+    [
+        (SGD, dict(lr=0.0)),
+        (SGD, dict(lr=0.1, weight_decay=-0.01)),
+        (SGD, dict(lr=-0.1, momentum=0.9)),
+        (SGD, dict(lr=0.1, momentum=-0.5)),
+        (SGD, dict(lr=0.1, momentum=0.9, weight_decay=-1.0)),
+        (SGD, dict(lr=0.1, momentum=0.9, dampening=0.1, nesterov=True)),
+        (SGD, dict(lr=math.inf)),
+        (AdamW, dict(lr=0.0)),
+        (AdamW, dict(eps=0.0)),
+        (AdamW, dict(betas=(1.0, 0.999))),
+        (AdamW, dict(betas=(0.9, -0.5))),
+        (AdamW, dict(weight_decay=-0.01)),
+    ],
+    ids=lambda v: v.__name__ if isinstance(v, type) else ",".join(f"{k}={x}" for k, x in v.items()),
+)
+def test_a_hyperparameter_out_of_range_is_refused_alike_by_the_python_api_and_the_verifier(
+    optimizer_class, hyperparameters
+):
     """One check per optimizer (its constructor), which the update op's verifier calls: the
     message pock-opt gives for the op is the one the Python API raises."""
     with pytest.raises(ValueError) as refused:
@@ -105,8 +124,11 @@ def test_a_hyperparameter_out_of_range_is_refused_alike_by_the_python_api_and_th
     assert verifier_errors(update_op_text(optimizer_class, **hyperparameters)) == [f"'{op}' op {refused.value}"]
 
 
-@pytest.mark.parametrize("hyperparameters", [dict(momentum=1.5), dict(momentum=0.9, dampening=1.5),
-                                             dict(momentum=0.9, dampening=-0.5)], ids=str)
+@pytest.mark.parametrize(
+    "hyperparameters",
+    [dict(momentum=1.5), dict(momentum=0.9, dampening=1.5), dict(momentum=0.9, dampening=-0.5)],
+    ids=str,
+)
 def test_momentum_and_dampening_take_what_torch_optim_sgd_takes(hyperparameters):
     """torch.optim.SGD checks momentum >= 0 and not dampening; the lowering computes its update for
     any (test_mlp.py compares the trajectories): the Python API, the verifier and torch agree."""

@@ -7,9 +7,9 @@ import numpy as np
 import pytest
 import torch
 import torch.nn as nn
+from oracle import assert_close_to_norm, torch_gradients
 
 import pock_mlir as pock
-from oracle import assert_close_to_norm, torch_gradients
 from pock_mlir.conv_forms import FORM_NAMES
 from pock_mlir.stages import STAGE_PIPELINES, pipelines_with_switch, pipelines_without
 
@@ -21,8 +21,17 @@ def make_cnn():
     depthwise conv, a pointwise conv and a strided dense conv: every shape family the backend forms
     distinguish."""
     torch.manual_seed(0)
-    return nn.Sequential(nn.Conv2d(3, 8, 3, 1, 1), nn.ReLU(), nn.Conv2d(8, 8, 3), nn.Conv2d(8, 8, 3, 2, 1, groups=8),
-                         nn.Conv2d(8, 12, 1), nn.ReLU(), nn.Conv2d(12, 6, 3, 2, 1), nn.Flatten(), nn.Linear(24, 4))
+    return nn.Sequential(
+        nn.Conv2d(3, 8, 3, 1, 1),
+        nn.ReLU(),
+        nn.Conv2d(8, 8, 3),
+        nn.Conv2d(8, 8, 3, 2, 1, groups=8),
+        nn.Conv2d(8, 12, 1),
+        nn.ReLU(),
+        nn.Conv2d(12, 6, 3, 2, 1),
+        nn.Flatten(),
+        nn.Linear(24, 4),
+    )
 
 
 @pytest.fixture(scope="module")
@@ -56,7 +65,9 @@ def test_reorder_updates_trains_identically(cnn_batch):
 def test_backend_forms_match_autograd(form, cnn_batch):
     x, y = cnn_batch
     model = make_cnn()
-    program = pock.compile_training(model, x, y, pipelines=pipelines_with_switch(f"force={form}"), functions=("gradients",))
+    program = pock.compile_training(
+        model, x, y, pipelines=pipelines_with_switch(f"force={form}"), functions=("gradients",)
+    )
     report = program.backend_report()
     assert f"{form} " in report and "forced by force=" in report
     # one count of convolutions, stated once: the per-op lines below the header
@@ -76,7 +87,9 @@ def test_per_image_form_of_a_1d_pointwise_conv():
     model = nn.Sequential(nn.Conv1d(4, 6, 1), nn.ReLU(), nn.Conv1d(6, 3, 1), nn.Flatten(), nn.Linear(15, 2))
     g = torch.Generator().manual_seed(1)
     x, y = torch.randn(2, 4, 5, generator=g), torch.randint(0, 2, (2,), generator=g)
-    program = pock.compile_training(model, x, y, pipelines=pipelines_with_switch("force=per-image"), functions=("gradients",))
+    program = pock.compile_training(
+        model, x, y, pipelines=pipelines_with_switch("force=per-image"), functions=("gradients",)
+    )
     assert program.backend_report().count("per-image ") == 5  # two forwards, two weight and one input gradient
     loss, grads = program.trainer().gradients(x, y)
     want_loss, want = torch_gradients(model, x, y)
@@ -90,22 +103,27 @@ def test_convolution_backward_forms_match_torch():
     form, compiled by IREE, against torch's own convolution_backward."""
     import iree.compiler as ic
     import iree.runtime as rt
+    from pock_mlir.passes import run_pipeline
     from torch_mlir.extras.fx_decomp_util import get_decomposition_table
     from torch_mlir.extras.fx_importer import FxImporter
 
     from pock_mlir.context import make_context
-    from pock_mlir.passes import run_pipeline
     from pock_mlir.runtime.workspace import ModuleFunctions
     from pock_mlir.targets import resolve_target
 
     class Backward(nn.Module):
         def forward(self, g, x, w):
-            gi, gw, gb = torch.ops.aten.convolution_backward(g, x, w, [6], [2, 2], [1, 1], [1, 1], False, [0, 0], 1,
-                                                             [True, True, True])
+            gi, gw, gb = torch.ops.aten.convolution_backward(
+                g, x, w, [6], [2, 2], [1, 1], [1, 1], False, [0, 0], 1, [True, True, True]
+            )
             return gi, gw, gb
 
     g = torch.Generator().manual_seed(2)
-    x, w, grad = torch.randn(2, 4, 7, 7, generator=g), torch.randn(6, 4, 3, 3, generator=g), torch.randn(2, 6, 4, 4, generator=g)
+    x, w, grad = (
+        torch.randn(2, 4, 7, 7, generator=g),
+        torch.randn(6, 4, 3, 3, generator=g),
+        torch.randn(2, 6, 4, 4, generator=g),
+    )
     want = Backward()(grad, x, w)
     exported = torch.export.export(Backward(), (grad, x, w)).run_decompositions(get_decomposition_table())
     for form in ("direct", "im2col"):
@@ -120,7 +138,8 @@ def test_convolution_backward_forms_match_torch():
         context = rt.SystemContext(config=config)
         context.add_vm_module(rt.VmModule.copy_buffer(config.vm_instance, vmfb))
         got = ModuleFunctions(context, config.device, ("main",))(
-            "main", *(rt.asdevicearray(config.device, t.numpy()) for t in (grad, x, w)))
+            "main", *(rt.asdevicearray(config.device, t.numpy()) for t in (grad, x, w))
+        )
         for name, value, expected in zip(("input", "weight", "bias"), got, want):
             assert_close_to_norm(np.asarray(value.to_host()), expected.numpy(), 1e-5, f"{form} {name} gradient")
 
@@ -164,8 +183,9 @@ def test_every_form_bench_measures_is_the_convolution(name):
 
     shape = _shapes()[name]
     g = torch.Generator().manual_seed(3)
-    x, w, grad = (torch.randn(dims, generator=g) for dims in (shape.input_shape(), shape.weight_shape(),
-                                                                shape.output_shape()))
+    x, w, grad = (
+        torch.randn(dims, generator=g) for dims in (shape.input_shape(), shape.weight_shape(), shape.output_shape())
+    )
     checked = []
     for op in (*CONV_OPS, GRADIENTS):
         wants = _reference(shape, op, grad, x, w)

@@ -6,7 +6,6 @@ import sys
 
 import numpy as np
 import pytest
-
 from test_examples import REPO, run
 
 
@@ -34,8 +33,15 @@ def test_search_budgets_and_the_searched_rows_order():
     import argparse
     from pathlib import Path
 
-    from examples.quality.cli import (PRESETS, add_search_option, in_table_order, search_budgets,
-                                      searched_against, searched_schemes, searches)
+    from examples.quality.cli import (
+        PRESETS,
+        add_search_option,
+        in_table_order,
+        search_budgets,
+        searched_against,
+        searched_schemes,
+        searches,
+    )
 
     parser = argparse.ArgumentParser()
     add_search_option(parser)
@@ -48,15 +54,18 @@ def test_search_budgets_and_the_searched_rows_order():
     searched = searched_schemes(Path("out"), "vision", {10.5: "preset", 4.0: None})
     assert [(s.name, s.file, s.against) for s in searched] == [
         ("searched (10.50 MB, preset's memory)", "out/vision_search_10.50MB.yaml", "preset"),
-        ("searched (4.00 MB)", "out/vision_search_4.00MB.yaml", None)]
+        ("searched (4.00 MB)", "out/vision_search_4.00MB.yaml", None),
+    ]
     results = {"full": 1, "preset": 2, "other": 3, searched[1].name: 4, searched[0].name: 5}
     assert list(in_table_order(results, searched)) == ["full", "preset", searched[0].name, "other", searched[1].name]
     # a scheme over the int8 base is searched over it, in a search of its own
-    searched = searched_schemes(Path("out"), "language", {9.25: "preset, int8 base", 10.5: "preset"},
-                                {"preset, int8 base": "int8"})
+    searched = searched_schemes(
+        Path("out"), "language", {9.25: "preset, int8 base", 10.5: "preset"}, {"preset, int8 base": "int8"}
+    )
     assert [(s.name, s.file, s.quantize) for s in searched] == [
         ("searched over int8 (9.25 MB, preset, int8 base's memory)", "out/language_search_9.25MB_int8.yaml", "int8"),
-        ("searched (10.50 MB, preset's memory)", "out/language_search_10.50MB.yaml", None)]
+        ("searched (10.50 MB, preset's memory)", "out/language_search_10.50MB.yaml", None),
+    ]
     assert searches(searched) == {"int8": searched[:1], None: searched[1:]}
     assert [searched_against(s.name) for s in searched] == ["preset, int8 base", "preset"]
     assert searched_against("searched (4.00 MB)") is None and searched_against("preset") is None
@@ -71,8 +80,11 @@ def test_text_task_deals_each_topic_out_in_pieces_and_labels_windows_by_their_te
     train, val, test = text.deal(tokens)
     assert sorted(np.concatenate([train, val, test]).tolist()) == tokens.tolist()
     pieces = [{int(i) // text.CHUNK for i in share} for share in (train, val, test)]
-    assert pieces == [{i for i in range(46) if i % 20 < 14}, {i for i in range(46) if 14 <= i % 20 < 17},
-                      {i for i in range(46) if i % 20 >= 17}]
+    assert pieces == [
+        {i for i in range(46) if i % 20 < 14},
+        {i for i in range(46) if 14 <= i % 20 < 17},
+        {i for i in range(46) if i % 20 >= 17},
+    ]
     texts = [np.full(1000, label) for label in range(4)]
     x, y = text.labelled_windows(texts, 10, np.random.RandomState(0))
     assert x.shape == (10, text.SEQ) and (x == y[:, None]).all() and np.bincount(y).tolist() == [3, 3, 2, 2]
@@ -87,14 +99,20 @@ def test_seeds_table_pairs_each_searched_row_with_its_scheme(tmp_path):
     for seed, (preset, searched) in accuracy.items():
         where = tmp_path if seed == 0 else tmp_path / f"seed{seed}"
         where.mkdir(exist_ok=True)
-        rows = {"full": {"accuracy": 0.98}, "preset": {"accuracy": preset},
-                f"searched ({5 + seed:.2f} MB, preset's memory)": {"accuracy": searched}}
+        rows = {
+            "full": {"accuracy": 0.98},
+            "preset": {"accuracy": preset},
+            f"searched ({5 + seed:.2f} MB, preset's memory)": {"accuracy": searched},
+        }
         (where / "vision.json").write_text(json.dumps({"seed": seed, "results": rows}))
     assert seeds.main(["--results", str(tmp_path)]) == 0
     table = (tmp_path / "vision_seeds.md").read_text()
     differences = 100 * np.array([s - p for p, s in accuracy.values()])
     error = differences.std(ddof=1) / np.sqrt(len(differences))
-    assert f"| searched at preset's memory | 0.970 | 0.940 | 0.930 | 0.947 | {differences.mean():+.1f} ± {error:.1f} |" in table
+    assert (
+        f"| searched at preset's memory | 0.970 | 0.940 | 0.930 | 0.947 | {differences.mean():+.1f} ± {error:.1f} |"
+        in table
+    )
     assert "| full | 0.980 | 0.980 | 0.980 | 0.980 |  |" in table
     # a seed run with other rows is refused, naming the fix
     (tmp_path / "seed1" / "vision.json").write_text(json.dumps({"seed": 1, "results": {"full": {"accuracy": 0.9}}}))

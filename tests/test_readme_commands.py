@@ -17,9 +17,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from docs_blocks import REPO, doc_commands
 from safetensors.numpy import load_file
 
-from docs_blocks import REPO, doc_commands
 from pock_mlir.runtime import Trainer
 
 VENV_BIN = Path(sys.executable).parent
@@ -126,11 +126,15 @@ def test_deploying_block(deployed):
     cwd, needs_qemu = deployed
     assert (cwd / "run.ckpt").is_file() and (cwd / "bundle" / "tuned.safetensors").is_file()
     assert (cwd / "bundle-arm" / "manifest.json").is_file()
-    missing = [what for what, found in (
-        ("qemu-aarch64 (Debian qemu-user)", shutil.which("qemu-aarch64")),
-        ("the aarch64 C library (Debian libc6-arm64-cross)", Path("/usr/aarch64-linux-gnu/lib").is_dir()),
-        ("IREE's aarch64 iree-run-module", list((REPO / ".cache" / "iree-aarch64").glob("*/iree-run-module"))),
-    ) if not found]
+    missing = [
+        what
+        for what, found in (
+            ("qemu-aarch64 (Debian qemu-user)", shutil.which("qemu-aarch64")),
+            ("the aarch64 C library (Debian libc6-arm64-cross)", Path("/usr/aarch64-linux-gnu/lib").is_dir()),
+            ("IREE's aarch64 iree-run-module", list((REPO / ".cache" / "iree-aarch64").glob("*/iree-run-module"))),
+        )
+        if not found
+    ]
     if missing:
         pytest.skip(f"the qemu line needs {', '.join(missing)}; make test installs them (tools/setup_device_deps.sh)")
     for command in needs_qemu:
@@ -141,8 +145,9 @@ def test_deploying_block(deployed):
     batch = cwd / "bundle" / "args" / "batch"
     want = host.step(np.load(batch / "input0.npy"), np.load(batch / "target.npy"))
     assert float(np.load(cwd / "arm-out" / "loss.npy")) == pytest.approx(want, rel=1e-5)
-    np.testing.assert_allclose(np.load(cwd / "arm-out" / "params" / "4.weight.npy"), host.state_dict()["4.weight"],
-                               rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(
+        np.load(cwd / "arm-out" / "params" / "4.weight.npy"), host.state_dict()["4.weight"], rtol=1e-5, atol=1e-6
+    )
     assert not (cwd / "arm-out" / "params" / "0.weight.npy").exists()  # frozen under last-2
 
 
@@ -151,11 +156,18 @@ def test_run_step_names_a_missing_runtime(deployed, tmp_path):
     are a command that does not exist and one that fails."""
     cwd, _ = deployed
     env = dict(os.environ, PATH=f"{VENV_BIN}{os.pathsep}{os.environ['PATH']}")
-    for runtime, code, said in ((".cache/iree-aarch64/3.13.0/iree-run-module", 127, "does not exist"),
-                                ("no-such-iree-run-module", 127, "not found"),
-                                ("iree-run-module --no-such-flag", 1, "failed with exit code 1")):
-        done = subprocess.run(["sh", str(cwd / "bundle" / "run_step.sh"), "out"], cwd=tmp_path, capture_output=True,
-                              text=True, env=dict(env, IREE_RUN_MODULE=runtime))
+    for runtime, code, said in (
+        (".cache/iree-aarch64/3.13.0/iree-run-module", 127, "does not exist"),
+        ("no-such-iree-run-module", 127, "not found"),
+        ("iree-run-module --no-such-flag", 1, "failed with exit code 1"),
+    ):
+        done = subprocess.run(
+            ["sh", str(cwd / "bundle" / "run_step.sh"), "out"],
+            cwd=tmp_path,
+            capture_output=True,
+            text=True,
+            env=dict(env, IREE_RUN_MODULE=runtime),
+        )
         assert done.returncode == code and said in done.stderr and runtime in done.stderr, done.stderr
         assert not (tmp_path / "out" / "loss.npy").exists()
 
@@ -163,11 +175,16 @@ def test_run_step_names_a_missing_runtime(deployed, tmp_path):
 def test_federated_block(tmp_path):
     """The quick comparison, then a federation of its bundle and client files with pock-federate."""
     commands = doc_commands("docs/federated.md", "## Running a federation")
-    assert [c.split()[:2] for c in commands] == [["python", "examples/quality/federated.py"], ["pock-federate", "fed/bundles/sparse"]]
+    assert [c.split()[:2] for c in commands] == [
+        ["python", "examples/quality/federated.py"],
+        ["pock-federate", "fed/bundles/sparse"],
+    ]
     cwd = user_directory(tmp_path)
     for command in commands:
         done = run(command, cwd)
-        assert done.returncode == 0 and "Traceback" not in done.stderr, f"{command}\n{done.stdout[-2000:]}{done.stderr[-2000:]}"
+        assert done.returncode == 0 and "Traceback" not in done.stderr, (
+            f"{command}\n{done.stdout[-2000:]}{done.stderr[-2000:]}"
+        )
     assert "sparse | FedAvg, 2 clients" in (cwd / "quality_quick" / "federated.md").read_text()
     assert "round 2/2: accuracy" in done.stdout
     results = json.loads((cwd / "fed" / "again" / "federated.json").read_text())
@@ -179,8 +196,11 @@ def test_llm_steps_by_hand(tmp_path):
     """The quick run, then its compile and fine-tuning by hand: the tuned weights differ from the
     pretrained ones (a PyTorch state_dict) in what transformer-last-2 trains, and only there."""
     commands = doc_commands("docs/llm-fine-tuning.md", "## The steps by hand")
-    assert [c.split()[0] for c in commands] == ["python", "LLAMA_TEXT_WEIGHTS=llama_text_quick/pretrained.pt",
-                                                "pock-train"]
+    assert [c.split()[0] for c in commands] == [
+        "python",
+        "LLAMA_TEXT_WEIGHTS=llama_text_quick/pretrained.pt",
+        "pock-train",
+    ]
     cwd = user_directory(tmp_path)
     for command in commands:
         done = run(command, cwd)
@@ -192,8 +212,9 @@ def test_llm_steps_by_hand(tmp_path):
     pretrained = {name: value.numpy() for name, value in torch.load(cwd / "llama_text_quick" / "pretrained.pt").items()}
     assert set(tuned) == set(pretrained) and trained < set(pretrained)
     changed = {name for name in pretrained if not np.array_equal(tuned[name], pretrained[name])}
-    assert changed == trained, (f"changed but frozen: {sorted(changed - trained)}; "
-                                f"trained but unchanged: {sorted(trained - changed)}")
+    assert changed == trained, (
+        f"changed but frozen: {sorted(changed - trained)}; trained but unchanged: {sorted(trained - changed)}"
+    )
 
 
 def test_contributing_test_commands():

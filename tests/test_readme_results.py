@@ -21,8 +21,9 @@ def test_every_generated_block_is_quoted_and_none_is_stale():
     assert quoted_by("README.md") == ["pipeline", "bench-summary"]
     assert quoted_by("docs/architecture.md") == ["pipeline"]
     assert quoted_by("docs/benchmarks.md") == ["bench/results.md"]
-    assert quoted_by("docs/quality.md") == [f"examples/quality/results/{name}.md"
-                                            for name in ("vision", "language", "text", "vision_seeds")]
+    assert quoted_by("docs/quality.md") == [
+        f"examples/quality/results/{name}.md" for name in ("vision", "language", "text", "vision_seeds")
+    ]
     assert quoted_by("docs/federated.md") == ["examples/quality/results/federated.md"]
     stale = {page.name: readme_results.stale_blocks(page.read_text()) for page in readme_results.pages()}
     assert not any(stale.values()), f"run `python tools/readme_results.py`: {stale}"
@@ -31,7 +32,7 @@ def test_every_generated_block_is_quoted_and_none_is_stale():
 def test_the_pipeline_figure_lists_every_pass_in_order():
     figure = readme_results.pipeline_figure()
     for stage, pipeline in STAGE_PIPELINES.items():
-        chain = figure[figure.index(f"{stage}:") + len(stage) + 1:].split("─▶")[0]
+        chain = figure[figure.index(f"{stage}:") + len(stage) + 1 :].split("─▶")[0]
         assert chain.split() == " ▸ ".join(p.split("{")[0] for p in pipeline.split(",")).split(), stage
 
 
@@ -42,13 +43,19 @@ def test_the_bench_summary_reads_the_rows_it_names():
     title = results["settings"]["models"]["mlp"]
     (line,) = [line for line in summary if line.startswith(f"| {title} |")]
     cells = [c.strip() for c in line.strip("|").split("|")]
-    fastest = min((rows["mlp", "full", p]["step_ms"], name) for p, name in readme_results.PEERS.items()
-                  if ("mlp", "full", p) in rows)
-    assert cells == [title, f"{rows['mlp', 'full', 'pock-mlir']['step_ms']:.2f}",
-                     f"{fastest[0]:.2f} ({fastest[1]})",
-                     f"{rows['mlp', 'sparse', 'pock-mlir']['step_ms']:.2f}",
-                     f"{rows['mlp', 'full', 'pock-mlir-deployed-ort-optimizer']['peak_mb']:.1f}",
-                     f"{rows['mlp', 'full', 'ort-training']['peak_mb']:.1f}"]
+    fastest = min(
+        (rows["mlp", "full", p]["step_ms"], name)
+        for p, name in readme_results.PEERS.items()
+        if ("mlp", "full", p) in rows
+    )
+    assert cells == [
+        title,
+        f"{rows['mlp', 'full', 'pock-mlir']['step_ms']:.2f}",
+        f"{fastest[0]:.2f} ({fastest[1]})",
+        f"{rows['mlp', 'sparse', 'pock-mlir']['step_ms']:.2f}",
+        f"{rows['mlp', 'full', 'pock-mlir-deployed-ort-optimizer']['peak_mb']:.1f}",
+        f"{rows['mlp', 'full', 'ort-training']['peak_mb']:.1f}",
+    ]
     assert len(summary) == 4 + len(results["settings"]["models"])
 
 

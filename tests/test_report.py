@@ -33,11 +33,20 @@ PARAMS = {"fc0.weight": ("%p0", "4,3"), "fc1.weight": ("%p1", "4,4"), "fc1.bias"
 
 def step_ir(w0, w1, b1, ratio, grads: dict[str, str]) -> str:
     """The step with a pock.grad of each parameter in `grads` (name -> gradient shape)."""
-    lines = [f'%g{i} = "pock.grad"(%loss, {PARAMS[n][0]}) : (!torch.vtensor<[],f32>, '
-             f'!torch.vtensor<[{PARAMS[n][1]}],f32>) -> !torch.vtensor<[{shape}],f32>' for i, (n, shape) in enumerate(grads.items())]
-    return FORWARD.format(w0=w0, w1=w1, b1=b1, ratio=ratio, grads="\n  ".join(lines),
-                          grad_names=", ".join(f"%g{i}" for i in range(len(grads))),
-                          grad_types=", ".join(f"!torch.vtensor<[{shape}],f32>" for shape in grads.values()))
+    lines = [
+        f'%g{i} = "pock.grad"(%loss, {PARAMS[n][0]}) : (!torch.vtensor<[],f32>, '
+        f"!torch.vtensor<[{PARAMS[n][1]}],f32>) -> !torch.vtensor<[{shape}],f32>"
+        for i, (n, shape) in enumerate(grads.items())
+    ]
+    return FORWARD.format(
+        w0=w0,
+        w1=w1,
+        b1=b1,
+        ratio=ratio,
+        grads="\n  ".join(lines),
+        grad_names=", ".join(f"%g{i}" for i in range(len(grads))),
+        grad_types=", ".join(f"!torch.vtensor<[{shape}],f32>" for shape in grads.values()),
+    )
 
 
 CHANNEL_SPARSE = step_ir("frozen", "channels", "channels", 0.5, {"fc1.weight": "2,4", "fc1.bias": "2"})
@@ -68,7 +77,10 @@ def test_channel_sparse_layer_on_a_frozen_one_by_hand():
     assert result.full == FULL_BP
     assert result.sparse == BackwardCost(ops=7, flops=90, saved_activation_bytes=80, gradient_bytes=40)
     assert [(p.name, p.policy, p.rows) for p in result.parameters] == [
-        ("fc0.weight", "frozen", 0), ("fc1.weight", "channels", 2), ("fc1.bias", "channels", 2)]
+        ("fc0.weight", "frozen", 0),
+        ("fc1.weight", "channels", 2),
+        ("fc1.bias", "channels", 2),
+    ]
 
 
 def test_bias_only_saves_no_activations():
@@ -109,7 +121,9 @@ def test_a_value_read_for_its_shape_alone_is_not_saved():
 
 
 def test_report_table():
-    assert str(report(CHANNEL_SPARSE, "step", scheme="custom")) == """\
+    assert (
+        str(report(CHANNEL_SPARSE, "step", scheme="custom"))
+        == """\
 sparse backpropagation report: @step (scheme: custom)
   parameter   shape           policy
   fc0.weight  4x3             frozen
@@ -122,6 +136,7 @@ sparse backpropagation report: @step (scheme: custom)
   FLOPs                           480            90    81.2%
   saved activations              80 B          80 B     0.0%
   parameter gradients           128 B          40 B    68.8%"""
+    )
 
 
 def test_pock_opt_prints_the_report(tmp_path, capsys):

@@ -9,17 +9,17 @@ gradients are checked separately.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 import numpy as np
 import pytest
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+from oracle import assert_close_to_norm, torch_gradients
 
 import pock_mlir as pock
-from oracle import assert_close_to_norm, torch_gradients
 
 pytestmark = pytest.mark.filterwarnings("ignore:Using padding='same'")  # torch's note on even kernels
 
@@ -72,8 +72,11 @@ GROUPS = {
         Case("conv7x7_stride2_stem", lambda: nn.Conv2d(3, 4, 7, stride=2, padding=3, bias=False), (B, 3, 12, 12)),
         Case("conv5x5_stride3", lambda: nn.Conv2d(3, 4, 5, stride=3, padding=1), (B, 3, 11, 11)),
         Case("conv_dilation2", lambda: nn.Conv2d(4, 5, 3, padding=2, dilation=2), (B, 4, 9, 9)),
-        Case("conv_rectangular", lambda: nn.Conv2d(4, 5, (3, 2), stride=(2, 1), padding=(2, 1), dilation=(2, 1)),
-             (B, 4, 9, 8)),
+        Case(
+            "conv_rectangular",
+            lambda: nn.Conv2d(4, 5, (3, 2), stride=(2, 1), padding=(2, 1), dilation=(2, 1)),
+            (B, 4, 9, 8),
+        ),
         Case("conv_padding_beyond_kernel", lambda: nn.Conv2d(4, 5, 3, padding=3), (B, 4, 5, 5)),
         Case("conv_padding_same_even_kernel", lambda: nn.Conv2d(4, 5, 4, padding="same"), (B, 4, 6, 6)),
         Case("conv_groups2", lambda: nn.Conv2d(4, 6, 3, padding=1, groups=2), (B, 4, 7, 7)),
@@ -82,8 +85,9 @@ GROUPS = {
     "depthwise_and_conv1d": [
         Case("depthwise3x3", lambda: nn.Conv2d(6, 6, 3, padding=1, groups=6, bias=False), (B, 6, 7, 7)),
         Case("depthwise3x3_stride2", lambda: nn.Conv2d(6, 6, 3, stride=2, padding=1, groups=6), (B, 6, 8, 8)),
-        Case("depthwise5x5_stride2", lambda: nn.Conv2d(4, 4, 5, stride=2, padding=2, groups=4, bias=False),
-             (B, 4, 9, 9)),
+        Case(
+            "depthwise5x5_stride2", lambda: nn.Conv2d(4, 4, 5, stride=2, padding=2, groups=4, bias=False), (B, 4, 9, 9)
+        ),
         Case("depthwise7x7_dilation2", lambda: nn.Conv2d(4, 4, 7, padding=6, dilation=2, groups=4), (B, 4, 8, 8)),
         Case("depthwise_multiplier2", lambda: nn.Conv2d(4, 8, 3, padding=1, groups=4), (B, 4, 6, 6)),
         Case("depthwise1x1_stride2", lambda: nn.Conv2d(6, 6, 1, stride=2, groups=6), (B, 6, 7, 7)),  # FastViT's
@@ -91,11 +95,17 @@ GROUPS = {
         Case("conv1d_stride2_dilation2", lambda: nn.Conv1d(4, 6, 3, stride=2, padding=2, dilation=2), (B, 4, 11)),
         Case("conv1d_depthwise", lambda: nn.Conv1d(4, 4, 5, padding=2, groups=4), (B, 4, 10)),
         Case("conv1d_groups2_no_bias", lambda: nn.Conv1d(4, 6, 3, stride=2, groups=2, bias=False), (B, 4, 10)),
-        Case("conv_transpose_stride2", lambda: nn.ConvTranspose2d(4, 6, 3, stride=2, padding=1, output_padding=1),
-             (B, 4, 5, 5)),
+        Case(
+            "conv_transpose_stride2",
+            lambda: nn.ConvTranspose2d(4, 6, 3, stride=2, padding=1, output_padding=1),
+            (B, 4, 5, 5),
+        ),
         Case("conv_transpose_2x2_upsampling", lambda: nn.ConvTranspose2d(4, 3, 2, stride=2, bias=False), (B, 4, 4, 4)),
-        Case("conv_transpose_groups_dilation", lambda: nn.ConvTranspose2d(4, 6, 3, padding=2, dilation=2, groups=2),
-             (B, 4, 5, 6)),
+        Case(
+            "conv_transpose_groups_dilation",
+            lambda: nn.ConvTranspose2d(4, 6, 3, padding=2, dilation=2, groups=2),
+            (B, 4, 5, 6),
+        ),
         Case("conv_transpose1d", lambda: nn.ConvTranspose1d(4, 5, 4, stride=2, padding=1), (B, 4, 9)),
     ],
     "pooling": [
@@ -105,8 +115,9 @@ GROUPS = {
         Case("max_pool1d", lambda: nn.MaxPool1d(3, 2), (B, 4, 11)),
         Case("avg_pool3x3_stride2", lambda: nn.AvgPool2d(3, 2, 1), (B, 4, 8, 8)),
         Case("avg_pool_exclude_padding", lambda: nn.AvgPool2d(3, 2, 1, count_include_pad=False), (B, 4, 8, 8)),
-        Case("avg_pool_ceil_mode", lambda: nn.AvgPool2d(3, 2, 1, ceil_mode=True, count_include_pad=False),
-             (B, 4, 8, 8)),
+        Case(
+            "avg_pool_ceil_mode", lambda: nn.AvgPool2d(3, 2, 1, ceil_mode=True, count_include_pad=False), (B, 4, 8, 8)
+        ),
         Case("avg_pool_divisor_override", lambda: nn.AvgPool2d(2, divisor_override=3), (B, 4, 6, 6)),
         Case("avg_pool1d", lambda: nn.AvgPool1d(2), (B, 4, 9)),
         Case("adaptive_avg_pool_1", lambda: nn.AdaptiveAvgPool2d(1), (B, 4, 5, 5)),
@@ -143,8 +154,12 @@ GROUPS = {
         Case("batch_norm_no_running_stats", lambda: nn.BatchNorm2d(4, track_running_stats=False), (B, 4, 5, 5)),
         Case("batch_norm1d_train", lambda: nn.BatchNorm1d(4), (B, 4, 6)),
         Case("batch_norm_eval", lambda: frozen_batch_norm(4), (B, 4, 5, 5)),
-        Case("conv_bn_relu6", lambda: nn.Sequential(nn.Conv2d(3, 4, 3, padding=1, bias=False), nn.BatchNorm2d(4),
-                                                    nn.ReLU6()), (B, 3, 6, 6), 2.0),
+        Case(
+            "conv_bn_relu6",
+            lambda: nn.Sequential(nn.Conv2d(3, 4, 3, padding=1, bias=False), nn.BatchNorm2d(4), nn.ReLU6()),
+            (B, 3, 6, 6),
+            2.0,
+        ),
     ],
 }
 
@@ -190,7 +205,10 @@ def gradients_of_group():
             model = Rows(GROUPS[name])
             x, target = torch.ones(1), torch.zeros(())
             program = pock.compile_training(model, x, target, loss=row_output, functions=("gradients",))
-            results[name] = (*program.trainer().gradients(x, target), *torch_gradients(model, x, target, loss=row_output))
+            results[name] = (
+                *program.trainer().gradients(x, target),
+                *torch_gradients(model, x, target, loss=row_output),
+            )
         return results[name]
 
     return get

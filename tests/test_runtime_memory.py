@@ -46,8 +46,13 @@ def device_bytes(trainer) -> int:
     size = lambda spec: 4 * math.prod(spec.shape)  # noqa: E731  (every tensor of these models is 32-bit)
     params = {p.name: size(p) for p in sig.params}
     copies = {role: 1 if role in trainer.in_place else 2 for role in ("params", "optimizer")}
-    return (sum(params.values()) + sum(size(b) for b in sig.buffers) + copies["optimizer"] * sum(size(s) for s in sig.state)
-            + (copies["params"] - 1) * sum(params[name] for name in sig.trainable) + (trainer.workspace_bytes or 0))
+    return (
+        sum(params.values())
+        + sum(size(b) for b in sig.buffers)
+        + copies["optimizer"] * sum(size(s) for s in sig.state)
+        + (copies["params"] - 1) * sum(params[name] for name in sig.trainable)
+        + (trainer.workspace_bytes or 0)
+    )
 
 
 def measure_in_fresh_process(classes: int, batch: int, measure: str, retain_memory: bool = False) -> list[str]:
@@ -68,8 +73,9 @@ def measure_in_fresh_process(classes: int, batch: int, measure: str, retain_memo
         trainer = program.trainer(retain_memory={retain_memory})
         print(*{measure})
     """)
-    return subprocess.run([sys.executable, "-c", script], cwd=REPO, capture_output=True, text=True,
-                          check=True).stdout.split()
+    return subprocess.run(
+        [sys.executable, "-c", script], cwd=REPO, capture_output=True, text=True, check=True
+    ).stdout.split()
 
 
 def test_intermediate_values_stay_in_one_workspace():
@@ -77,7 +83,8 @@ def test_intermediate_values_stay_in_one_workspace():
     # above glibc's largest dynamic mmap threshold (32 MiB), so when IREE allocated them per step
     # each step unmapped them and faulted ~48,000 pages back in (measured).
     workspace_bytes, faults = measure_in_fresh_process(
-        9000, 1024, "(trainer.workspace_bytes, faults_per_step(trainer, x, y))")
+        9000, 1024, "(trainer.workspace_bytes, faults_per_step(trainer, x, y))"
+    )
     assert int(workspace_bytes) >= 2 * 1024 * 9000 * 4  # the logits and their gradient are in it
     assert float(faults) < 0.05 * 1024 * 9000 * 4 / 4096
 
@@ -96,5 +103,8 @@ def test_set_up_gives_back_what_it_freed():
     # stayed resident after upload (measured with the state in two sets: 128 MB for 106 MB of
     # device data, 97 MB after the release). Only what the trainer holds on the device may stay.
     growth, held = measure_in_fresh_process(
-        16000, 64, "(rss_kb() / 1024 - rss_before, device_bytes(trainer) / 2**20)", retain_memory=True)
-    assert float(growth) < float(held) + 8, f"set-up left {float(growth):.0f} MB resident for {float(held):.0f} MB of device data"
+        16000, 64, "(rss_kb() / 1024 - rss_before, device_bytes(trainer) / 2**20)", retain_memory=True
+    )
+    assert float(growth) < float(held) + 8, (
+        f"set-up left {float(growth):.0f} MB resident for {float(held):.0f} MB of device data"
+    )

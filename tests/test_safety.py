@@ -35,8 +35,12 @@ def batch():
 @pytest.fixture(scope="module")
 def program(batch):
     torch.manual_seed(0)
-    return pock.compile_training(nn.Sequential(nn.Linear(6, 16), nn.ReLU(), nn.Linear(16, 4)), *batch,
-                                 optimizer=pock.SGD(lr=0.1, momentum=0.9), functions="all")  # trainers' and bundles
+    return pock.compile_training(
+        nn.Sequential(nn.Linear(6, 16), nn.ReLU(), nn.Linear(16, 4)),
+        *batch,
+        optimizer=pock.SGD(lr=0.1, momentum=0.9),
+        functions="all",
+    )  # trainers' and bundles
 
 
 def bundle_at(program, batch, directory) -> Path:
@@ -68,6 +72,7 @@ def run(command: str, *arguments) -> subprocess.CompletedProcess:
 
 # -- 1. writes never follow a planted link ---------------------------------------------------
 
+
 def test_atomic_write_replaces_a_symlink_not_what_it_points_to(tmp_path):
     victim = tmp_path / "victim"
     victim.write_text("precious")
@@ -92,7 +97,9 @@ def test_pock_train_never_writes_through_planted_temporary_names(own_bundle, dat
 
 
 def test_output_errors_name_the_path(tmp_path):
-    with pytest.raises(OutputError, match=f"cannot write {tmp_path}/missing/out: directory {tmp_path}/missing does not exist"):
+    with pytest.raises(
+        OutputError, match=f"cannot write {tmp_path}/missing/out: directory {tmp_path}/missing does not exist"
+    ):
         atomic_write(tmp_path / "missing" / "out", b"x")
     with pytest.raises(OutputError, match="it is a directory"):
         atomic_write(tmp_path, b"x")
@@ -100,6 +107,7 @@ def test_output_errors_name_the_path(tmp_path):
 
 # -- 1b. a device or FIFO is written through, never replaced ------------------------------------
 # On twins made in tmp_path (root makes device nodes; the machine's own /dev/null is never a target).
+
 
 def device_twin(path: Path, minor: int = 3, kind: int = stat.S_IFCHR) -> Path:
     """A device node of the memory driver (1, 3: /dev/null; 1, 7: /dev/full) at `path`."""
@@ -203,6 +211,7 @@ def test_pock_compile_refuses_a_device_as_the_bundle(tmp_path):
 
 # -- 2. pock-compile replaces only a bundle, and keeps what it did not write ------------------
 
+
 def test_a_foreign_manifest_does_not_make_a_bundle(tmp_path):
     foreign = tmp_path / "foreign"
     foreign.mkdir()
@@ -228,26 +237,40 @@ def test_recompiling_keeps_the_files_besides_the_bundle(program, batch, own_bund
 
 # -- 3. every bundle file is checked before anything runs -------------------------------------
 
+
 def edit_manifest(bundle: Path, edit) -> None:
     manifest = json.loads((bundle / "manifest.json").read_text())
     edit(manifest)
     (bundle / "manifest.json").write_text(json.dumps(manifest))
 
 
-@pytest.mark.parametrize("damage, message", [
-    (lambda b: b.joinpath("params.safetensors").write_bytes(
-        b.joinpath("params.safetensors").read_bytes()[:-64] + np.full(16, np.nan, np.float32).tobytes()),
-     "params.safetensors is not the file the manifest describes"),
-    (lambda b: b.joinpath("args", "optimizer", "step.npy").unlink(), "step.npy is missing or not a regular file"),
-    (lambda b: edit_manifest(b, lambda m: m["params"][0].update(shape=[3, "x"])),
-     "shape must be a list of non-negative integers"),
-    (lambda b: edit_manifest(b, lambda m: m.update(trainable=["0.weight", "ghost"])), "trainable names ghost"),
-    (lambda b: edit_manifest(b, lambda m: m.update(updated_buffers=["nowhere"])), "updated_buffers names nowhere"),
-    (lambda b: edit_manifest(b, lambda m: m["output"].update(shape=[])), "its output has no shape"),
-    (lambda b: edit_manifest(b, lambda m: m["sha256"].update({"../outside": "0" * 64})), "a file outside the bundle"),
-    (lambda b: b.joinpath("manifest.json").write_text('{"a": ' + "[" * 100000 + "]" * 100000 + "}"),
-     "nests too deep"),
-])
+@pytest.mark.parametrize(
+    "damage, message",
+    [
+        (
+            lambda b: b.joinpath("params.safetensors").write_bytes(
+                b.joinpath("params.safetensors").read_bytes()[:-64] + np.full(16, np.nan, np.float32).tobytes()
+            ),
+            "params.safetensors is not the file the manifest describes",
+        ),
+        (lambda b: b.joinpath("args", "optimizer", "step.npy").unlink(), "step.npy is missing or not a regular file"),
+        (
+            lambda b: edit_manifest(b, lambda m: m["params"][0].update(shape=[3, "x"])),
+            "shape must be a list of non-negative integers",
+        ),
+        (lambda b: edit_manifest(b, lambda m: m.update(trainable=["0.weight", "ghost"])), "trainable names ghost"),
+        (lambda b: edit_manifest(b, lambda m: m.update(updated_buffers=["nowhere"])), "updated_buffers names nowhere"),
+        (lambda b: edit_manifest(b, lambda m: m["output"].update(shape=[])), "its output has no shape"),
+        (
+            lambda b: edit_manifest(b, lambda m: m["sha256"].update({"../outside": "0" * 64})),
+            "a file outside the bundle",
+        ),
+        (
+            lambda b: b.joinpath("manifest.json").write_text('{"a": ' + "[" * 100000 + "]" * 100000 + "}"),
+            "nests too deep",
+        ),
+    ],
+)
 def test_damaged_bundles_are_refused_before_anything_runs(own_bundle, data, damage, message):
     damage(own_bundle)
     result = run("pock-train", own_bundle, "--data", data)
@@ -269,6 +292,7 @@ def test_a_corrupt_module_with_a_fixed_up_hash_is_a_clear_error(own_bundle, data
 
 # -- 4. checkpoints: one writer, validated progress, regular files ----------------------------
 
+
 def test_a_second_run_on_one_checkpoint_is_refused(own_bundle, data, tmp_path):
     import fcntl
 
@@ -281,16 +305,19 @@ def test_a_second_run_on_one_checkpoint_is_refused(own_bundle, data, tmp_path):
     assert pock_train.main([str(own_bundle), "--data", str(data), "--checkpoint", str(checkpoint)]) == 0  # released
 
 
-@pytest.mark.parametrize("progress, message", [
-    ({"epoch": 0, "batch": -15, "shuffle_seed": 0, "train_samples": 24, "dropout_seed": 0}, "batch must be"),
-    ({"epoch": True, "batch": 0, "shuffle_seed": 0, "train_samples": 24, "dropout_seed": 0}, "epoch must be"),
-    ({"epoch": 0, "batch": 7, "shuffle_seed": 0, "train_samples": 24, "dropout_seed": 0}, "an epoch has 3 batches"),
-    ([1, 2], "not pock-train's record"),
-])
+@pytest.mark.parametrize(
+    "progress, message",
+    [
+        ({"epoch": 0, "batch": -15, "shuffle_seed": 0, "train_samples": 24, "dropout_seed": 0}, "batch must be"),
+        ({"epoch": True, "batch": 0, "shuffle_seed": 0, "train_samples": 24, "dropout_seed": 0}, "epoch must be"),
+        ({"epoch": 0, "batch": 7, "shuffle_seed": 0, "train_samples": 24, "dropout_seed": 0}, "an epoch has 3 batches"),
+        ([1, 2], "not pock-train's record"),
+    ],
+)
 def test_crafted_checkpoint_progress_is_refused(own_bundle, data, tmp_path, progress, message):
-    from pock_mlir.runtime.bundle import load_bundle
     from pock_mlir.checkpoint import save_checkpoint
     from pock_mlir.runtime import Trainer
+    from pock_mlir.runtime.bundle import load_bundle
 
     bundle = load_bundle(own_bundle)
     checkpoint = tmp_path / "crafted.ckpt"
@@ -306,9 +333,15 @@ def test_a_checkpoint_that_is_not_a_regular_file_is_refused(own_bundle, data):
 
 # -- 5. class indices and token ids are checked on the host -----------------------------------
 
-@pytest.mark.parametrize("label, message", [(12, "target[3] = 12 is not a class index: the model has 4 classes"),
-                                            (10 ** 9, "target[3] = 1000000000 is not a class index"),
-                                            (-1, "target[3] = -1 is not a class index")])
+
+@pytest.mark.parametrize(
+    "label, message",
+    [
+        (12, "target[3] = 12 is not a class index: the model has 4 classes"),
+        (10**9, "target[3] = 1000000000 is not a class index"),
+        (-1, "target[3] = -1 is not a class index"),
+    ],
+)
 def test_class_labels_out_of_range_are_refused(program, batch, label, message):
     from pock_mlir.runtime import InputError
 
@@ -333,8 +366,13 @@ def test_pock_train_checks_the_labels_before_training(own_bundle, tmp_path):
     rng = np.random.default_rng(0)
     y = rng.integers(0, 4, 24)
     y[5] = 12
-    np.savez(tmp_path / "bad.npz", x_train=rng.normal(size=(24, 6)).astype(np.float32), y_train=y,
-             x_val=rng.normal(size=(8, 6)).astype(np.float32), y_val=np.full(8, 2 ** 40))
+    np.savez(
+        tmp_path / "bad.npz",
+        x_train=rng.normal(size=(24, 6)).astype(np.float32),
+        y_train=y,
+        x_val=rng.normal(size=(8, 6)).astype(np.float32),
+        y_val=np.full(8, 2**40),
+    )
     result = run("pock-train", own_bundle, "--data", tmp_path / "bad.npz")
     assert result.returncode == 1, result.stderr
     assert "y_train[5] = 12 is not a class index" in result.stderr and "y_val[0] = 1099511627776" in result.stderr
@@ -347,8 +385,12 @@ class TokenModel(nn.Module):
 
     def __init__(self):
         super().__init__()
-        self.wide, self.narrow, self.shifted, self.out = (nn.Embedding(13, 8), nn.Embedding(11, 8),
-                                                          nn.Embedding(5, 8), nn.Linear(8, 4))
+        self.wide, self.narrow, self.shifted, self.out = (
+            nn.Embedding(13, 8),
+            nn.Embedding(11, 8),
+            nn.Embedding(5, 8),
+            nn.Linear(8, 4),
+        )
 
     def forward(self, ids, shifted):
         flat = self.wide(ids.view(-1)).view(*ids.shape, 8)
@@ -358,8 +400,9 @@ class TokenModel(nn.Module):
 @pytest.fixture(scope="module")
 def tokens():
     g = torch.Generator().manual_seed(0)
-    return (torch.randint(0, 11, (BATCH, 6), generator=g), torch.randint(0, 4, (BATCH, 6), generator=g)), \
-        torch.randint(0, 4, (BATCH,), generator=g)
+    return (torch.randint(0, 11, (BATCH, 6), generator=g), torch.randint(0, 4, (BATCH, 6), generator=g)), torch.randint(
+        0, 4, (BATCH,), generator=g
+    )
 
 
 @pytest.fixture(scope="module")
@@ -368,10 +411,17 @@ def token_program(tokens):
     return pock.compile_training(TokenModel(), *tokens, functions="all")
 
 
-@pytest.mark.parametrize("token, message", [
-    (11, "input0: its largest token id, 11, is outside the vocabulary of the embedding it indexes: 11 tokens "
-         "(ids 0..10)"),
-    (-2, "input0: its smallest token id, -2, is outside the vocabulary")])
+@pytest.mark.parametrize(
+    "token, message",
+    [
+        (
+            11,
+            "input0: its largest token id, 11, is outside the vocabulary of the embedding it indexes: 11 tokens "
+            "(ids 0..10)",
+        ),
+        (-2, "input0: its smallest token id, -2, is outside the vocabulary"),
+    ],
+)
 def test_token_ids_beyond_the_vocabulary_are_refused_as_pytorch_refuses_them(token_program, tokens, token, message):
     from pock_mlir.runtime import InputError
 
@@ -391,15 +441,17 @@ def test_token_ids_beyond_the_vocabulary_are_refused_as_pytorch_refuses_them(tok
 
 def test_the_vocabularies_are_those_of_the_embeddings_the_ids_reach_unchanged(token_program):
     model = TokenModel()
-    assert token_program.signature.vocabularies == {"input0": min(model.wide.num_embeddings,
-                                                                  model.narrow.num_embeddings)}
+    assert token_program.signature.vocabularies == {
+        "input0": min(model.wide.num_embeddings, model.narrow.num_embeddings)
+    }
 
 
 def test_bundles_carry_the_vocabularies_and_pock_train_checks_them(token_program, tokens, tmp_path):
     from pock_mlir.bundle import load_bundle
 
-    bundle = write_bundle(token_program, tmp_path / "bundle", example_inputs=tokens[0], example_target=tokens[1],
-                          loss="cross_entropy")
+    bundle = write_bundle(
+        token_program, tmp_path / "bundle", example_inputs=tokens[0], example_target=tokens[1], loss="cross_entropy"
+    )
     assert load_bundle(bundle).signature.vocabularies == token_program.signature.vocabularies
     rng = np.random.default_rng(0)
     ids = rng.integers(0, 11, (24, 6))
@@ -407,11 +459,15 @@ def test_bundles_carry_the_vocabularies_and_pock_train_checks_them(token_program
     np.savez(tmp_path / "bad.npz", x0_train=ids, x1_train=rng.integers(0, 4, (24, 6)), y_train=rng.integers(0, 4, 24))
     result = run("pock-train", bundle, "--data", tmp_path / "bad.npz")
     assert result.returncode == 1 and "Traceback" not in result.stderr, result.stderr
-    assert "x0_train: its largest token id, 40, is outside the vocabulary of the embedding it indexes: 11 tokens" \
-        in result.stderr and "epoch" not in result.stdout
+    assert (
+        "x0_train: its largest token id, 40, is outside the vocabulary of the embedding it indexes: 11 tokens"
+        in result.stderr
+        and "epoch" not in result.stdout
+    )
 
 
 # -- 6. a non-finite loss never reaches the weights -------------------------------------------
+
 
 def test_a_nan_step_changes_nothing_and_raises(program, batch):
     from pock_mlir.runtime import NonFiniteLossError
@@ -441,26 +497,64 @@ def test_pock_train_stops_on_a_nan_batch_keeping_checkpoint_and_export(own_bundl
     x[:, 0] = np.nan  # every batch
     np.savez(tmp_path / "nan.npz", x_train=x, y_train=y)
     checkpoint, export = tmp_path / "run.ckpt", tmp_path / "tuned.safetensors"
-    assert pock_train.main([str(own_bundle), "--data", str(tmp_path / "good.npz"), "--checkpoint", str(checkpoint),
-                            "--export", str(export)]) == 0
+    assert (
+        pock_train.main(
+            [
+                str(own_bundle),
+                "--data",
+                str(tmp_path / "good.npz"),
+                "--checkpoint",
+                str(checkpoint),
+                "--export",
+                str(export),
+            ]
+        )
+        == 0
+    )
     saved, exported = checkpoint.read_bytes(), export.read_bytes()
-    result = run("pock-train", own_bundle, "--data", tmp_path / "nan.npz", "--checkpoint", checkpoint, "--resume",
-                 "--epochs", 2, "--export", export)
+    result = run(
+        "pock-train",
+        own_bundle,
+        "--data",
+        tmp_path / "nan.npz",
+        "--checkpoint",
+        checkpoint,
+        "--resume",
+        "--epochs",
+        2,
+        "--export",
+        export,
+    )
     assert result.returncode == 1 and "the loss is nan" in result.stderr and "--on-nonfinite skip" in result.stderr
     assert f"{checkpoint} holds step 3" in result.stderr, result.stderr
     assert checkpoint.read_bytes() == saved and export.read_bytes() == exported
-    result = run("pock-train", own_bundle, "--data", tmp_path / "nan.npz", "--on-nonfinite", "skip",
-                 "--export", tmp_path / "skipped.safetensors")
+    result = run(
+        "pock-train",
+        own_bundle,
+        "--data",
+        tmp_path / "nan.npz",
+        "--on-nonfinite",
+        "skip",
+        "--export",
+        tmp_path / "skipped.safetensors",
+    )
     assert result.returncode == 0 and "skipped 3 batch(es) with a non-finite loss" in result.stdout, result.stdout
 
 
 # -- 7. values, not only shapes --------------------------------------------------------------
 
-@pytest.mark.parametrize("text, message", [
-    ("sgd:lr=inf", "SGD lr must be a finite number"), ("adamw:betas=0.9", "betas takes two numbers"),
-    ("sgd:lr=0.1,nesterov=maybe", "nesterov must be true or false"), ("sgd:lr=0.1,lr=0.2", "lr is given twice"),
-    ("sgd:lr=0.1,beta=1", "sgd has no option 'beta'"), ("sgd:momentum=0.9", "sgd needs lr"),
-])
+
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        ("sgd:lr=inf", "SGD lr must be a finite number"),
+        ("adamw:betas=0.9", "betas takes two numbers"),
+        ("sgd:lr=0.1,nesterov=maybe", "nesterov must be true or false"),
+        ("sgd:lr=0.1,lr=0.2", "lr is given twice"),
+        ("sgd:lr=0.1,beta=1", "sgd has no option 'beta'"),
+        ("sgd:momentum=0.9", "sgd needs lr"),
+    ],
+)
 def test_optimizer_text_is_validated(text, message):
     from pock_mlir.optim import parse_optimizer
 
@@ -468,25 +562,31 @@ def test_optimizer_text_is_validated(text, message):
         parse_optimizer(text)
 
 
-@pytest.mark.parametrize("make, message", [
-    (lambda: pock.SGD(lr="0.1"), "SGD lr must be a finite number, got '0.1'"),
-    (lambda: pock.SGD(lr=0.1, momentum=float("nan")), "SGD momentum must be a finite number"),
-    (lambda: pock.SGD(lr=0.1, momentum=0.9, nesterov="yes"), "SGD nesterov must be True or False"),
-    (lambda: pock.AdamW(betas=(0.9,)), "AdamW betas must be two finite numbers"),
-])
+@pytest.mark.parametrize(
+    "make, message",
+    [
+        (lambda: pock.SGD(lr="0.1"), "SGD lr must be a finite number, got '0.1'"),
+        (lambda: pock.SGD(lr=0.1, momentum=float("nan")), "SGD momentum must be a finite number"),
+        (lambda: pock.SGD(lr=0.1, momentum=0.9, nesterov="yes"), "SGD nesterov must be True or False"),
+        (lambda: pock.AdamW(betas=(0.9,)), "AdamW betas must be two finite numbers"),
+    ],
+)
 def test_optimizer_values_are_validated(make, message):
     with pytest.raises(ValueError, match=message):
         make()
 
 
-@pytest.mark.parametrize("model, inputs, message", [
-    (lambda: nn.Linear(6, 4).double(), torch.randn(8, 6), "the model holds float64 tensors (weight, bias)"),
-    (lambda: nn.Linear(6, 4), torch.randn(8, 6, dtype=torch.float64), "input 0 is float64"),
-    (lambda: nn.Linear(6, 4).half(), torch.randn(8, 6), "the model holds float16 tensors (weight, bias)"),
-    (lambda: nn.Linear(6, 4).bfloat16(), torch.randn(8, 6), "the model holds bfloat16 tensors (weight, bias)"),
-    (lambda: nn.Linear(6, 4), torch.randn(8, 6, dtype=torch.float16), "input 0 is float16"),
-    (lambda: nn.Linear(6, 4), torch.randn(0, 6), "input 0 has shape (0, 6), with no elements"),
-])
+@pytest.mark.parametrize(
+    "model, inputs, message",
+    [
+        (lambda: nn.Linear(6, 4).double(), torch.randn(8, 6), "the model holds float64 tensors (weight, bias)"),
+        (lambda: nn.Linear(6, 4), torch.randn(8, 6, dtype=torch.float64), "input 0 is float64"),
+        (lambda: nn.Linear(6, 4).half(), torch.randn(8, 6), "the model holds float16 tensors (weight, bias)"),
+        (lambda: nn.Linear(6, 4).bfloat16(), torch.randn(8, 6), "the model holds bfloat16 tensors (weight, bias)"),
+        (lambda: nn.Linear(6, 4), torch.randn(8, 6, dtype=torch.float16), "input 0 is float16"),
+        (lambda: nn.Linear(6, 4), torch.randn(0, 6), "input 0 has shape (0, 6), with no elements"),
+    ],
+)
 def test_models_and_batches_pock_cannot_train_are_named(model, inputs, message):
     from pock_mlir.frontend import FrontendError
 
@@ -519,6 +619,7 @@ def test_pock_train_seed_is_validated(own_bundle, data):
 
 # -- 8. load_state_dict and load_optimizer_state -----------------------------------------------
 
+
 def test_load_state_dict_is_strict_and_all_or_nothing(program):
     from pock_mlir.runtime import InputError
 
@@ -539,6 +640,7 @@ def test_load_state_dict_is_strict_and_all_or_nothing(program):
 
 
 # -- 9. output paths are checked before training --------------------------------------------------
+
 
 def test_an_unwritable_export_fails_before_training(own_bundle, data, tmp_path):
     (tmp_path / "a_directory").mkdir()

@@ -14,19 +14,33 @@ import pytest
 import torch
 import torch.nn as nn
 import yaml
-
-import pock_mlir as pock
 from docs_blocks import doc_commands
 from oracle import torch_trajectory
+from pock_mlir.passes.pock_apply_sparse_config import reannotate
+
+import pock_mlir as pock
 from pock_mlir.abi import EVALUATE, LOSS, TRAIN_STEP, TRAIN_STEP_INTO, Policy
 from pock_mlir.context import make_context
-from pock_mlir.passes.pock_apply_sparse_config import reannotate
+from pock_mlir.data import Split, evaluate
 from pock_mlir.report import report
 from pock_mlir.runtime import Trainer
-from pock_mlir.data import Split, evaluate
-from pock_mlir.search import (MAX_SCHEDULES, MB, YAML_HEADER, CostModel, Measurement, Progress, SearchError, Unit,
-                              candidate_units, fit_to_budget, host_fine_tune, int8_savings, last_layer,
-                              measure_contributions, select)
+from pock_mlir.search import (
+    MAX_SCHEDULES,
+    MB,
+    YAML_HEADER,
+    CostModel,
+    Measurement,
+    Progress,
+    SearchError,
+    Unit,
+    candidate_units,
+    fit_to_budget,
+    host_fine_tune,
+    int8_savings,
+    last_layer,
+    measure_contributions,
+    select,
+)
 from pock_mlir.tools import pock_search
 
 REPO = Path(__file__).resolve().parents[1]
@@ -61,9 +75,17 @@ def planted_data(informative: str, samples: int, seed: int):
 
 def search(informative: str, budget, anchor=None, **options):
     """Candidates judged alone by default: the planted task is about which expert, not the head."""
-    return pock.search_sparse(Planted(), planted_data(informative, 512, 1), planted_data(informative, 128, 2),
-                              budget=budget, optimizer=pock.SGD(lr=0.5), steps=8, batch_size=BATCH, anchor=anchor,
-                              **options)
+    return pock.search_sparse(
+        Planted(),
+        planted_data(informative, 512, 1),
+        planted_data(informative, 128, 2),
+        budget=budget,
+        optimizer=pock.SGD(lr=0.5),
+        steps=8,
+        batch_size=BATCH,
+        anchor=anchor,
+        **options,
+    )
 
 
 @pytest.fixture(scope="module", params=["a", "b"])
@@ -111,8 +133,9 @@ def test_an_anchored_search_keeps_the_anchor_and_adds_what_gains_beyond_it():
     assert Unit("a.weight") in {c.unit for c in result.choices}
     assert max(result.measurements, key=lambda m: m.gain).unit == Unit("a.weight"), result.table()
     assert {m.unit.parameter for m in result.measurements} == {"a.weight", "a.bias"}
-    assert result.predicted_gain == pytest.approx(result.full.val_loss - result.anchored_loss
-                                                  + sum(c.gain for c in result.choices))
+    assert result.predicted_gain == pytest.approx(
+        result.full.val_loss - result.anchored_loss + sum(c.gain for c in result.choices)
+    )
     text = result.to_yaml()
     assert '"b.weight": full  # the anchor: validation loss' in text
     assert '"a.weight": full  # validation loss -' in text and "trained with the anchor (b.weight, b.bias)" in text
@@ -127,8 +150,12 @@ def test_the_scheme_round_trips_through_compile_training_within_the_budget(plant
     x, y = planted_data(informative, BATCH, 1)
     program = pock.compile_training(Planted(), x, y, optimizer=pock.SGD(lr=0.5), sparse=str(path))
     want = {name: Policy("frozen") for name, _ in Planted().named_parameters()}
-    want.update({c.unit.parameter: Policy("full") if c.unit.ratio == 1 else Policy("channels", c.unit.ratio)
-                 for c in result.choices})
+    want.update(
+        {
+            c.unit.parameter: Policy("full") if c.unit.ratio == 1 else Policy("channels", c.unit.ratio)
+            for c in result.choices
+        }
+    )
     assert program.signature.policies == want
     trainer = program.trainer()
     assert trainer.device_bytes == result.chosen.device_bytes <= result.budget.memory_bytes
@@ -140,8 +167,9 @@ def test_a_scheduled_scheme_holds_what_its_trainer_holds(planted):
     bytes are its Trainer's, and the compilation then resumes from that schedule."""
     informative, result = planted
     x, y = planted_data(informative, BATCH, 1)
-    program = pock.compile_training(Planted(), x, y, optimizer=pock.SGD(lr=0.5), sparse=result.sparse, functions=(),
-                                    cache=False)
+    program = pock.compile_training(
+        Planted(), x, y, optimizer=pock.SGD(lr=0.5), sparse=result.sparse, functions=(), cache=False
+    )
     step_module = (TRAIN_STEP_INTO, LOSS, EVALUATE)
     scheduled, planned = program.schedule(step_module), program.device_bytes
     assert not program.modules and set(program.streams) == {step_module}
@@ -153,6 +181,7 @@ def test_a_scheduled_scheme_holds_what_its_trainer_holds(planted):
 
 
 # -- the cost model against the compiler -----------------------------------------------------
+
 
 def make_mlp():
     torch.manual_seed(0)
@@ -181,11 +210,17 @@ def compiler_cost(training_text: str, scheme: dict):
     return report(text, TRAIN_STEP).sparse
 
 
-@pytest.mark.parametrize("scheme", [
-    {"4.weight": "full"}, {"0.bias": "full"}, {"2.weight": "full", "4.bias": "full"},
-    {"0.weight": "full", "2.weight": "full", "4.weight": "full"}, {"2.weight": 0.5, "4.weight": "full"},
-    {"0.weight": 0.25},
-])
+@pytest.mark.parametrize(
+    "scheme",
+    [
+        {"4.weight": "full"},
+        {"0.bias": "full"},
+        {"2.weight": "full", "4.bias": "full"},
+        {"0.weight": "full", "2.weight": "full", "4.weight": "full"},
+        {"2.weight": 0.5, "4.weight": "full"},
+        {"0.weight": 0.25},
+    ],
+)
 def test_cost_of_a_scheme_is_the_compilers(mlp_program, scheme):
     costs = CostModel(mlp_program)
     estimate = costs.estimate([Unit(name, 1.0 if policy == "full" else policy) for name, policy in scheme.items()])
@@ -204,8 +239,13 @@ def test_int8_estimate_saves_what_the_compiled_int8_parameters_save(mlp_program)
     stores less than the float32 one, for the same scheme."""
     scheme = {"4.weight": "full", "4.bias": "full"}
     x, y = mlp_batch()
-    int8 = pock.compile_training(make_mlp(), x, y, optimizer=pock.SGD(lr=0.1, momentum=0.9),
-                                 sparse={"default": "frozen", **scheme, "quantize": {"frozen": "int8"}})
+    int8 = pock.compile_training(
+        make_mlp(),
+        x,
+        y,
+        optimizer=pock.SGD(lr=0.1, momentum=0.9),
+        sparse={"default": "frozen", **scheme, "quantize": {"frozen": "int8"}},
+    )
     stored = {p.name: np.dtype(p.dtype).itemsize * int(np.prod(p.shape)) for p in int8.signature.params}
     assert {"0.weight_int8", "2.weight_int8"} <= set(stored) and "4.weight_int8" not in stored
     as_float32 = sum(np.dtype(p.dtype).itemsize * int(np.prod(p.shape)) for p in mlp_program.signature.params)
@@ -226,14 +266,26 @@ def test_memory_estimate_of_full_bp_is_the_trainers(mlp_program):
 
 def test_candidates():
     units = candidate_units({"w": (8, 3), "b": (8,), "s": (), "narrow": (3, 4), "row": (1, 5)})
-    assert [str(u) for u in units] == ["w @0.125", "w @0.25", "w @0.5", "w", "b", "s", "narrow @0.125", "narrow @0.5",
-                                       "narrow", "row"]
+    assert [str(u) for u in units] == [
+        "w @0.125",
+        "w @0.25",
+        "w @0.5",
+        "w",
+        "b",
+        "s",
+        "narrow @0.125",
+        "narrow @0.5",
+        "narrow",
+        "row",
+    ]
 
 
 # -- the host-side fine-tuning of the contribution analysis ---------------------------------------
 
-@pytest.mark.parametrize("optimizer", [pock.SGD(lr=0.1, momentum=0.9, weight_decay=0.01), pock.AdamW(lr=0.01)],
-                         ids=["sgd", "adamw"])
+
+@pytest.mark.parametrize(
+    "optimizer", [pock.SGD(lr=0.1, momentum=0.9, weight_decay=0.01), pock.AdamW(lr=0.01)], ids=["sgd", "adamw"]
+)
 def test_host_fine_tune_of_a_tensor_matches_torch_optim(mlp_program, optimizer):
     x, y = mlp_batch()
     trainer = mlp_program.trainer()
@@ -257,8 +309,9 @@ def test_contributions_with_the_anchor_are_torch_optim_fine_tuning_both(mlp_prog
     assert anchor == [Unit("4.weight"), Unit("4.bias")]
     trainer = mlp_program.trainer()
     candidates = [Measurement(u, math.nan, math.nan, None) for u in (Unit("0.bias"), Unit("2.weight"))]
-    base, measured = measure_contributions(trainer, candidates, train, val, optimizer, [np.arange(BATCH)] * 3, BATCH,
-                                           Progress(False), anchor)
+    base, measured = measure_contributions(
+        trainer, candidates, train, val, optimizer, [np.arange(BATCH)] * 3, BATCH, Progress(False), anchor
+    )
 
     def torch_val_loss(trainable):
         _, state = torch_trajectory(make_mlp(), x, y, optimizer, 3, trainable=trainable)
@@ -274,7 +327,8 @@ def test_contributions_with_the_anchor_are_torch_optim_fine_tuning_both(mlp_prog
         assert m.val_loss == pytest.approx(want, rel=1e-5) and m.gain == pytest.approx(want_base - want, abs=1e-6)
     np.testing.assert_array_equal(trainer.state_dict()["4.weight"], make_mlp().state_dict()["4.weight"].numpy())
     assert evaluate(trainer, val, BATCH)["val_loss"] == pytest.approx(
-        torch.nn.functional.cross_entropy(make_mlp()(xv), yv).item(), rel=1e-5)
+        torch.nn.functional.cross_entropy(make_mlp()(xv), yv).item(), rel=1e-5
+    )
 
 
 def test_host_fine_tune_of_channels_matches_the_compiled_channel_sparse_step(mlp_program):
@@ -294,11 +348,15 @@ def test_host_fine_tune_of_channels_matches_the_compiled_channel_sparse_step(mlp
 
 # -- errors ----------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("options, message", [
-    ({}, "Budget needs memory_mb, step_time or both"),
-    ({"memory_mb": 0}, "memory_mb must be > 0"),
-    ({"step_time": 1.5}, "in (0, 1]"),
-])
+
+@pytest.mark.parametrize(
+    "options, message",
+    [
+        ({}, "Budget needs memory_mb, step_time or both"),
+        ({"memory_mb": 0}, "memory_mb must be > 0"),
+        ({"step_time": 1.5}, "in (0, 1]"),
+    ],
+)
 def test_bad_budgets(options, message):
     with pytest.raises(SearchError, match=message.replace("(", r"\(").replace(")", r"\)")):
         pock.Budget(**options)
@@ -306,7 +364,9 @@ def test_bad_budgets(options, message):
 
 def test_a_budget_below_the_parameters_is_refused_before_compiling():
     resident = 4 * 2 * (FEATURES * CLASSES + CLASSES)  # two experts' weights and biases, float32
-    with pytest.raises(SearchError, match=rf"below the model's parameters and buffers alone \({resident / MB:.3f} MB\)"):
+    with pytest.raises(
+        SearchError, match=rf"below the model's parameters and buffers alone \({resident / MB:.3f} MB\)"
+    ):
         search("a", pock.Budget(memory_mb=0.001))
 
 
@@ -342,15 +402,22 @@ def test_a_budget_nothing_meets_names_the_cheapest_scheme(planted):
     with pytest.raises(SearchError) as raised:
         search("a", budget)
     message = str(raised.value)
-    assert f"the cheapest scheme, training {cheapest.unit} alone, needs {cheapest.cost.device_bytes / MB:.3f} MB" in message
-    with pytest.raises(SearchError, match=r"the cheapest scheme, training the anchor \(b.weight, b.bias\) alone, needs "
-                                          r".* give a larger budget, or anchor=None"):
+    assert (
+        f"the cheapest scheme, training {cheapest.unit} alone, needs {cheapest.cost.device_bytes / MB:.3f} MB"
+        in message
+    )
+    with pytest.raises(
+        SearchError,
+        match=r"the cheapest scheme, training the anchor \(b.weight, b.bias\) alone, needs "
+        r".* give a larger budget, or anchor=None",
+    ):
         search("a", budget, anchor="auto")
     with pytest.raises(SearchError, match=r"anchor: 'c.weight' is not a parameter of the model"):
         search("a", budget, anchor=["c.weight"])
 
 
 # -- pock-search ------------------------------------------------------------------------------
+
 
 @pytest.fixture(scope="module")
 def planted_files(tmp_path_factory):
@@ -359,24 +426,34 @@ def planted_files(tmp_path_factory):
         f"import sys\nsys.path.insert(0, {str(Path(__file__).parent)!r})\n"
         "import torch\nfrom test_search import BATCH, Planted, planted_data\n\n"
         "def model():\n    return Planted()\n\n"
-        "def example_batch():\n    x, y = planted_data('b', BATCH, 1)\n    return torch.from_numpy(x), torch.from_numpy(y)\n")
+        "def example_batch():\n    x, y = planted_data('b', BATCH, 1)\n    return torch.from_numpy(x), torch.from_numpy(y)\n"
+    )
     (x, y), (xv, yv) = planted_data("b", 512, 1), planted_data("b", 128, 2)
     np.savez(root / "data.npz", x_train=x, y_train=y, x_val=xv, y_val=yv)
     return root
 
 
-@pytest.mark.parametrize("arguments, message", [
-    (["--memory-budget", "40XB"], "--memory-budget '40XB': give a size such as 40MB"),
-    (["--time-budget", "2"], "step_time is a fraction of the full-BP step, in (0, 1]"),
-    ([], "give --memory-budget, --time-budget or both"),
-    (["--memory-budget", "8MB", "--optimizer", "sgd:lr=-1"], "SGD lr must be > 0"),
-    (["--memory-budget", "8MB", "--steps", "0"], "steps must be an integer >= 1"),
-    (["--memory-budget", "0.005MB", "--quantize", "int8"], "alone (0.008 MB, the layer weights int8): no scheme fits"),
-])
+@pytest.mark.parametrize(
+    "arguments, message",
+    [
+        (["--memory-budget", "40XB"], "--memory-budget '40XB': give a size such as 40MB"),
+        (["--time-budget", "2"], "step_time is a fraction of the full-BP step, in (0, 1]"),
+        ([], "give --memory-budget, --time-budget or both"),
+        (["--memory-budget", "8MB", "--optimizer", "sgd:lr=-1"], "SGD lr must be > 0"),
+        (["--memory-budget", "8MB", "--steps", "0"], "steps must be an integer >= 1"),
+        (
+            ["--memory-budget", "0.005MB", "--quantize", "int8"],
+            "alone (0.008 MB, the layer weights int8): no scheme fits",
+        ),
+    ],
+)
 def test_pock_search_refuses_bad_arguments(planted_files, capsys, arguments, message):
     root = planted_files
     output = root / "bad.yaml"
-    assert pock_search.main([str(root / "planted.py"), "--data", str(root / "data.npz"), *arguments, "-o", str(output)]) == 1
+    assert (
+        pock_search.main([str(root / "planted.py"), "--data", str(root / "data.npz"), *arguments, "-o", str(output)])
+        == 1
+    )
     err = capsys.readouterr().err
     assert message in err and "Traceback" not in err and len(err.strip().splitlines()) == 1, err
     assert not output.exists()
@@ -387,7 +464,9 @@ def test_pock_search_refuses_data_without_a_held_out_split_and_files_it_did_not_
     x, y = planted_data("b", 64, 1)
     np.savez(tmp_path / "train_only.npz", x_train=x, y_train=y)
     arguments = [str(root / "planted.py"), "--memory-budget", "8MB"]
-    assert pock_search.main([*arguments, "--data", str(tmp_path / "train_only.npz"), "-o", str(tmp_path / "s.yaml")]) == 1
+    assert (
+        pock_search.main([*arguments, "--data", str(tmp_path / "train_only.npz"), "-o", str(tmp_path / "s.yaml")]) == 1
+    )
     assert "has no held-out split" in capsys.readouterr().err
     np.savez(tmp_path / "narrow.npz", x_train=x[:, :10], y_train=y, x_val=x[:, :10], y_val=y)
     assert pock_search.main([*arguments, "--data", str(tmp_path / "narrow.npz"), "-o", str(tmp_path / "s.yaml")]) == 1
@@ -401,9 +480,24 @@ def test_pock_search_refuses_data_without_a_held_out_split_and_files_it_did_not_
 def test_pock_search_runs_as_a_module(planted_files):
     root = planted_files
     env = dict(os.environ, PYTHONPATH=str(REPO))
-    done = subprocess.run([sys.executable, "-m", "pock_mlir.tools.pock_search", str(root / "planted.py"), "--data",
-                           str(root / "data.npz"), "--memory-budget", "0.001MB", "-o", str(root / "m.yaml")],
-                          capture_output=True, text=True, env=env, cwd=root)
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pock_mlir.tools.pock_search",
+            str(root / "planted.py"),
+            "--data",
+            str(root / "data.npz"),
+            "--memory-budget",
+            "0.001MB",
+            "-o",
+            str(root / "m.yaml"),
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=root,
+    )
     assert done.returncode == 1 and done.stderr.startswith("pock-search: error: the memory budget 0.001 MB is below")
     assert "Traceback" not in done.stderr and not (root / "m.yaml").exists()
 

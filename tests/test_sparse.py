@@ -9,9 +9,9 @@ import numpy as np
 import pytest
 import torch
 import torch.nn as nn
+from oracle import assert_gradients_close, torch_gradients, torch_sparse_trajectory, torch_trajectory
 
 import pock_mlir as pock
-from oracle import assert_gradients_close, torch_gradients, torch_sparse_trajectory, torch_trajectory
 import pock_mlir.autodiff  # noqa: F401  (its rule files fill op_facts.FACTS)
 from pock_mlir.op_facts import derivative_rules
 from pock_mlir.sparse import SparseConfigError, SparseUpdate, resolve_sparse
@@ -26,24 +26,41 @@ def make_mlp():
 
 def make_cnn():
     torch.manual_seed(0)
-    return nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.ReLU(), nn.Conv2d(8, 8, 3, padding=1), nn.ReLU(),
-                         nn.Flatten(), nn.Linear(8 * 6 * 6, 4))
+    return nn.Sequential(
+        nn.Conv2d(3, 8, 3, padding=1),
+        nn.ReLU(),
+        nn.Conv2d(8, 8, 3, padding=1),
+        nn.ReLU(),
+        nn.Flatten(),
+        nn.Linear(8 * 6 * 6, 4),
+    )
 
 
 def _inverted_residual(cin, cout, expand):
     hidden = cin * expand
     return nn.Sequential(
-        nn.Conv2d(cin, hidden, 1, bias=False), nn.BatchNorm2d(hidden), nn.ReLU6(),
-        nn.Conv2d(hidden, hidden, 3, padding=1, groups=hidden, bias=False), nn.BatchNorm2d(hidden), nn.ReLU6(),
-        nn.Conv2d(hidden, cout, 1, bias=False), nn.BatchNorm2d(cout))
+        nn.Conv2d(cin, hidden, 1, bias=False),
+        nn.BatchNorm2d(hidden),
+        nn.ReLU6(),
+        nn.Conv2d(hidden, hidden, 3, padding=1, groups=hidden, bias=False),
+        nn.BatchNorm2d(hidden),
+        nn.ReLU6(),
+        nn.Conv2d(hidden, cout, 1, bias=False),
+        nn.BatchNorm2d(cout),
+    )
 
 
 class MiniMobileNet(nn.Module):
     def __init__(self):
         super().__init__()
         torch.manual_seed(0)
-        self.features = nn.Sequential(nn.Conv2d(3, 8, 3, bias=False), nn.BatchNorm2d(8), _inverted_residual(8, 8, 2),
-                                      _inverted_residual(8, 16, 2), _inverted_residual(16, 16, 2))
+        self.features = nn.Sequential(
+            nn.Conv2d(3, 8, 3, bias=False),
+            nn.BatchNorm2d(8),
+            _inverted_residual(8, 8, 2),
+            _inverted_residual(8, 16, 2),
+            _inverted_residual(16, 16, 2),
+        )
         self.classifier = nn.Linear(16, 4)
 
     def forward(self, x):
@@ -65,23 +82,54 @@ class Case:
 
 
 CASES = {
-    "frozen_channels_full": Case(make_mlp, {"2": 0.5, "4": "full"}, pock.SGD(lr=0.05, momentum=0.9, weight_decay=1e-2),
-                                 {"2.weight": 8, "2.bias": 8, "4.weight": 5, "4.bias": 5}),
-    "bias_and_low_channels": Case(make_mlp, {"0": 0.25, "2": "bias", "4": "full"}, pock.AdamW(lr=1e-2, weight_decay=0.1),
-                                  {"0.weight": 8, "0.bias": 8, "2.bias": 16, "4.weight": 5, "4.bias": 5}),
+    "frozen_channels_full": Case(
+        make_mlp,
+        {"2": 0.5, "4": "full"},
+        pock.SGD(lr=0.05, momentum=0.9, weight_decay=1e-2),
+        {"2.weight": 8, "2.bias": 8, "4.weight": 5, "4.bias": 5},
+    ),
+    "bias_and_low_channels": Case(
+        make_mlp,
+        {"0": 0.25, "2": "bias", "4": "full"},
+        pock.AdamW(lr=1e-2, weight_decay=0.1),
+        {"0.weight": 8, "0.bias": 8, "2.bias": 16, "4.weight": 5, "4.bias": 5},
+    ),
     "preset_bias_only": Case(make_mlp, "bias-only", pock.SGD(lr=0.1), {"0.bias": 32, "2.bias": 16, "4.bias": 5}),
-    "preset_last_2": Case(make_mlp, SparseUpdate.preset("last", k=2), pock.SGD(lr=0.05, momentum=0.9, nesterov=True),
-                          {"2.weight": 16, "2.bias": 16, "4.weight": 5, "4.bias": 5}),
+    "preset_last_2": Case(
+        make_mlp,
+        SparseUpdate.preset("last", k=2),
+        pock.SGD(lr=0.05, momentum=0.9, nesterov=True),
+        {"2.weight": 16, "2.bias": 16, "4.weight": 5, "4.bias": 5},
+    ),
 }
 if "aten.convolution" in derivative_rules():  # the CNN rules (pock_mlir/autodiff/rules/conv.py)
-    CASES["cnn_channel_sparse_conv"] = Case(make_cnn, {"2": 0.5, "5": "full"}, pock.AdamW(lr=1e-2),
-                                            {"2.weight": 4, "2.bias": 4, "5.weight": 4, "5.bias": 4}, ((4, 3, 6, 6), 4))
+    CASES["cnn_channel_sparse_conv"] = Case(
+        make_cnn,
+        {"2": 0.5, "5": "full"},
+        pock.AdamW(lr=1e-2),
+        {"2.weight": 4, "2.bias": 4, "5.weight": 4, "5.bias": 4},
+        ((4, 3, 6, 6), 4),
+    )
     CASES["preset_mobilenet_with_channel_sparse_pointwise"] = Case(
-        MiniMobileNet, {"preset": "mobilenet-last-1", "features.4.0": 0.5}, pock.SGD(lr=0.05, momentum=0.9), {
-            "features.1.bias": 8, "features.2.1.bias": 16, "features.2.4.bias": 16, "features.2.7.bias": 8,
-            "features.3.1.bias": 16, "features.3.4.bias": 16, "features.3.7.bias": 16, "features.4.0.weight": 16,
-            "features.4.1.bias": 32, "features.4.4.bias": 32, "features.4.7.bias": 16, "classifier.bias": 4},
-        ((4, 3, 8, 8), 4))
+        MiniMobileNet,
+        {"preset": "mobilenet-last-1", "features.4.0": 0.5},
+        pock.SGD(lr=0.05, momentum=0.9),
+        {
+            "features.1.bias": 8,
+            "features.2.1.bias": 16,
+            "features.2.4.bias": 16,
+            "features.2.7.bias": 8,
+            "features.3.1.bias": 16,
+            "features.3.4.bias": 16,
+            "features.3.7.bias": 16,
+            "features.4.0.weight": 16,
+            "features.4.1.bias": 32,
+            "features.4.4.bias": 32,
+            "features.4.7.bias": 16,
+            "classifier.bias": 4,
+        },
+        ((4, 3, 8, 8), 4),
+    )
 
 
 @pytest.fixture(scope="module", params=list(CASES))
@@ -89,8 +137,9 @@ def compiled(request):
     case = CASES[request.param]
     model = case.make()
     x, y = batch(*case.batch)
-    program = pock.compile_training(model, x, y, loss="cross_entropy", optimizer=case.optimizer, sparse=case.sparse,
-                                    functions=("step", "gradients"))  # one IREE module for both
+    program = pock.compile_training(
+        model, x, y, loss="cross_entropy", optimizer=case.optimizer, sparse=case.sparse, functions=("step", "gradients")
+    )  # one IREE module for both
     return model, case.optimizer, case.rows, (x, y), program
 
 
@@ -157,19 +206,31 @@ def test_report_shows_each_policy_and_the_savings(compiled):
 
 # -- scheme resolution ----------------------------------------------------------------------
 
+
 def _resolve(sparse, model):
     scheme = resolve_sparse(sparse, model, {n: tuple(p.shape) for n, p in model.named_parameters()})
-    return {n: (p.kind, p.channels(dict(model.named_parameters())[n].shape)) for n, p in scheme.policies.items()
-            if p.kind != "frozen"}
+    return {
+        n: (p.kind, p.channels(dict(model.named_parameters())[n].shape))
+        for n, p in scheme.policies.items()
+        if p.kind != "frozen"
+    }
 
 
 def test_later_patterns_override_earlier_ones():
     model = make_mlp()
     assert _resolve({"*": 0.5, "4": "full", "4.bias": "frozen"}, model) == {
-        "0.weight": ("channels", 16), "0.bias": ("channels", 16), "2.weight": ("channels", 8),
-        "2.bias": ("channels", 8), "4.weight": ("full", 5)}
+        "0.weight": ("channels", 16),
+        "0.bias": ("channels", 16),
+        "2.weight": ("channels", 8),
+        "2.bias": ("channels", 8),
+        "4.weight": ("full", 5),
+    }
     assert _resolve({"default": "full", "0": "frozen"}, model) == {
-        "2.weight": ("full", 16), "2.bias": ("full", 16), "4.weight": ("full", 5), "4.bias": ("full", 5)}
+        "2.weight": ("full", 16),
+        "2.bias": ("full", 16),
+        "4.weight": ("full", 5),
+        "4.bias": ("full", 5),
+    }
 
 
 def test_a_ratio_that_keeps_every_channel_is_full():
@@ -184,8 +245,11 @@ def test_yaml_and_json_files(tmp_path):
     assert _resolve(str(tmp_path / "s.yaml"), model) == want
     assert _resolve(tmp_path / "s.json", model) == want
     (tmp_path / "p.yaml").write_text("preset: last-1\n'0.bias': full\n")
-    assert _resolve(str(tmp_path / "p.yaml"), model) == {"0.bias": ("full", 32), "4.weight": ("full", 5),
-                                                         "4.bias": ("full", 5)}
+    assert _resolve(str(tmp_path / "p.yaml"), model) == {
+        "0.bias": ("full", 32),
+        "4.weight": ("full", 5),
+        "4.bias": ("full", 5),
+    }
 
 
 def test_mobilenet_preset_updates_biases_and_the_first_pointwise_conv_of_the_last_blocks():
@@ -199,7 +263,9 @@ def test_mobilenet_preset_updates_biases_and_the_first_pointwise_conv_of_the_las
 def test_transformer_preset_updates_attention_first_ffn_linear_norms_and_biases():
     torch.manual_seed(0)
     layer = nn.TransformerEncoderLayer(16, 2, 32, batch_first=True)
-    model = nn.Sequential(nn.Linear(8, 16), nn.TransformerEncoder(layer, 3, enable_nested_tensor=False), nn.Linear(16, 3))
+    model = nn.Sequential(
+        nn.Linear(8, 16), nn.TransformerEncoder(layer, 3, enable_nested_tensor=False), nn.Linear(16, 3)
+    )
     kept = set(_resolve("transformer-last-1", model))
     names = [n for n, _ in model.named_parameters()]
     last = "1.layers.2."
@@ -214,22 +280,31 @@ def test_last_k_counts_normalizations_with_the_layer_before():
     assert set(_resolve("last-2", model)) == {"2.weight", "2.bias", "3.weight", "3.bias", "4.weight", "4.bias"}
 
 
-@pytest.mark.parametrize("sparse, message", [
-    ({"4.wieght": "full"}, r"pattern '4.wieght' matches no parameter or module; closest names: 4.weight"),
-    ({"features": 0.5}, r"pattern 'features' matches no parameter or module; closest names: "),
-    ({"2": 0.0}, r"pattern '2': channel ratio must be in \(0, 1\], got 0.0"),
-    ({"2": 1.5}, r"pattern '2': channel ratio must be in \(0, 1\], got 1.5"),
-    ({"2": "half"}, r"pattern '2': unknown policy 'half'; use full, frozen, bias, a ratio in \(0, 1\] or lora:r=8,alpha=16"),
-    ({"2": True}, r"pattern '2': unknown policy True"),
-    ({"default": 2}, r"default: channel ratio must be in \(0, 1\], got 2"),
-    ("last-9", r"preset 'last-9': the model has only 3 layers \(0, 2, 4\)"),
-    ("mobilenet-last-1", r"preset 'mobilenet-last-1' found no depthwise-conv blocks in the model \(module types: "
-                         r"Linear, ReLU, Sequential\); use last-K or patterns instead"),
-    ("transformer-last-2", r"found no attention blocks"),
-    ("last-two", r"sparse='last-two' is neither a preset .* nor an existing YAML/JSON file"),
-    ({"preset": "mobilenet-4"}, r"sparse: unknown preset 'mobilenet-4'; presets: full, bias-only, last-K"),
-    (42, r"sparse= takes None, a dict, a SparseUpdate, a preset name or a YAML/JSON path; got 42"),
-])
+@pytest.mark.parametrize(
+    "sparse, message",
+    [
+        ({"4.wieght": "full"}, r"pattern '4.wieght' matches no parameter or module; closest names: 4.weight"),
+        ({"features": 0.5}, r"pattern 'features' matches no parameter or module; closest names: "),
+        ({"2": 0.0}, r"pattern '2': channel ratio must be in \(0, 1\], got 0.0"),
+        ({"2": 1.5}, r"pattern '2': channel ratio must be in \(0, 1\], got 1.5"),
+        (
+            {"2": "half"},
+            r"pattern '2': unknown policy 'half'; use full, frozen, bias, a ratio in \(0, 1\] or lora:r=8,alpha=16",
+        ),
+        ({"2": True}, r"pattern '2': unknown policy True"),
+        ({"default": 2}, r"default: channel ratio must be in \(0, 1\], got 2"),
+        ("last-9", r"preset 'last-9': the model has only 3 layers \(0, 2, 4\)"),
+        (
+            "mobilenet-last-1",
+            r"preset 'mobilenet-last-1' found no depthwise-conv blocks in the model \(module types: "
+            r"Linear, ReLU, Sequential\); use last-K or patterns instead",
+        ),
+        ("transformer-last-2", r"found no attention blocks"),
+        ("last-two", r"sparse='last-two' is neither a preset .* nor an existing YAML/JSON file"),
+        ({"preset": "mobilenet-4"}, r"sparse: unknown preset 'mobilenet-4'; presets: full, bias-only, last-K"),
+        (42, r"sparse= takes None, a dict, a SparseUpdate, a preset name or a YAML/JSON path; got 42"),
+    ],
+)
 def test_scheme_errors_name_the_problem(sparse, message):
     with pytest.raises(SparseConfigError, match=message):
         _resolve(sparse, make_mlp())
@@ -238,22 +313,31 @@ def test_scheme_errors_name_the_problem(sparse, message):
 def test_bias_policy_on_a_module_without_bias_lists_modules_with_one():
     torch.manual_seed(0)
     model = nn.Sequential(nn.Linear(4, 8, bias=False), nn.ReLU(), nn.Linear(8, 2))
-    with pytest.raises(SparseConfigError, match=r"pattern '0': policy 'bias', but it matches no bias parameter "
-                                                r"\(0.weight\); closest modules with a bias: 2"):
+    with pytest.raises(
+        SparseConfigError,
+        match=r"pattern '0': policy 'bias', but it matches no bias parameter "
+        r"\(0.weight\); closest modules with a bias: 2",
+    ):
         _resolve({"0": "bias"}, model)
 
 
 def test_ratio_on_a_scalar_parameter():
     model = make_mlp()
     model.register_parameter("scale", nn.Parameter(torch.ones(())))
-    with pytest.raises(SparseConfigError, match=r"pattern 'scale': ratio 0.5 on scale, a scalar with no "
-                                                r"output-channel dimension; give it full or frozen"):
+    with pytest.raises(
+        SparseConfigError,
+        match=r"pattern 'scale': ratio 0.5 on scale, a scalar with no "
+        r"output-channel dimension; give it full or frozen",
+    ):
         _resolve({"scale": 0.5}, model)
 
 
 def test_mobilenet_preset_beyond_the_number_of_blocks():
-    with pytest.raises(SparseConfigError, match=r"preset 'mobilenet-last-4': the model has only 3 depthwise-conv "
-                                                r"blocks \(features.2, features.3, features.4\)"):
+    with pytest.raises(
+        SparseConfigError,
+        match=r"preset 'mobilenet-last-4': the model has only 3 depthwise-conv "
+        r"blocks \(features.2, features.3, features.4\)",
+    ):
         _resolve("mobilenet-last-4", MiniMobileNet())
 
 
@@ -269,7 +353,9 @@ def test_preset_constructor_errors():
 def test_unparsable_yaml_suggests_quoting(tmp_path):
     path = tmp_path / "s.yaml"
     path.write_text("*.bias: full\n")
-    with pytest.raises(SparseConfigError, match=r"s.yaml: cannot parse .*; in YAML, quote patterns that start with '\*'"):
+    with pytest.raises(
+        SparseConfigError, match=r"s.yaml: cannot parse .*; in YAML, quote patterns that start with '\*'"
+    ):
         _resolve(str(path), make_mlp())
     path.write_text("- 0.weight\n")
     with pytest.raises(SparseConfigError, match=r"s.yaml: expected a mapping of patterns to policies, got list"):
@@ -300,18 +386,26 @@ func.func @step(%w0: !torch.vtensor<[4,3],f32>, %w1: !torch.vtensor<[8,4],f32>, 
 """
 
 
-@pytest.mark.parametrize("config, message", [
-    ({"fc0": "full", "fc1": 0.5}, "'fc0.weight' is frozen in the input (no pock.grad, no optimizer state in the "
-                                  "signature) and cannot be unfrozen by a pass"),
-    ({"fc1": 0.25}, "'fc1.weight' already has a 4-channel gradient in the input, the config asks for 2"),
-    ({"fc2": "full"}, "pattern 'fc2' matches no parameter or module; closest names: fc1, fc0"),
-])
+@pytest.mark.parametrize(
+    "config, message",
+    [
+        (
+            {"fc0": "full", "fc1": 0.5},
+            "'fc0.weight' is frozen in the input (no pock.grad, no optimizer state in the "
+            "signature) and cannot be unfrozen by a pass",
+        ),
+        ({"fc1": 0.25}, "'fc1.weight' already has a 4-channel gradient in the input, the config asks for 2"),
+        ({"fc2": "full"}, "pattern 'fc2' matches no parameter or module; closest names: fc1, fc0"),
+    ],
+)
 def test_config_option_errors(tmp_path, capsys, config, message):
     from pock_mlir.tools.pock_opt import main as pock_opt
 
     (tmp_path / "step.mlir").write_text(STEP_IR)
     (tmp_path / "s.json").write_text(json.dumps(config))
-    assert pock_opt([str(tmp_path / "step.mlir"), "-p", f"pock-apply-sparse-config{{config={tmp_path / 's.json'}}}"]) == 1
+    assert (
+        pock_opt([str(tmp_path / "step.mlir"), "-p", f"pock-apply-sparse-config{{config={tmp_path / 's.json'}}}"]) == 1
+    )
     assert message in capsys.readouterr().err
 
 
@@ -328,6 +422,7 @@ def test_a_wildcard_that_matches_nothing_is_a_warning_in_the_report():
 
 
 # -- parameters frozen the PyTorch way (requires_grad=False) ----------------------------------
+
 
 def mlp_with_frozen_first_layer():
     model = make_mlp()
@@ -357,6 +452,9 @@ def test_parameters_without_requires_grad_stay_frozen_as_torch_optim_leaves_them
 def test_a_model_that_requires_no_gradient_is_an_error_before_tracing():
     model, (x, y) = make_mlp(), batch((8, 12), 5)
     model.requires_grad_(False)
-    with pytest.raises(ValueError, match=r"every parameter is frozen \(the model sets requires_grad=False on all "
-                                         r"of them\): there is nothing to train"):
+    with pytest.raises(
+        ValueError,
+        match=r"every parameter is frozen \(the model sets requires_grad=False on all "
+        r"of them\): there is nothing to train",
+    ):
         pock.compile_training(model, x, y, functions=())

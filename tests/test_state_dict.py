@@ -61,8 +61,9 @@ def model():
 
 @pytest.fixture(scope="module")
 def program(model):
-    return pock.compile_training(model, *batch(0), loss=token_loss, optimizer=pock.SGD(lr=0.5, momentum=0.9),
-                                 functions="all")
+    return pock.compile_training(
+        model, *batch(0), loss=token_loss, optimizer=pock.SGD(lr=0.5, momentum=0.9), functions="all"
+    )
 
 
 def torch_state(state):
@@ -130,24 +131,42 @@ def test_load_state_dict_says_what_is_not_in_the_models_state(program):
 
 @pytest.fixture(scope="module")
 def bundle(program, tmp_path_factory):
-    return write_bundle(program, tmp_path_factory.mktemp("state") / "bundle", example_inputs=batch(0)[0],
-                        example_target=batch(0)[1], loss=token_loss)
+    return write_bundle(
+        program,
+        tmp_path_factory.mktemp("state") / "bundle",
+        example_inputs=batch(0)[0],
+        example_target=batch(0)[1],
+        loss=token_loss,
+    )
 
 
 @pytest.fixture(scope="module")
 def data(tmp_path_factory):
     path = tmp_path_factory.mktemp("data") / "data.npz"
     (x, y), (x_val, y_val) = batch(1), batch(2)
-    np.savez(path, x_train=np.concatenate([x, x]), y_train=np.concatenate([y, y]), x_val=x_val.numpy(),
-             y_val=y_val.numpy())
+    np.savez(
+        path, x_train=np.concatenate([x, x]), y_train=np.concatenate([y, y]), x_val=x_val.numpy(), y_val=y_val.numpy()
+    )
     return path
 
 
 def test_pock_train_exports_and_checkpoints_the_models_keys(model, bundle, data, tmp_path, capsys):
     """The export loads into the model with strict=True and gives the validation loss pock-train
     reported, which is the eval-mode one; the checkpoint holds the model's keys too."""
-    assert pock_train.main([str(bundle), "--data", str(data), "--checkpoint", str(tmp_path / "run.ckpt"),
-                            "--export", str(tmp_path / "tuned.safetensors")]) == 0
+    assert (
+        pock_train.main(
+            [
+                str(bundle),
+                "--data",
+                str(data),
+                "--checkpoint",
+                str(tmp_path / "run.ckpt"),
+                "--export",
+                str(tmp_path / "tuned.safetensors"),
+            ]
+        )
+        == 0
+    )
     reported = float(capsys.readouterr().out.split("val_loss ")[1].split(",")[0])
     exported = load_file(tmp_path / "tuned.safetensors")
     assert set(exported) == set(model.state_dict())
@@ -164,21 +183,49 @@ def test_pock_train_exports_and_checkpoints_the_models_keys(model, bundle, data,
 def test_a_checkpoint_by_parameter_name_still_loads(bundle, data, tmp_path):
     """A pock-checkpoint-1 file (parameters and buffers by name: the non-persistent buffer in it,
     the head's key not) loads as the model's keys."""
-    assert pock_train.main([str(bundle), "--data", str(data), "--checkpoint", str(tmp_path / "new.ckpt"),
-                            "--export", str(tmp_path / "tuned.safetensors")]) == 0
+    assert (
+        pock_train.main(
+            [
+                str(bundle),
+                "--data",
+                str(data),
+                "--checkpoint",
+                str(tmp_path / "new.ckpt"),
+                "--export",
+                str(tmp_path / "tuned.safetensors"),
+            ]
+        )
+        == 0
+    )
     with safe_open(tmp_path / "new.ckpt", "np") as f:
         metadata = f.metadata()
     tensors = load_file(tmp_path / "new.ckpt")
     old = {n: v for n, v in tensors.items() if n != "model/head.weight"}
     old["model/offsets"] = np.linspace(-1, 1, 8, dtype=np.float32)
-    (tmp_path / "old.ckpt").write_bytes(save(old, metadata={**metadata, "format": FORMAT_BY_NAME,
-                                                             "tensors_sha256": _tensors_sha256(old)}))
+    (tmp_path / "old.ckpt").write_bytes(
+        save(old, metadata={**metadata, "format": FORMAT_BY_NAME, "tensors_sha256": _tensors_sha256(old)})
+    )
     loaded, new = (load_checkpoint(tmp_path / name, load_bundle(bundle)) for name in ("old.ckpt", "new.ckpt"))
     assert set(loaded.state_dict) == set(new.state_dict)
     for key, value in new.state_dict.items():
         np.testing.assert_array_equal(loaded.state_dict[key], value, err_msg=key)
-    assert pock_train.main([str(bundle), "--data", str(data), "--epochs", "2", "--checkpoint",
-                            str(tmp_path / "old.ckpt"), "--resume", "--export", str(tmp_path / "resumed")]) == 0
+    assert (
+        pock_train.main(
+            [
+                str(bundle),
+                "--data",
+                str(data),
+                "--epochs",
+                "2",
+                "--checkpoint",
+                str(tmp_path / "old.ckpt"),
+                "--resume",
+                "--export",
+                str(tmp_path / "resumed"),
+            ]
+        )
+        == 0
+    )
 
 
 transformers = pytest.importorskip("transformers")
@@ -188,9 +235,17 @@ def test_a_bert_with_dropout_evaluates_as_model_eval():
     """A BERT classifier compiled in train mode (dropout on in the step): evaluate gives the eval-mode
     model's logits (their train-mode ones differ by about 1e-2), after a step too."""
     torch.manual_seed(0)
-    bert = transformers.BertForSequenceClassification(transformers.BertConfig(
-        vocab_size=97, hidden_size=32, num_hidden_layers=1, num_attention_heads=2, intermediate_size=64,
-        max_position_embeddings=16, num_labels=3)).train()
+    bert = transformers.BertForSequenceClassification(
+        transformers.BertConfig(
+            vocab_size=97,
+            hidden_size=32,
+            num_hidden_layers=1,
+            num_attention_heads=2,
+            intermediate_size=64,
+            max_position_embeddings=16,
+            num_labels=3,
+        )
+    ).train()
     g = torch.Generator().manual_seed(0)
     ids, labels = torch.randint(0, 97, (2, 8), generator=g), torch.randint(0, 3, (2,), generator=g)
     loss = lambda out, y: F.cross_entropy(out.logits, y)  # noqa: E731

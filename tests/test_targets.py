@@ -26,8 +26,8 @@ import torch.nn as nn
 import pock_mlir as pock
 from pock_mlir.abi import EVALUATE, EVALUATE_TRAIN, GRADIENTS, LOSS, LOSS_TRAIN, TRAIN_STEP
 from pock_mlir.bundle import write_bundle
-from pock_mlir.runtime.bundle import load_bundle
 from pock_mlir.runtime import Trainer
+from pock_mlir.runtime.bundle import load_bundle
 from pock_mlir.targets import TargetError, resolve_target
 from pock_mlir.tools import pock_compile, pock_train
 
@@ -57,8 +57,9 @@ def programs(batch):
 
     def get(target):
         if target not in compiled:
-            compiled[target] = pock.compile_training(make_mlp(), *batch, optimizer=pock.SGD(lr=0.1, momentum=0.9),
-                                                     target=target, functions="all")  # trainers' and bundles
+            compiled[target] = pock.compile_training(
+                make_mlp(), *batch, optimizer=pock.SGD(lr=0.1, momentum=0.9), target=target, functions="all"
+            )  # trainers' and bundles
         return compiled[target]
 
     return get
@@ -71,8 +72,13 @@ def bundles(programs, batch, tmp_path_factory):
 
     def get(target):
         if target not in written:
-            written[target] = write_bundle(programs(target), tmp_path_factory.mktemp("bundle") / target.replace(":", "_"),
-                                           example_inputs=batch[0], example_target=batch[1], loss="cross_entropy")
+            written[target] = write_bundle(
+                programs(target),
+                tmp_path_factory.mktemp("bundle") / target.replace(":", "_"),
+                example_inputs=batch[0],
+                example_target=batch[1],
+                loss="cross_entropy",
+            )
         return written[target]
 
     return get
@@ -103,8 +109,20 @@ def iree_compile_help():
     return subprocess.run([VENV_BIN / "iree-compile", "--help"], capture_output=True, text=True).stdout
 
 
-@pytest.mark.parametrize("spec", ["host", "x86-64", "x86-64:generic", "aarch64", "aarch64:+dotprod,+sve", "vulkan",
-                                  "vulkan:valhall4", "cuda", "cuda:sm_80"])
+@pytest.mark.parametrize(
+    "spec",
+    [
+        "host",
+        "x86-64",
+        "x86-64:generic",
+        "aarch64",
+        "aarch64:+dotprod,+sve",
+        "vulkan",
+        "vulkan:valhall4",
+        "cuda",
+        "cuda:sm_80",
+    ],
+)
 def test_every_flag_exists_in_this_iree_compile(spec, iree_compile_help):
     for flag in resolve_target(spec).compile_flags():
         name = flag.split("=")[0]
@@ -113,26 +131,36 @@ def test_every_flag_exists_in_this_iree_compile(spec, iree_compile_help):
 
 def test_target_flags():
     assert resolve_target("x86-64:generic").compile_flags() == [
-        "--iree-hal-target-device=local", "--iree-hal-local-target-device-backends=llvm-cpu",
-        "--iree-llvmcpu-target-triple=x86_64-unknown-linux-gnu", "--iree-llvmcpu-target-cpu=generic",
-        "--iree-llvmcpu-vector-pproc-strategy=peel", "--iree-global-opt-use-im2col-for-convs",
+        "--iree-hal-target-device=local",
+        "--iree-hal-local-target-device-backends=llvm-cpu",
+        "--iree-llvmcpu-target-triple=x86_64-unknown-linux-gnu",
+        "--iree-llvmcpu-target-cpu=generic",
+        "--iree-llvmcpu-vector-pproc-strategy=peel",
+        "--iree-global-opt-use-im2col-for-convs",
         "--iree-llvmcpu-debug-symbols=false",
-        "--iree-torch-externalize-transients"]
+        "--iree-torch-externalize-transients",
+    ]
     assert "--iree-llvmcpu-target-cpu-features=+dotprod,+sve" in resolve_target("aarch64:+dotprod,+sve").compile_flags()
     assert not any("pproc" in f for f in resolve_target("aarch64").compile_flags())  # measured on x86 only
-    assert resolve_target("vulkan").compile_flags() == ["--iree-hal-target-device=vulkan",
-                                                       "--iree-vulkan-target=vp_android_baseline_2022",
-                                                       "--iree-input-demote-i64-to-i32",
-                                                       "--iree-torch-externalize-transients"]
-    assert resolve_target("cuda").compile_flags() == ["--iree-hal-target-device=cuda", "--iree-cuda-target=sm_87",
-                                                      "--iree-codegen-llvmgpu-use-reduction-vector-distribution=false",
-                                                      "--iree-torch-externalize-transients"]
+    assert resolve_target("vulkan").compile_flags() == [
+        "--iree-hal-target-device=vulkan",
+        "--iree-vulkan-target=vp_android_baseline_2022",
+        "--iree-input-demote-i64-to-i32",
+        "--iree-torch-externalize-transients",
+    ]
+    assert resolve_target("cuda").compile_flags() == [
+        "--iree-hal-target-device=cuda",
+        "--iree-cuda-target=sm_87",
+        "--iree-codegen-llvmgpu-use-reduction-vector-distribution=false",
+        "--iree-torch-externalize-transients",
+    ]
 
 
 def test_the_tools_read_the_targets_from_the_one_table():
     """pock-compile's --target help, pock-train's --device choices and pock-backend-switch's
     target option (pock-opt) list TARGETS; each row resolves to a target of its drivers."""
     from pock_mlir.passes.pock_backend_switch import BackendSwitchPass
+
     from pock_mlir.targets import DRIVERS, TARGETS
     from pock_mlir.tools import pock_opt
 
@@ -147,9 +175,16 @@ def test_the_tools_read_the_targets_from_the_one_table():
     assert BackendSwitchPass.option_help()["target"] in pock_opt.list_passes()
 
 
-@pytest.mark.parametrize("spec, message", [
-    ("arm", "unknown target 'arm'"), ("x86-64:zen9", "x86-64 takes generic"), ("aarch64:dotprod", "starting with +"),
-    ("cuda:87", "compute capability like sm_87"), ("host:avx", "takes no option")])
+@pytest.mark.parametrize(
+    "spec, message",
+    [
+        ("arm", "unknown target 'arm'"),
+        ("x86-64:zen9", "x86-64 takes generic"),
+        ("aarch64:dotprod", "starting with +"),
+        ("cuda:87", "compute capability like sm_87"),
+        ("host:avx", "takes no option"),
+    ],
+)
 def test_bad_target_names_say_what_is_accepted(spec, message):
     with pytest.raises(TargetError, match=message):
         resolve_target(spec)
@@ -209,8 +244,9 @@ def test_example_model_on_vulkan_at_its_own_batch_matches_pytorch(name):
 
     model, inputs, target, loss, _ = pock_compile.load_model_file(str(REPO / "examples" / name))
     optimizer = pock.SGD(lr=0.1, momentum=0.9)
-    trainer = pock.compile_training(model, inputs, target, loss=loss, optimizer=optimizer, target="vulkan",
-                                    functions=("step", "gradients")).trainer()  # one module for both
+    trainer = pock.compile_training(
+        model, inputs, target, loss=loss, optimizer=optimizer, target="vulkan", functions=("step", "gradients")
+    ).trainer()  # one module for both
     want_loss, want_grads = torch_gradients(model, inputs, target, loss)
     got_loss, got_grads = trainer.gradients(inputs, target)
     assert got_loss == pytest.approx(want_loss, rel=1e-4)
@@ -231,11 +267,19 @@ def test_aarch64_module_under_qemu_matches_host(bundles, tmp_path):
     if platform.machine() == "aarch64":
         run_module = str(VENV_BIN / "iree-run-module")
     else:
-        missing = [what for what, ok in [
-            ("qemu-aarch64 (Debian qemu-user)", shutil.which("qemu-aarch64")),
-            (f"{AARCH64_SYSROOT} (Debian libc6-arm64-cross)", (AARCH64_SYSROOT / "lib/ld-linux-aarch64.so.1").exists()),
-            ("libstdc++6-arm64-cross", (AARCH64_SYSROOT / "lib/libstdc++.so.6").exists()),
-            (f"IREE's aarch64 iree-run-module at {AARCH64_RUN_MODULE}", AARCH64_RUN_MODULE.exists())] if not ok]
+        missing = [
+            what
+            for what, ok in [
+                ("qemu-aarch64 (Debian qemu-user)", shutil.which("qemu-aarch64")),
+                (
+                    f"{AARCH64_SYSROOT} (Debian libc6-arm64-cross)",
+                    (AARCH64_SYSROOT / "lib/ld-linux-aarch64.so.1").exists(),
+                ),
+                ("libstdc++6-arm64-cross", (AARCH64_SYSROOT / "lib/libstdc++.so.6").exists()),
+                (f"IREE's aarch64 iree-run-module at {AARCH64_RUN_MODULE}", AARCH64_RUN_MODULE.exists()),
+            ]
+            if not ok
+        ]
         if missing:
             pytest.skip(f"missing {', '.join(missing)}; {SETUP}")
         run_module = f"qemu-aarch64 -L {AARCH64_SYSROOT} {AARCH64_RUN_MODULE}"
@@ -264,10 +308,14 @@ def test_cuda_module_compiles_with_its_manifest(bundles):
     manifest = json.loads((bundle / "manifest.json").read_text())
     assert manifest["target"]["name"] == "cuda:sm_87"
     assert manifest["target"]["drivers"] == ["cuda"] and manifest["target"]["arch"] is None
-    assert {"--iree-hal-target-device=cuda", "--iree-cuda-target=sm_87"} <= set(manifest["target"]["iree_compile_flags"])
+    assert {"--iree-hal-target-device=cuda", "--iree-cuda-target=sm_87"} <= set(
+        manifest["target"]["iree_compile_flags"]
+    )
     assert set(manifest["functions"]) == {TRAIN_STEP, GRADIENTS, LOSS, EVALUATE, LOSS_TRAIN, EVALUATE_TRAIN}
     assert "IREE_DEVICE:-cuda" in (bundle / "run_step.sh").read_text()
-    dump = subprocess.run([VENV_BIN / "iree-dump-module", bundle / "module.vmfb"], capture_output=True, text=True).stdout
+    dump = subprocess.run(
+        [VENV_BIN / "iree-dump-module", bundle / "module.vmfb"], capture_output=True, text=True
+    ).stdout
     assert "cuda-nvptx-fb" in dump and 'arch = "sm_87"' in dump
     for function in (TRAIN_STEP, GRADIENTS, EVALUATE):
         assert re.search(rf"\] {function}\(", dump), function

@@ -47,9 +47,22 @@ def compiled(tmp_path_factory):
     (root / "sparse.yaml").write_text('default: full\n"0": frozen\n')
     leader, follower = pty.openpty()
     try:
-        result = subprocess.run([VENV_BIN / "pock-compile", EXAMPLE, "--optimizer", "sgd:lr=0.1,momentum=0.9",
-                                 "--sparse", root / "sparse.yaml", "--no-cache", "-o", root / "bundle"], stdout=subprocess.PIPE,
-                                stderr=follower, text=True)
+        result = subprocess.run(
+            [
+                VENV_BIN / "pock-compile",
+                EXAMPLE,
+                "--optimizer",
+                "sgd:lr=0.1,momentum=0.9",
+                "--sparse",
+                root / "sparse.yaml",
+                "--no-cache",
+                "-o",
+                root / "bundle",
+            ],
+            stdout=subprocess.PIPE,
+            stderr=follower,
+            text=True,
+        )
         os.close(follower)
         shown = b""
         while chunk := _read_pty(leader):
@@ -78,16 +91,23 @@ def test_manifest_describes_the_module(bundle):
     assert manifest["format"] == "pock-bundle" and manifest["model"] == "mlp_digits.py"
     assert manifest["target"]["name"] == "host" and manifest["target"]["drivers"] == ["local-task", "local-sync"]
     assert set(manifest["versions"]) >= {"pock-mlir", "iree-base-compiler", "iree-base-runtime", "torch"}
-    assert manifest["optimizer"] == {"name": "sgd", "lr": 0.1, "momentum": 0.9, "dampening": 0.0,
-                                     "weight_decay": 0.0, "nesterov": False}
+    assert manifest["optimizer"] == {
+        "name": "sgd",
+        "lr": 0.1,
+        "momentum": 0.9,
+        "dampening": 0.0,
+        "weight_decay": 0.0,
+        "nesterov": False,
+    }
     assert manifest["trainable"] == ["2.weight", "2.bias", "4.weight", "4.bias"]
     assert manifest["sparse"]["policies"]["0.weight"]["kind"] == "frozen"
     assert manifest["sparse"]["policies"]["4.bias"]["kind"] == "full"
     assert manifest["batch"]["inputs"] == [{"name": "input0", "shape": [64, 64], "dtype": "float32"}]
     assert manifest["batch"]["target"] == {"name": "target", "shape": [64], "dtype": "int32"}
     step = manifest["functions"][TRAIN_STEP]
-    assert [a["path"] for a in step["arguments"]][:6] == [f"params/{n}.npy" for n in (
-        "0.weight", "0.bias", "2.weight", "2.bias", "4.weight", "4.bias")]
+    assert [a["path"] for a in step["arguments"]][:6] == [
+        f"params/{n}.npy" for n in ("0.weight", "0.bias", "2.weight", "2.bias", "4.weight", "4.bias")
+    ]
     assert [a["path"] for a in step["arguments"]][-3:] == ["optimizer/step.npy", "batch/input0.npy", "batch/target.npy"]
     assert [r["path"] for r in step["results"]][:2] == ["loss.npy", "params/2.weight.npy"]
     assert set(manifest["functions"]) == {TRAIN_STEP, GRADIENTS, LOSS, EVALUATE, LOSS_TRAIN, EVALUATE_TRAIN}
@@ -104,9 +124,15 @@ def test_run_step_script_matches_the_python_runtime(bundle, example, tmp_path):
     assert float(np.load(tmp_path / "out" / "loss.npy")) == pytest.approx(loss, rel=1e-6)
     state, optimizer = trainer.state_dict(), trainer.optimizer_state()
     for name in ("2.weight", "4.bias"):
-        np.testing.assert_allclose(np.load(tmp_path / "out" / "params" / f"{name}.npy"), state[name], rtol=1e-6, atol=1e-7)
-        np.testing.assert_allclose(np.load(tmp_path / "out" / "optimizer" / f"{name}.momentum_buffer.npy"),
-                                   optimizer[f"{name}.momentum_buffer"], rtol=1e-6, atol=1e-7)
+        np.testing.assert_allclose(
+            np.load(tmp_path / "out" / "params" / f"{name}.npy"), state[name], rtol=1e-6, atol=1e-7
+        )
+        np.testing.assert_allclose(
+            np.load(tmp_path / "out" / "optimizer" / f"{name}.momentum_buffer.npy"),
+            optimizer[f"{name}.momentum_buffer"],
+            rtol=1e-6,
+            atol=1e-7,
+        )
     assert not (tmp_path / "out" / "params" / "0.weight.npy").exists()  # frozen: an argument only
     assert float(np.load(tmp_path / "out" / "optimizer" / "step.npy")) == 1
 
@@ -167,8 +193,24 @@ def torch_accuracy(model, x, y, batch):
 
 def test_train_reports_progress_evaluates_and_exports_a_torch_state_dict(bundle, data, example, tmp_path):
     export = tmp_path / "tuned.safetensors"
-    result = subprocess.run([VENV_BIN / "pock-train", bundle, "--data", data, "--epochs", "2", "--batch-size", "64",
-                             "--checkpoint", tmp_path / "run.ckpt", "--export", export], capture_output=True, text=True)
+    result = subprocess.run(
+        [
+            VENV_BIN / "pock-train",
+            bundle,
+            "--data",
+            data,
+            "--epochs",
+            "2",
+            "--batch-size",
+            "64",
+            "--checkpoint",
+            tmp_path / "run.ckpt",
+            "--export",
+            export,
+        ],
+        capture_output=True,
+        text=True,
+    )
     assert result.returncode == 0, result.stderr
     epochs = [line for line in result.stdout.splitlines() if line.startswith("epoch ")]
     assert len(epochs) == 2 and "val_loss" in epochs[1] and "val_accuracy" in epochs[1]
@@ -193,31 +235,48 @@ def write_npz(path, **arrays):
     return path
 
 
-@pytest.mark.parametrize("change, message", [
-    (lambda d: d.update(x_train=d["x_train"][:, :63]), "x_train has samples of shape (63,), the bundle takes (64,)"),
-    (lambda d: d.update(x_val=d["x_val"].astype(np.float64)), "x_val has dtype float64, the bundle takes float32"),
-    (lambda d: d.update(y_train=d["y_train"].astype(np.float32)), "y_train has dtype float32, the bundle takes int32"),
-    (lambda d: d.pop("y_val"), "lacks y_val"),
-    (lambda d: d.update(y_train=d["y_train"][:100]), "x_train has 1437 samples and y_train has 100 samples"),
-], ids=["sample shape", "input dtype", "target dtype", "missing array", "sample counts"])
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        (
+            lambda d: d.update(x_train=d["x_train"][:, :63]),
+            "x_train has samples of shape (63,), the bundle takes (64,)",
+        ),
+        (lambda d: d.update(x_val=d["x_val"].astype(np.float64)), "x_val has dtype float64, the bundle takes float32"),
+        (
+            lambda d: d.update(y_train=d["y_train"].astype(np.float32)),
+            "y_train has dtype float32, the bundle takes int32",
+        ),
+        (lambda d: d.pop("y_val"), "lacks y_val"),
+        (lambda d: d.update(y_train=d["y_train"][:100]), "x_train has 1437 samples and y_train has 100 samples"),
+    ],
+    ids=["sample shape", "input dtype", "target dtype", "missing array", "sample counts"],
+)
 def test_data_that_does_not_fit_is_refused(bundle, example, tmp_path, capsys, change, message):
     arrays = example.load_data()
     change(arrays)
     path = write_npz(tmp_path / "bad.npz", **arrays)
     export = tmp_path / "tuned.safetensors"
-    assert pock_train.main([str(bundle), "--data", str(path), "--checkpoint", str(tmp_path / "c.ckpt"),
-                            "--export", str(export)]) == 1
+    assert (
+        pock_train.main(
+            [str(bundle), "--data", str(path), "--checkpoint", str(tmp_path / "c.ckpt"), "--export", str(export)]
+        )
+        == 1
+    )
     err = capsys.readouterr().err
     assert message in err and "Traceback" not in err
     assert not export.exists() and not (tmp_path / "c.ckpt").exists()
 
 
-@pytest.mark.parametrize("arguments, message", [
-    (["--batch-size", "32"], "the bundle was compiled for batches of 64"),
-    (["--device", "vulkan"], "runs on device local-task or local-sync, not 'vulkan'"),
-    (["--resume"], "--resume needs --checkpoint"),
-    (["--epochs", "0"], "--epochs must be at least 1"),
-])
+@pytest.mark.parametrize(
+    "arguments, message",
+    [
+        (["--batch-size", "32"], "the bundle was compiled for batches of 64"),
+        (["--device", "vulkan"], "runs on device local-task or local-sync, not 'vulkan'"),
+        (["--resume"], "--resume needs --checkpoint"),
+        (["--epochs", "0"], "--epochs must be at least 1"),
+    ],
+)
 def test_bad_arguments_are_refused(bundle, data, capsys, arguments, message):
     assert pock_train.main([str(bundle), "--data", str(data), *arguments]) == 1
     assert message in capsys.readouterr().err
@@ -225,21 +284,29 @@ def test_bad_arguments_are_refused(bundle, data, capsys, arguments, message):
 
 def test_not_a_bundle_and_not_an_npz(bundle, data, tmp_path):
     np.save(tmp_path / "one.npy", np.zeros(3))
-    for arguments, message in [([tmp_path, "--data", data], "is not a pock bundle (no manifest.json)"),
-                               ([bundle, "--data", tmp_path / "one.npy"], "is a single array"),
-                               ([bundle, "--data", tmp_path / "missing.npz"], "cannot read")]:
+    for arguments, message in [
+        ([tmp_path, "--data", data], "is not a pock bundle (no manifest.json)"),
+        ([bundle, "--data", tmp_path / "one.npy"], "is a single array"),
+        ([bundle, "--data", tmp_path / "missing.npz"], "cannot read"),
+    ]:
         result = subprocess.run([VENV_BIN / "pock-train", *arguments], capture_output=True, text=True)
         assert result.returncode == 1 and message in result.stderr and "Traceback" not in result.stderr, result.stderr
 
 
-@pytest.mark.parametrize("model_text, arguments, message", [
-    (None, ["--target", "arm"], "unknown target 'arm'"),
-    (None, ["--optimizer", "sgd:lr=-1"], "SGD lr must be > 0"),
-    (None, ["--optimizer", "rmsprop:lr=1"], "unknown optimizer 'rmsprop'"),
-    ("import torch\ndef model():\n    return torch.nn.Linear(2, 2)\n", [], "must define example_batch()"),
-    ("def model():\n    raise RuntimeError('no weights')\ndef example_batch():\n    pass\n", [],
-     "failed: RuntimeError: no weights"),
-])
+@pytest.mark.parametrize(
+    "model_text, arguments, message",
+    [
+        (None, ["--target", "arm"], "unknown target 'arm'"),
+        (None, ["--optimizer", "sgd:lr=-1"], "SGD lr must be > 0"),
+        (None, ["--optimizer", "rmsprop:lr=1"], "unknown optimizer 'rmsprop'"),
+        ("import torch\ndef model():\n    return torch.nn.Linear(2, 2)\n", [], "must define example_batch()"),
+        (
+            "def model():\n    raise RuntimeError('no weights')\ndef example_batch():\n    pass\n",
+            [],
+            "failed: RuntimeError: no weights",
+        ),
+    ],
+)
 def test_compile_errors_are_one_message(tmp_path, capsys, model_text, arguments, message):
     model = EXAMPLE
     if model_text is not None:
@@ -250,14 +317,22 @@ def test_compile_errors_are_one_message(tmp_path, capsys, model_text, arguments,
     assert not (tmp_path / "bundle").exists()
 
 
-@pytest.mark.parametrize("tool, name, kind", [("pock-compile", "model.txt", "a .txt file"),
-                                              ("pock-compile", "model.onnx", "a .onnx file"),
-                                              ("pock-search", "model.onnx", "a .onnx file"),
-                                              ("pock-compile", "model", "a file without the .py suffix")])
+@pytest.mark.parametrize(
+    "tool, name, kind",
+    [
+        ("pock-compile", "model.txt", "a .txt file"),
+        ("pock-compile", "model.onnx", "a .onnx file"),
+        ("pock-search", "model.onnx", "a .onnx file"),
+        ("pock-compile", "model", "a file without the .py suffix"),
+    ],
+)
 def test_a_model_file_of_another_kind_is_one_line(tmp_path, tool, name, kind):
     (tmp_path / name).write_bytes(b"\x08\x07onnx")
-    output = (["-o", tmp_path / "out.yaml", "--data", tmp_path / "data.npz", "--memory-budget", "1MB"]
-              if tool == "pock-search" else ["-o", tmp_path / "out"])
+    output = (
+        ["-o", tmp_path / "out.yaml", "--data", tmp_path / "data.npz", "--memory-budget", "1MB"]
+        if tool == "pock-search"
+        else ["-o", tmp_path / "out"]
+    )
     result = subprocess.run([VENV_BIN / tool, tmp_path / name, *output], capture_output=True, text=True)
     assert result.returncode == 1 and result.stderr.count("\n") == 1, result.stderr
     assert f"{tmp_path / name} is {kind}; a model file is Python source named MODEL.py" in result.stderr
@@ -291,8 +366,12 @@ def test_example_model_files_follow_the_contract(name):
             assert tokens.ndim == 1 and np.issubdtype(tokens.dtype, np.integer) and len(tokens) > inputs.numel()
         return
     for split in ("train", "val"):
-        assert data[f"x_{split}"].shape[1:] == tuple(inputs.shape[1:]) and data[f"x_{split}"].dtype == inputs.numpy().dtype
-        assert data[f"y_{split}"].shape[1:] == tuple(target.shape[1:]) and data[f"y_{split}"].dtype == target.numpy().dtype
+        assert (
+            data[f"x_{split}"].shape[1:] == tuple(inputs.shape[1:]) and data[f"x_{split}"].dtype == inputs.numpy().dtype
+        )
+        assert (
+            data[f"y_{split}"].shape[1:] == tuple(target.shape[1:]) and data[f"y_{split}"].dtype == target.numpy().dtype
+        )
 
 
 def test_compile_shows_its_stages_on_a_terminal(compiled):
@@ -301,11 +380,16 @@ def test_compile_shows_its_stages_on_a_terminal(compiled):
     shown = compiled[1]
     assert shown.index("exporting the model") < shown.index("autodiff stage done") < shown.index("compiling with IREE")
     # then where the time went: each import step, each pass of each stage, IREE's halves
-    report = shown[shown.index("compile time:"):]
+    report = shown[shown.index("compile time:") :]
     steps = re.findall(r"^  (.+?) +(\d+\.\d\d)s +(\d+\.\d)%", report, re.M)
     names = [name for name, _, _ in steps]
-    assert {"import: torch.export of the forward and loss", "autodiff: pock-autodiff", "sparse: pock-sparse-bp",
-            "lowered: pock-backend-switch", "iree: code generation"} <= set(names), report
+    assert {
+        "import: torch.export of the forward and loss",
+        "autodiff: pock-autodiff",
+        "sparse: pock-sparse-bp",
+        "lowered: pock-backend-switch",
+        "iree: code generation",
+    } <= set(names), report
     assert sum(float(share) for _, _, share in steps) == pytest.approx(100, abs=0.5)
 
 
@@ -320,10 +404,12 @@ def test_pock_opt_reads_and_moves_ir_without_pytorch():
     """pock-opt imports PyTorch only when a pass builds ops (meta tensors give their types): listing,
     parsing, verifying and the passes that only move or erase ops start in a fraction of the time."""
     lit_input = REPO / "lit_tests" / "passes" / "pock-reorder-updates.mlir"
-    code = ("import contextlib, io, sys; from pock_mlir.tools import pock_opt\n"
-            "with contextlib.redirect_stdout(io.StringIO()):\n"
-            f"    codes = [pock_opt.main(['--list-passes']), pock_opt.main(['-p', 'pock-reorder-updates,pock-dce', {str(lit_input)!r}])]\n"
-            "print(codes, 'torch' in sys.modules)")
+    code = (
+        "import contextlib, io, sys; from pock_mlir.tools import pock_opt\n"
+        "with contextlib.redirect_stdout(io.StringIO()):\n"
+        f"    codes = [pock_opt.main(['--list-passes']), pock_opt.main(['-p', 'pock-reorder-updates,pock-dce', {str(lit_input)!r}])]\n"
+        "print(codes, 'torch' in sys.modules)"
+    )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert done.stdout.strip() == "[0, 0] False", done.stderr
 
@@ -333,16 +419,18 @@ def test_pock_ops_do_not_each_search_for_the_dialect_module():
     again on the next op while none is found: pock's module is on their search path, so a pass
     over many pock ops looks it up once, not once per op."""
     lit_input = REPO / "lit_tests" / "passes" / "pock-reorder-updates.mlir"
-    code = ("import contextlib, io, sys\n"
-            "searched = []\n"
-            "class Tracer:\n"
-            "    def find_spec(self, name, path=None, target=None):\n"
-            "        searched.append(name)\n"
-            "sys.meta_path.insert(0, Tracer())\n"
-            "from pock_mlir.tools import pock_opt\n"
-            "with contextlib.redirect_stdout(io.StringIO()):\n"
-            f"    code = pock_opt.main(['-p', 'pock-reorder-updates,pock-dce', {str(lit_input)!r}])\n"
-            "print(code, sum(name.endswith('.pock') and name not in sys.modules for name in searched))")
+    code = (
+        "import contextlib, io, sys\n"
+        "searched = []\n"
+        "class Tracer:\n"
+        "    def find_spec(self, name, path=None, target=None):\n"
+        "        searched.append(name)\n"
+        "sys.meta_path.insert(0, Tracer())\n"
+        "from pock_mlir.tools import pock_opt\n"
+        "with contextlib.redirect_stdout(io.StringIO()):\n"
+        f"    code = pock_opt.main(['-p', 'pock-reorder-updates,pock-dce', {str(lit_input)!r}])\n"
+        "print(code, sum(name.endswith('.pock') and name not in sys.modules for name in searched))"
+    )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     exit_code, _, searches = done.stdout.strip().partition(" ")
     assert exit_code == "0", done.stderr

@@ -46,8 +46,12 @@ CASES = [
 def _function_body():
     """A block of a new function to build ops into (with a context and location active)."""
     module = ir.Module.create()
-    func = ir.Operation.create("func.func", regions=1, ip=ir.InsertionPoint(module.body), attributes={
-        "sym_name": ir.StringAttr.get("f"), "function_type": ir.TypeAttr.get(ir.FunctionType.get([], []))})
+    func = ir.Operation.create(
+        "func.func",
+        regions=1,
+        ip=ir.InsertionPoint(module.body),
+        attributes={"sym_name": ir.StringAttr.get("f"), "function_type": ir.TypeAttr.get(ir.FunctionType.get([], []))},
+    )
     return module, func.regions[0].blocks.append()
 
 
@@ -64,8 +68,10 @@ def test_a_pointwise_result_type_is_the_meta_kernels(op, operands):
     kernel, _ = resolve_overload(op)
     metas = [torch.empty(a[0], dtype=a[1], device="meta") if isinstance(a, tuple) else a for a in operands]
     specs = kernel._schema.arguments
-    want = kernel(*[m for m, spec in zip(metas, specs) if not spec.kwarg_only],
-                  **{spec.name: m for m, spec in zip(metas, specs) if spec.kwarg_only})
+    want = kernel(
+        *[m for m, spec in zip(metas, specs) if not spec.kwarg_only],
+        **{spec.name: m for m, spec in zip(metas, specs) if spec.kwarg_only},
+    )
     assert (got.shape, got.dtype) == (tuple(want.shape), want.dtype)
 
 
@@ -83,16 +89,19 @@ def test_pock_opt_building_pointwise_ops_does_not_import_dynamo(tmp_path):
     source = tmp_path / "relu.mlir"
     source.write_text(
         "func.func @f(%x: !torch.vtensor<[2,3],f32>, %w: !torch.vtensor<[2,3],f32>) -> !torch.vtensor<[2,3],f32> {\n"
-        "  %p = \"pock.param\"(%w) {param_name = \"w\", policy = \"full\", ratio = 1.0 : f64} : "
+        '  %p = "pock.param"(%w) {param_name = "w", policy = "full", ratio = 1.0 : f64} : '
         "(!torch.vtensor<[2,3],f32>) -> !torch.vtensor<[2,3],f32>\n"
         "  %y = torch.aten.mul.Tensor %x, %p : !torch.vtensor<[2,3],f32>, !torch.vtensor<[2,3],f32> -> !torch.vtensor<[2,3],f32>\n"
         "  %r = torch.aten.relu %y : !torch.vtensor<[2,3],f32> -> !torch.vtensor<[2,3],f32>\n"
         "  %none = torch.constant.none\n"
         "  %loss = torch.aten.sum %r, %none : !torch.vtensor<[2,3],f32>, !torch.none -> !torch.vtensor<[],f32>\n"
-        "  %g = \"pock.grad\"(%loss, %p) : (!torch.vtensor<[],f32>, !torch.vtensor<[2,3],f32>) -> !torch.vtensor<[2,3],f32>\n"
-        "  return %g : !torch.vtensor<[2,3],f32>\n}\n")
-    probe = ("import sys; from pock_mlir.tools.pock_opt import main; code = main([sys.argv[1], '-p', 'pock-autodiff']); "
-             "print('torch' in sys.modules, 'torch._dynamo' in sys.modules); sys.exit(code)")
+        '  %g = "pock.grad"(%loss, %p) : (!torch.vtensor<[],f32>, !torch.vtensor<[2,3],f32>) -> !torch.vtensor<[2,3],f32>\n'
+        "  return %g : !torch.vtensor<[2,3],f32>\n}\n"
+    )
+    probe = (
+        "import sys; from pock_mlir.tools.pock_opt import main; code = main([sys.argv[1], '-p', 'pock-autodiff']); "
+        "print('torch' in sys.modules, 'torch._dynamo' in sys.modules); sys.exit(code)"
+    )
     done = subprocess.run([sys.executable, "-c", probe, str(source)], capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
     assert "pock.grad" not in done.stdout and "torch.aten.mul.Tensor" in done.stdout, done.stdout

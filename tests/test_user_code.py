@@ -10,9 +10,9 @@ import pytest
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+from oracle import assert_close_to_norm
 
 import pock_mlir as pock
-from oracle import assert_close_to_norm
 
 
 def assert_matches_autograd(program, model, loss, x, y) -> None:
@@ -46,11 +46,16 @@ def token_loss(out, y):
 
 
 CASES = {
-    "classes": (lambda: nn.Sequential(nn.Linear(6, 16), nn.ReLU(), nn.Linear(16, 4)),
-                lambda g: (torch.randn(8, 6, generator=g), torch.randint(0, 4, (8,), generator=g)), class_loss),
-    "tokens": (TokenModel,
-               lambda g: (torch.randint(0, 11, (2, 5), generator=g), torch.randint(0, 11, (2, 5), generator=g)),
-               token_loss),
+    "classes": (
+        lambda: nn.Sequential(nn.Linear(6, 16), nn.ReLU(), nn.Linear(16, 4)),
+        lambda g: (torch.randn(8, 6, generator=g), torch.randint(0, 4, (8,), generator=g)),
+        class_loss,
+    ),
+    "tokens": (
+        TokenModel,
+        lambda g: (torch.randint(0, 11, (2, 5), generator=g), torch.randint(0, 11, (2, 5), generator=g)),
+        token_loss,
+    ),
 }
 
 
@@ -93,7 +98,11 @@ class Structured(nn.Module):
 
 STRUCTURED = {
     "dict, string loss": ("dict", "cross_entropy", None),
-    "dataclass, the user's loss": ("dataclass", lambda out, y: F.cross_entropy(out.logits, y) + out.hidden.mean(), None),
+    "dataclass, the user's loss": (
+        "dataclass",
+        lambda out, y: F.cross_entropy(out.logits, y) + out.hidden.mean(),
+        None,
+    ),
     "nested tuple, output=1": ("tuple", lambda out, y: F.cross_entropy(out[1][0], y), 1),
 }
 
@@ -106,8 +115,9 @@ def test_structured_outputs_reach_the_loss_as_the_model_returns_them(case):
     g = torch.Generator().manual_seed(1)
     x, y = torch.randn(8, 6, generator=g), torch.randint(0, 4, (8,), generator=g)
     program = pock.compile_training(model, x, y, loss=loss, output=selector, functions=("evaluate", "gradients"))
-    np.testing.assert_allclose(program.trainer().evaluate(x), model.head(torch.relu(model.body(x))).detach().numpy(),
-                               rtol=1e-5, atol=1e-6)  # evaluate returns the logits
+    np.testing.assert_allclose(
+        program.trainer().evaluate(x), model.head(torch.relu(model.body(x))).detach().numpy(), rtol=1e-5, atol=1e-6
+    )  # evaluate returns the logits
     assert_matches_autograd(program, model, loss, x, y)
 
 
@@ -147,8 +157,11 @@ def test_a_cumulative_batch_norm_is_a_clear_error_naming_the_layer_and_the_fix()
     tensor that torch.export cannot trace: the error names the layer before any tracing."""
     model = nn.Sequential(nn.Conv2d(3, 4, 3), nn.BatchNorm2d(4, momentum=None), nn.Flatten(), nn.Linear(4 * 6 * 6, 3))
     x, y = torch.randn(4, 3, 8, 8), torch.tensor([0, 1, 2, 0])
-    with pytest.raises(pock.FrontendError, match=r"^BatchNorm2d '1' has momentum=None .* give it a momentum \(torch's "
-                                                 r"default is 0.1\) or put it in eval mode$"):
+    with pytest.raises(
+        pock.FrontendError,
+        match=r"^BatchNorm2d '1' has momentum=None .* give it a momentum \(torch's "
+        r"default is 0.1\) or put it in eval mode$",
+    ):
         pock.compile_training(model, x, y, functions=())
     pock.compile_training(model.eval(), x, y, functions=())  # eval mode: the running statistics stay as they are
 

@@ -26,10 +26,15 @@ import pytest
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+from oracle import (
+    assert_gradients_close,
+    assert_gradients_close_to_float64,
+    assert_trajectory_close,
+    seeded,
+    torch_gradients,
+)
 
 import pock_mlir as pock
-from oracle import (assert_gradients_close, assert_gradients_close_to_float64, assert_trajectory_close, seeded,
-                    torch_gradients)
 
 torchvision = pytest.importorskip("torchvision")  # these three are in the dev extras; `make test` installs them
 timm = pytest.importorskip("timm")
@@ -51,15 +56,21 @@ def classification_loss(out, y):
 
 
 def mobilenet_v2():
-    return torchvision.models.MobileNetV2(num_classes=CLASSES, width_mult=0.5, dropout=0.0,
-                                          inverted_residual_setting=[[1, 16, 1, 1], [6, 24, 2, 2], [6, 32, 1, 2]])
+    return torchvision.models.MobileNetV2(
+        num_classes=CLASSES,
+        width_mult=0.5,
+        dropout=0.0,
+        inverted_residual_setting=[[1, 16, 1, 1], [6, 24, 2, 2], [6, 32, 1, 2]],
+    )
 
 
 def mobilenet_v3():
-    blocks = [InvertedResidualConfig(16, 3, 16, 16, True, "RE", 2, 1, 1.0),
-              InvertedResidualConfig(16, 3, 72, 24, False, "RE", 2, 1, 1.0),
-              InvertedResidualConfig(24, 5, 96, 40, True, "HS", 2, 1, 1.0),
-              InvertedResidualConfig(40, 5, 120, 40, True, "HS", 1, 1, 1.0)]
+    blocks = [
+        InvertedResidualConfig(16, 3, 16, 16, True, "RE", 2, 1, 1.0),
+        InvertedResidualConfig(16, 3, 72, 24, False, "RE", 2, 1, 1.0),
+        InvertedResidualConfig(24, 5, 96, 40, True, "HS", 2, 1, 1.0),
+        InvertedResidualConfig(40, 5, 120, 40, True, "HS", 1, 1, 1.0),
+    ]
     return torchvision.models.MobileNetV3(blocks, last_channel=128, num_classes=CLASSES, dropout=0.0)
 
 
@@ -73,13 +84,15 @@ def resnet():
 
 def efficientnet():  # EfficientNet-B0's blocks, fewer and narrower; B0's dropout and stochastic depth
     blocks = [MBConvConfig(1, 3, 1, 16, 8, 1), MBConvConfig(6, 3, 2, 8, 16, 2), MBConvConfig(6, 5, 2, 16, 24, 2)]
-    return torchvision.models.EfficientNet(blocks, dropout=0.2, stochastic_depth_prob=0.2, num_classes=CLASSES,
-                                           last_channel=64)
+    return torchvision.models.EfficientNet(
+        blocks, dropout=0.2, stochastic_depth_prob=0.2, num_classes=CLASSES, last_channel=64
+    )
 
 
 def vit():
-    return timm.models.VisionTransformer(img_size=64, patch_size=16, embed_dim=64, depth=2, num_heads=4,
-                                         num_classes=CLASSES)
+    return timm.models.VisionTransformer(
+        img_size=64, patch_size=16, embed_dim=64, depth=2, num_heads=4, num_classes=CLASSES
+    )
 
 
 def convnext():
@@ -87,25 +100,48 @@ def convnext():
 
 
 def llama():
-    return transformers.LlamaForCausalLM(transformers.LlamaConfig(
-        vocab_size=VOCAB, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
-        num_key_value_heads=2, max_position_embeddings=32, tie_word_embeddings=True))
+    return transformers.LlamaForCausalLM(
+        transformers.LlamaConfig(
+            vocab_size=VOCAB,
+            hidden_size=64,
+            intermediate_size=128,
+            num_hidden_layers=2,
+            num_attention_heads=4,
+            num_key_value_heads=2,
+            max_position_embeddings=32,
+            tie_word_embeddings=True,
+        )
+    )
 
 
 def gpt2():
-    return transformers.GPT2LMHeadModel(transformers.GPT2Config(vocab_size=VOCAB, n_positions=32, n_embd=64,
-                                                                n_layer=2, n_head=4, bos_token_id=0, eos_token_id=0))
+    return transformers.GPT2LMHeadModel(
+        transformers.GPT2Config(
+            vocab_size=VOCAB, n_positions=32, n_embd=64, n_layer=2, n_head=4, bos_token_id=0, eos_token_id=0
+        )
+    )
 
 
 def bert():
-    return transformers.BertForSequenceClassification(transformers.BertConfig(
-        vocab_size=VOCAB, hidden_size=64, num_hidden_layers=2, num_attention_heads=4, intermediate_size=128,
-        max_position_embeddings=32, num_labels=3))
+    return transformers.BertForSequenceClassification(
+        transformers.BertConfig(
+            vocab_size=VOCAB,
+            hidden_size=64,
+            num_hidden_layers=2,
+            num_attention_heads=4,
+            intermediate_size=128,
+            max_position_embeddings=32,
+            num_labels=3,
+        )
+    )
 
 
 def distilbert():
-    return transformers.DistilBertForSequenceClassification(transformers.DistilBertConfig(
-        vocab_size=VOCAB, dim=64, n_layers=2, n_heads=4, hidden_dim=128, max_position_embeddings=32, num_labels=3))
+    return transformers.DistilBertForSequenceClassification(
+        transformers.DistilBertConfig(
+            vocab_size=VOCAB, dim=64, n_layers=2, n_heads=4, hidden_dim=128, max_position_embeddings=32, num_labels=3
+        )
+    )
 
 
 FRAMES, FEATURES = 8, 40  # MFCC frames of a keyword, as the bench's keyword spotter takes them
@@ -133,10 +169,21 @@ class BiLSTMSpotter(nn.Module):
         return self.head(torch.cat([final[-2], final[-1]], -1))
 
 
-VISION = {"tv-mobilenet-v2": mobilenet_v2, "tv-mobilenet-v3": mobilenet_v3, "tv-shufflenet-v2": shufflenet_v2,
-          "tv-resnet": resnet, "tv-efficientnet": efficientnet, "timm-vit": vit, "timm-convnext": convnext}
-TEXT = {"hf-llama": (llama, next_token_loss), "hf-gpt2": (gpt2, next_token_loss),
-        "hf-bert-classifier": (bert, classification_loss), "hf-distilbert-classifier": (distilbert, classification_loss)}
+VISION = {
+    "tv-mobilenet-v2": mobilenet_v2,
+    "tv-mobilenet-v3": mobilenet_v3,
+    "tv-shufflenet-v2": shufflenet_v2,
+    "tv-resnet": resnet,
+    "tv-efficientnet": efficientnet,
+    "timm-vit": vit,
+    "timm-convnext": convnext,
+}
+TEXT = {
+    "hf-llama": (llama, next_token_loss),
+    "hf-gpt2": (gpt2, next_token_loss),
+    "hf-bert-classifier": (bert, classification_loss),
+    "hf-distilbert-classifier": (distilbert, classification_loss),
+}
 RECURRENT = {"torch-gru-spotter": GRUSpotter, "torch-bilstm-spotter": BiLSTMSpotter}
 MODELS = {**{name: (make, classification_loss) for name, make in {**VISION, **RECURRENT}.items()}, **TEXT}
 
@@ -144,11 +191,23 @@ MODELS = {**{name: (make, classification_loss) for name, make in {**VISION, **RE
 # transformer-last-K, every normalization): the library's own block structure, stated here.
 PRESETS = {
     "tv-mobilenet-v3": ("mobilenet-last-2", {"features.3.block.0.0.weight", "features.4.block.0.0.weight"}),
-    "hf-gpt2": ("transformer-last-1", {"transformer.h.1.attn.c_attn.weight", "transformer.h.1.attn.c_proj.weight",
-                                       "transformer.h.1.mlp.c_fc.weight"}),
-    "tv-resnet": ("last-3", {"layer4.0.conv2.weight", "layer4.0.bn2.weight", "layer4.0.bn2.bias",
-                             "layer4.0.downsample.0.weight", "layer4.0.downsample.1.weight",
-                             "layer4.0.downsample.1.bias", "fc.weight", "fc.bias"}),
+    "hf-gpt2": (
+        "transformer-last-1",
+        {"transformer.h.1.attn.c_attn.weight", "transformer.h.1.attn.c_proj.weight", "transformer.h.1.mlp.c_fc.weight"},
+    ),
+    "tv-resnet": (
+        "last-3",
+        {
+            "layer4.0.conv2.weight",
+            "layer4.0.bn2.weight",
+            "layer4.0.bn2.bias",
+            "layer4.0.downsample.0.weight",
+            "layer4.0.downsample.1.weight",
+            "layer4.0.downsample.1.bias",
+            "fc.weight",
+            "fc.bias",
+        },
+    ),
 }
 
 
@@ -162,8 +221,15 @@ def make_model(name):
 # may land on either side, which changes the gradient by a whole term however exact the rest is
 # (ShuffleNetV2 with seed 1 has one at 4e-7: its one BatchNorm bias gradient was 1% off, PyTorch
 # float32's not), so each batch keeps every such input at least KINK_MARGIN from its kink (checked).
-VISION_SEEDS = {"tv-mobilenet-v2": 3, "tv-mobilenet-v3": 1, "tv-shufflenet-v2": 3, "tv-resnet": 1,
-                "tv-efficientnet": 1, "timm-vit": 1, "timm-convnext": 1}
+VISION_SEEDS = {
+    "tv-mobilenet-v2": 3,
+    "tv-mobilenet-v3": 1,
+    "tv-shufflenet-v2": 3,
+    "tv-resnet": 1,
+    "tv-efficientnet": 1,
+    "timm-vit": 1,
+    "timm-convnext": 1,
+}
 KINK_MARGIN = 1e-6
 KINKS = {torch.nn.ReLU: (0,), torch.nn.ReLU6: (0, 6), torch.nn.Hardswish: (-3, 3), torch.nn.Hardsigmoid: (-3, 3)}
 
@@ -175,8 +241,11 @@ def batch(name):
     if name in RECURRENT:
         return torch.randn(4, FRAMES, FEATURES, generator=g), torch.randint(0, CLASSES, (4,), generator=g)
     ids = torch.randint(0, VOCAB, (2, SEQ), generator=g)
-    target = torch.randint(0, 3, (2,), generator=g) if "classifier" in name else \
-        torch.randint(0, VOCAB, (2, SEQ), generator=g)
+    target = (
+        torch.randint(0, 3, (2,), generator=g)
+        if "classifier" in name
+        else torch.randint(0, VOCAB, (2, SEQ), generator=g)
+    )
     return ids, target
 
 
@@ -184,8 +253,11 @@ def expected_preset(name, model):
     preset, core = PRESETS[name]
     if preset.startswith("last-"):
         return core
-    extra = [n for n, _ in model.named_parameters() if n.endswith("bias") or
-             (preset.startswith("transformer") and ".ln_" in n)]
+    extra = [
+        n
+        for n, _ in model.named_parameters()
+        if n.endswith("bias") or (preset.startswith("transformer") and ".ln_" in n)
+    ]
     return core | set(extra)
 
 
@@ -197,7 +269,8 @@ def test_vision_batches_keep_activations_off_their_kinks(name):
         for kind, kinks in KINKS.items():
             if isinstance(module, kind):
                 module.register_forward_pre_hook(
-                    lambda _, args, kinks=kinks: margins.extend((args[0] - k).abs().min().item() for k in kinks))
+                    lambda _, args, kinks=kinks: margins.extend((args[0] - k).abs().min().item() for k in kinks)
+                )
     with torch.no_grad():
         model(batch(name)[0].double())
     assert min(margins, default=KINK_MARGIN) >= KINK_MARGIN
@@ -208,8 +281,13 @@ def compiled(request):
     name = request.param
     model, (inputs, target) = make_model(name), batch(name)
     assert target.dtype == torch.int64
-    return name, model, pock.compile_training(model, inputs, target, loss=MODELS[name][1], optimizer=OPTIMIZER,
-                                              functions=("step", "gradients"))  # one IREE module for both
+    return (
+        name,
+        model,
+        pock.compile_training(
+            model, inputs, target, loss=MODELS[name][1], optimizer=OPTIMIZER, functions=("step", "gradients")
+        ),
+    )  # one IREE module for both
 
 
 def test_gradients_match_autograd(compiled):
@@ -231,8 +309,19 @@ def test_three_sgd_momentum_steps_match_torch_optim(compiled):
     trainer = program.trainer()
     losses = [trainer.step(inputs, target) for _ in range(3)]
     slack = 2.0 if name in VISION else 10.0  # vision: at most twice PyTorch float32's distance from float64
-    assert_trajectory_close(losses, trainer.state_dict(), model, inputs, target, OPTIMIZER, 3, what=name,
-                            loss=MODELS[name][1], slack=slack, seed=0)
+    assert_trajectory_close(
+        losses,
+        trainer.state_dict(),
+        model,
+        inputs,
+        target,
+        OPTIMIZER,
+        3,
+        what=name,
+        loss=MODELS[name][1],
+        slack=slack,
+        seed=0,
+    )
 
 
 def logits(model, inputs, seed=None):
@@ -298,11 +387,22 @@ def test_each_preset_family_trains_what_it_says(name):
     after = trainer.state_dict()
     params = dict(model.named_parameters())
     assert all((after[n] == before[n]).all() for n in params if n not in want), "a frozen parameter changed"
-    assert_trajectory_close(losses, after, model, inputs, target, OPTIMIZER, 2, what=name, loss=MODELS[name][1],
-                            slack=2.0 if name in VISION else 10.0, trainable=want)
+    assert_trajectory_close(
+        losses,
+        after,
+        model,
+        inputs,
+        target,
+        OPTIMIZER,
+        2,
+        what=name,
+        loss=MODELS[name][1],
+        slack=2.0 if name in VISION else 10.0,
+        trainable=want,
+    )
 
 
-HF_MODEL_FILE = '''
+HF_MODEL_FILE = """
 import torch, torch.nn.functional as F, transformers
 
 LOSS = lambda out, y: F.cross_entropy(out.logits.flatten(0, 1), y.flatten())
@@ -318,7 +418,7 @@ def model():
 def example_batch():
     ids = torch.randint(0, 97, (4, 16), generator=torch.Generator().manual_seed(0))
     return ids, ids.roll(-1, dims=1)
-'''
+"""
 
 
 def test_pock_compile_and_pock_train_take_a_library_model_file(tmp_path, capsys):
@@ -332,8 +432,12 @@ def test_pock_compile_and_pock_train_take_a_library_model_file(tmp_path, capsys)
     from pock_mlir.tools import pock_compile, pock_train
 
     (tmp_path / "gpt2_model.py").write_text(HF_MODEL_FILE)
-    assert pock_compile.main([str(tmp_path / "gpt2_model.py"), "--optimizer", "sgd:lr=0.1", "-o",
-                              str(tmp_path / "bundle")]) == 0
+    assert (
+        pock_compile.main(
+            [str(tmp_path / "gpt2_model.py"), "--optimizer", "sgd:lr=0.1", "-o", str(tmp_path / "bundle")]
+        )
+        == 0
+    )
     manifest = json.loads((tmp_path / "bundle" / "manifest.json").read_text())
     assert manifest["output"]["name"] == "logits" and manifest["output"]["shape"] == [4, 16, 97]
     g = np.random.default_rng(0)
@@ -341,17 +445,37 @@ def test_pock_compile_and_pock_train_take_a_library_model_file(tmp_path, capsys)
     data = {f"{xy}_{split}": t[:, :-1] if xy == "x" else t[:, 1:] for split, t in tokens.items() for xy in "xy"}
     np.savez(tmp_path / "data.npz", **data)
     capsys.readouterr()
-    assert pock_train.main([str(tmp_path / "bundle"), "--data", str(tmp_path / "data.npz"), "--epochs", "1",
-                            "--export", str(tmp_path / "tuned.safetensors")]) == 0
+    assert (
+        pock_train.main(
+            [
+                str(tmp_path / "bundle"),
+                "--data",
+                str(tmp_path / "data.npz"),
+                "--epochs",
+                "1",
+                "--export",
+                str(tmp_path / "tuned.safetensors"),
+            ]
+        )
+        == 0
+    )
     epoch = next(line for line in capsys.readouterr().out.splitlines() if line.startswith("epoch "))
     reported = float(epoch.split("val_loss ")[1].split(",")[0])
 
-    model = transformers.GPT2LMHeadModel(transformers.GPT2Config(
-        vocab_size=97, n_positions=32, n_embd=64, n_layer=2, n_head=4, bos_token_id=0, eos_token_id=0)).eval()
+    model = transformers.GPT2LMHeadModel(
+        transformers.GPT2Config(
+            vocab_size=97, n_positions=32, n_embd=64, n_layer=2, n_head=4, bos_token_id=0, eos_token_id=0
+        )
+    ).eval()
     model.load_state_dict(load_file(tmp_path / "tuned.safetensors"))  # strict: every name, tied weights too
     with torch.no_grad():
-        losses = [F.cross_entropy(model(torch.from_numpy(data["x_val"][i:i + 4])).logits.flatten(0, 1),
-                                  torch.from_numpy(data["y_val"][i:i + 4]).flatten()).item() for i in (0, 4)]
+        losses = [
+            F.cross_entropy(
+                model(torch.from_numpy(data["x_val"][i : i + 4])).logits.flatten(0, 1),
+                torch.from_numpy(data["y_val"][i : i + 4]).flatten(),
+            ).item()
+            for i in (0, 4)
+        ]
     assert reported == pytest.approx(np.mean(losses), rel=1e-4)
 
 
@@ -362,27 +486,63 @@ def _weights(model, names):
 
 
 LIBRARY_PRESETS = [  # (model, preset, the weights it must choose besides biases and norms)
-    (lambda: torchvision.models.mobilenet_v2(), "mobilenet-last-2",
-     {"features.16.conv.0.0.weight", "features.17.conv.0.0.weight"}),
-    (lambda: torchvision.models.mobilenet_v3_small(), "mobilenet-last-2",
-     {"features.10.block.0.0.weight", "features.11.block.0.0.weight"}),
+    (
+        lambda: torchvision.models.mobilenet_v2(),
+        "mobilenet-last-2",
+        {"features.16.conv.0.0.weight", "features.17.conv.0.0.weight"},
+    ),
+    (
+        lambda: torchvision.models.mobilenet_v3_small(),
+        "mobilenet-last-2",
+        {"features.10.block.0.0.weight", "features.11.block.0.0.weight"},
+    ),
     # a block without an expansion conv: its first pointwise conv is the projection, not squeeze-excite's
-    (lambda: torchvision.models.mobilenet_v3_small(), "mobilenet-last-11",
-     {f"features.{i}.block.0.0.weight" for i in range(2, 12)} | {"features.1.block.2.0.weight"}),
-    (lambda: torchvision.models.efficientnet_b0(), "mobilenet-last-2",
-     {"features.6.3.block.0.0.weight", "features.7.0.block.0.0.weight"}),
+    (
+        lambda: torchvision.models.mobilenet_v3_small(),
+        "mobilenet-last-11",
+        {f"features.{i}.block.0.0.weight" for i in range(2, 12)} | {"features.1.block.2.0.weight"},
+    ),
+    (
+        lambda: torchvision.models.efficientnet_b0(),
+        "mobilenet-last-2",
+        {"features.6.3.block.0.0.weight", "features.7.0.block.0.0.weight"},
+    ),
     (convnext, "mobilenet-last-1", {"stages.3.blocks.0.mlp.fc1.weight"}),
-    (llama, "transformer-last-1", {f"model.layers.1.{m}.weight" for m in
-                                   ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj",
-                                    "mlp.gate_proj")}),
-    (gpt2, "transformer-last-1", {"transformer.h.1.attn.c_attn.weight", "transformer.h.1.attn.c_proj.weight",
-                                  "transformer.h.1.mlp.c_fc.weight"}),
-    (bert, "transformer-last-1", {f"bert.encoder.layer.1.{m}.weight" for m in
-                                  ("attention.self.query", "attention.self.key", "attention.self.value",
-                                   "attention.output.dense", "intermediate.dense")}),
-    (distilbert, "transformer-last-1", {f"distilbert.transformer.layer.1.{m}.weight" for m in
-                                        ("attention.q_lin", "attention.k_lin", "attention.v_lin", "attention.out_lin",
-                                         "ffn.lin1")}),
+    (
+        llama,
+        "transformer-last-1",
+        {
+            f"model.layers.1.{m}.weight"
+            for m in ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj", "mlp.gate_proj")
+        },
+    ),
+    (
+        gpt2,
+        "transformer-last-1",
+        {"transformer.h.1.attn.c_attn.weight", "transformer.h.1.attn.c_proj.weight", "transformer.h.1.mlp.c_fc.weight"},
+    ),
+    (
+        bert,
+        "transformer-last-1",
+        {
+            f"bert.encoder.layer.1.{m}.weight"
+            for m in (
+                "attention.self.query",
+                "attention.self.key",
+                "attention.self.value",
+                "attention.output.dense",
+                "intermediate.dense",
+            )
+        },
+    ),
+    (
+        distilbert,
+        "transformer-last-1",
+        {
+            f"distilbert.transformer.layer.1.{m}.weight"
+            for m in ("attention.q_lin", "attention.k_lin", "attention.v_lin", "attention.out_lin", "ffn.lin1")
+        },
+    ),
     (vit, "transformer-last-1", {"blocks.1.attn.qkv.weight", "blocks.1.attn.proj.weight", "blocks.1.mlp.fc1.weight"}),
     (lambda: torchvision.models.resnet18(), "last-2", {"layer4.1.conv2.weight", "fc.weight"}),
     (lambda: torchvision.models.shufflenet_v2_x0_5(), "last-2", {"conv5.0.weight", "fc.weight"}),
@@ -390,8 +550,9 @@ LIBRARY_PRESETS = [  # (model, preset, the weights it must choose besides biases
 ]
 
 
-@pytest.mark.parametrize("make, preset, weights", LIBRARY_PRESETS,
-                         ids=[f"{i}-{preset}" for i, (_, preset, _) in enumerate(LIBRARY_PRESETS)])
+@pytest.mark.parametrize(
+    "make, preset, weights", LIBRARY_PRESETS, ids=[f"{i}-{preset}" for i, (_, preset, _) in enumerate(LIBRARY_PRESETS)]
+)
 def test_presets_find_the_blocks_of_library_architectures(make, preset, weights):
     from pock_mlir.sparse import preset_parameters
 

@@ -35,9 +35,11 @@ def pages() -> list[Path]:
 def pipeline_figure() -> str:
     """The data path, with the pass pipeline of each stage that has one (`program.ir(stage)` after each)."""
     width = max(map(len, STAGE_PIPELINES)) + 1
-    lines = ["```text",
-             "nn.Module + loss ─torch.export + torch-mlir FX importer─▶ torch dialect      [stage: imported]",
-             "  ─▶ pock dialect: pock.param, pock.grad, optimizer ops                     [stage: training]"]
+    lines = [
+        "```text",
+        "nn.Module + loss ─torch.export + torch-mlir FX importer─▶ torch dialect      [stage: imported]",
+        "  ─▶ pock dialect: pock.param, pock.grad, optimizer ops                     [stage: training]",
+    ]
     for stage, pipeline in STAGE_PIPELINES.items():
         passes = [p.split("{")[0] for p in pipeline.split(",")]
         chain = textwrap.wrap(" ▸ ".join(passes), 96 - width - 6, break_on_hyphens=False)
@@ -52,14 +54,17 @@ def bench_summary() -> str:
     trainer's peak memory against ONNX Runtime's on the same optimizer, per model."""
     results = json.loads((ROOT / "bench" / "results.json").read_text())
     rows = {(r["model"], r["scheme"], r["system"]): r for r in results["rows"] if r["status"] == "ok"}
-    lines = [f"{results['date'][:10]}, {results['machine']['cpu']} ({results['machine']['cpu_id']}), "
-             f"{results['machine']['cores']} cores. Step time: the median; peak memory: the training process's, "
-             "the deployed bundle's without PyTorch and, where ONNX Runtime has no momentum SGD, with its plain SGD.",
-             "",
-             "| model | pock-mlir full step ms | fastest peer's full step ms | pock-mlir sparse step ms "
-             "| deployed pock-mlir peak MB | ONNX Runtime peak MB |",
-             "| --- | ---: | ---: | ---: | ---: | ---: |"]
+    lines = [
+        f"{results['date'][:10]}, {results['machine']['cpu']} ({results['machine']['cpu_id']}), "
+        f"{results['machine']['cores']} cores. Step time: the median; peak memory: the training process's, "
+        "the deployed bundle's without PyTorch and, where ONNX Runtime has no momentum SGD, with its plain SGD.",
+        "",
+        "| model | pock-mlir full step ms | fastest peer's full step ms | pock-mlir sparse step ms "
+        "| deployed pock-mlir peak MB | ONNX Runtime peak MB |",
+        "| --- | ---: | ---: | ---: | ---: | ---: |",
+    ]
     for model, title in results["settings"]["models"].items():
+
         def cell(scheme, systems, key, digits, model=model):
             """`key` of the first of `systems` that has a row for this model and scheme."""
             row = next((rows[model, scheme, s] for s in systems if (model, scheme, s) in rows), None)
@@ -67,9 +72,14 @@ def bench_summary() -> str:
 
         peers = [(rows[model, "full", p]["step_ms"], name) for p, name in PEERS.items() if (model, "full", p) in rows]
         fastest = "{:.2f} ({})".format(*min(peers)) if peers else ""
-        cells = [title, cell("full", ["pock-mlir"], "step_ms", 2), fastest, cell("sparse", ["pock-mlir"], "step_ms", 2),
-                 cell("full", ["pock-mlir-deployed-ort-optimizer", "pock-mlir-deployed"], "peak_mb", 1),
-                 cell("full", ["ort-training"], "peak_mb", 1)]
+        cells = [
+            title,
+            cell("full", ["pock-mlir"], "step_ms", 2),
+            fastest,
+            cell("sparse", ["pock-mlir"], "step_ms", 2),
+            cell("full", ["pock-mlir-deployed-ort-optimizer", "pock-mlir-deployed"], "peak_mb", 1),
+            cell("full", ["ort-training"], "peak_mb", 1),
+        ]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
 
@@ -106,8 +116,9 @@ def main(argv: list[str] | None = None) -> int:
         if args.check:
             stale = stale_blocks(text)
             for source in stale:
-                print(f"{page}: the block quoting {source} is stale: run python tools/readme_results.py",
-                      file=sys.stderr)
+                print(
+                    f"{page}: the block quoting {source} is stale: run python tools/readme_results.py", file=sys.stderr
+                )
             stale_pages += bool(stale)
         elif refreshed(text) != text:
             atomic_write(page, refreshed(text))

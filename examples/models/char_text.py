@@ -17,12 +17,31 @@ from pathlib import Path
 import numpy as np
 import torch
 
-
 VOCAB = 128  # ASCII; anything else maps to '?'
-SOURCE_MODULES = ["collections/__init__.py", "json/decoder.py", "json/encoder.py", "argparse.py", "textwrap.py",
-                  "string.py", "functools.py", "dataclasses.py"]
-DOC_MODULES = ["collections", "json", "argparse", "textwrap", "string", "functools", "itertools", "dataclasses",
-               "pathlib", "shutil", "heapq", "bisect"]
+SOURCE_MODULES = [
+    "collections/__init__.py",
+    "json/decoder.py",
+    "json/encoder.py",
+    "argparse.py",
+    "textwrap.py",
+    "string.py",
+    "functools.py",
+    "dataclasses.py",
+]
+DOC_MODULES = [
+    "collections",
+    "json",
+    "argparse",
+    "textwrap",
+    "string",
+    "functools",
+    "itertools",
+    "dataclasses",
+    "pathlib",
+    "shutil",
+    "heapq",
+    "bisect",
+]
 
 
 def encode(text: str) -> np.ndarray:
@@ -55,8 +74,8 @@ def documentation_corpus() -> str:
 def windows(tokens: np.ndarray, seq: int, batch: int, rng: np.random.RandomState):
     """A batch of (input, next-token target) windows at random offsets."""
     starts = rng.randint(0, len(tokens) - seq - 1, size=batch)
-    x = np.stack([tokens[s:s + seq] for s in starts])
-    y = np.stack([tokens[s + 1:s + seq + 1] for s in starts])
+    x = np.stack([tokens[s : s + seq] for s in starts])
+    y = np.stack([tokens[s + 1 : s + seq + 1] for s in starts])
     return x, y
 
 
@@ -76,8 +95,11 @@ def pretrain(model, batches, loss_fn, steps, seed, lr=3e-3):
         opt.step()
         if step % max(1, steps // 10) == 0 or step == steps:
             elapsed = time.perf_counter() - start
-            print(f"  pretrain step {step:5d}/{steps}  loss {loss.item():.3f}  {elapsed:4.0f} s, "
-                  f"about {elapsed / step * (steps - step):.0f} s left", flush=True)
+            print(
+                f"  pretrain step {step:5d}/{steps}  loss {loss.item():.3f}  {elapsed:4.0f} s, "
+                f"about {elapsed / step * (steps - step):.0f} s left",
+                flush=True,
+            )
     return model
 
 
@@ -87,11 +109,11 @@ def greedy_completion(predict, prompt: str, shape: tuple[int, int], length: int)
     logits at position n depend only on positions <= n, so the window is filled in place (row 0;
     the prompt keeps its last seq - length characters)."""
     batch, seq = shape
-    ids = list(encode(prompt))[-(seq - length):]
+    ids = list(encode(prompt))[-(seq - length) :]
     start = len(ids)
     window = np.zeros((batch, seq), np.int64)
     window[0, :start] = ids
     for position in range(start, start + length):
         logits = predict(window)
         window[0, position] = int(np.argmax(logits[0, position - 1]))
-    return decode(window[0, start:start + length])
+    return decode(window[0, start : start + length])

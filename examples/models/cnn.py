@@ -28,16 +28,26 @@ def make_divisible(value: float, divisor: int = 8) -> int:
 class ConvBNAct(nn.Sequential):
     """Conv2d (no bias), BatchNorm2d, then an activation (none when `activation` is None)."""
 
-    def __init__(self, cin: int, cout: int, kernel: int = 3, stride: int = 1, groups: int = 1,
-                 activation: type[nn.Module] | None = nn.ReLU6):
-        layers = [nn.Conv2d(cin, cout, kernel, stride, (kernel - 1) // 2, groups=groups, bias=False),
-                  nn.BatchNorm2d(cout)]
+    def __init__(
+        self,
+        cin: int,
+        cout: int,
+        kernel: int = 3,
+        stride: int = 1,
+        groups: int = 1,
+        activation: type[nn.Module] | None = nn.ReLU6,
+    ):
+        layers = [
+            nn.Conv2d(cin, cout, kernel, stride, (kernel - 1) // 2, groups=groups, bias=False),
+            nn.BatchNorm2d(cout),
+        ]
         if activation is not None:
             layers.append(activation())
         super().__init__(*layers)
 
 
 # -- MobileNetV2 (and MCUNet-style variants) -------------------------------------------------
+
 
 @dataclass(frozen=True)
 class Stage:
@@ -51,8 +61,13 @@ class Stage:
 
 
 MOBILENET_V2_STAGES = (
-    Stage(1, 16, 1, 1), Stage(6, 24, 2, 2), Stage(6, 32, 3, 2), Stage(6, 64, 4, 2),
-    Stage(6, 96, 3, 1), Stage(6, 160, 3, 2), Stage(6, 320, 1, 1),
+    Stage(1, 16, 1, 1),
+    Stage(6, 24, 2, 2),
+    Stage(6, 32, 3, 2),
+    Stage(6, 64, 4, 2),
+    Stage(6, 96, 3, 1),
+    Stage(6, 160, 3, 2),
+    Stage(6, 320, 1, 1),
 )
 
 
@@ -61,8 +76,11 @@ class InvertedResidual(nn.Module):
         super().__init__()
         hidden = cin * expand
         layers = [ConvBNAct(cin, hidden, 1)] if expand != 1 else []
-        layers += [ConvBNAct(hidden, hidden, kernel, stride, groups=hidden),
-                   nn.Conv2d(hidden, cout, 1, bias=False), nn.BatchNorm2d(cout)]
+        layers += [
+            ConvBNAct(hidden, hidden, kernel, stride, groups=hidden),
+            nn.Conv2d(hidden, cout, 1, bias=False),
+            nn.BatchNorm2d(cout),
+        ]
         self.conv = nn.Sequential(*layers)
         self.residual = stride == 1 and cin == cout
 
@@ -73,16 +91,24 @@ class InvertedResidual(nn.Module):
 class MobileNetV2Like(nn.Module):
     """Images (B, 3, H, W) -> logits (B, num_classes); `width` scales every layer's channels."""
 
-    def __init__(self, width: float = 1.0, num_classes: int = 1000, stages: tuple[Stage, ...] = MOBILENET_V2_STAGES,
-                 stem: int = 32, head: int = 1280, dropout: float = 0.0):
+    def __init__(
+        self,
+        width: float = 1.0,
+        num_classes: int = 1000,
+        stages: tuple[Stage, ...] = MOBILENET_V2_STAGES,
+        stem: int = 32,
+        head: int = 1280,
+        dropout: float = 0.0,
+    ):
         super().__init__()
         channels = make_divisible(stem * width)
         features = [ConvBNAct(3, channels, 3, 2)]
         for stage in stages:
             cout = make_divisible(stage.channels * width)
             for i in range(stage.repeats):
-                features.append(InvertedResidual(channels, cout, stage.stride if i == 0 else 1, stage.expand,
-                                                 stage.kernel))
+                features.append(
+                    InvertedResidual(channels, cout, stage.stride if i == 0 else 1, stage.expand, stage.kernel)
+                )
                 channels = cout
         last = make_divisible(head * max(1.0, width))
         features.append(ConvBNAct(channels, last, 1))
@@ -94,6 +120,7 @@ class MobileNetV2Like(nn.Module):
 
 
 # -- MobileNetV3-Small ---------------------------------------------------------------------------
+
 
 @dataclass(frozen=True)
 class Bneck:
@@ -109,10 +136,17 @@ class Bneck:
 
 
 MOBILENET_V3_SMALL = (
-    Bneck(3, 16, 16, True, False, 2), Bneck(3, 72, 24, False, False, 2), Bneck(3, 88, 24, False, False, 1),
-    Bneck(5, 96, 40, True, True, 2), Bneck(5, 240, 40, True, True, 1), Bneck(5, 240, 40, True, True, 1),
-    Bneck(5, 120, 48, True, True, 1), Bneck(5, 144, 48, True, True, 1), Bneck(5, 288, 96, True, True, 2),
-    Bneck(5, 576, 96, True, True, 1), Bneck(5, 576, 96, True, True, 1),
+    Bneck(3, 16, 16, True, False, 2),
+    Bneck(3, 72, 24, False, False, 2),
+    Bneck(3, 88, 24, False, False, 1),
+    Bneck(5, 96, 40, True, True, 2),
+    Bneck(5, 240, 40, True, True, 1),
+    Bneck(5, 240, 40, True, True, 1),
+    Bneck(5, 120, 48, True, True, 1),
+    Bneck(5, 144, 48, True, True, 1),
+    Bneck(5, 288, 96, True, True, 2),
+    Bneck(5, 576, 96, True, True, 1),
+    Bneck(5, 576, 96, True, True, 1),
 )
 
 
@@ -150,8 +184,14 @@ class Bottleneck(nn.Module):
 class MobileNetV3Like(nn.Module):
     """Images (B, 3, H, W) -> logits (B, num_classes): MobileNetV3-Small by default."""
 
-    def __init__(self, width: float = 1.0, num_classes: int = 1000, blocks: tuple[Bneck, ...] = MOBILENET_V3_SMALL,
-                 head: int = 1024, dropout: float = 0.0):
+    def __init__(
+        self,
+        width: float = 1.0,
+        num_classes: int = 1000,
+        blocks: tuple[Bneck, ...] = MOBILENET_V3_SMALL,
+        head: int = 1024,
+        dropout: float = 0.0,
+    ):
         super().__init__()
         channels = make_divisible(16 * width)
         features = [ConvBNAct(3, channels, 3, 2, activation=nn.Hardswish)]
@@ -161,14 +201,16 @@ class MobileNetV3Like(nn.Module):
         features.append(ConvBNAct(channels, 6 * channels, 1, activation=nn.Hardswish))
         self.features = nn.Sequential(*features)
         last = make_divisible(head * width)
-        self.classifier = nn.Sequential(nn.Linear(6 * channels, last), nn.Hardswish(), nn.Dropout(dropout),
-                                        nn.Linear(last, num_classes))
+        self.classifier = nn.Sequential(
+            nn.Linear(6 * channels, last), nn.Hardswish(), nn.Dropout(dropout), nn.Linear(last, num_classes)
+        )
 
     def forward(self, x):
         return self.classifier(torch.flatten(nn.functional.adaptive_avg_pool2d(self.features(x), 1), 1))
 
 
 # -- ResNet --------------------------------------------------------------------------------------
+
 
 class BasicBlock(nn.Module):
     def __init__(self, cin: int, cout: int, stride: int):
@@ -195,8 +237,9 @@ class ResNetLike(nn.Module):
     `width` channels in the first stage (doubling per stage); stem "imagenet" is a 7x7 stride-2
     conv and a 3x3 stride-2 max pool, "cifar" a 3x3 stride-1 conv."""
 
-    def __init__(self, num_classes: int = 1000, blocks: tuple[int, ...] = (2, 2, 2, 2), width: int = 64,
-                 stem: str = "imagenet"):
+    def __init__(
+        self, num_classes: int = 1000, blocks: tuple[int, ...] = (2, 2, 2, 2), width: int = 64, stem: str = "imagenet"
+    ):
         super().__init__()
         if stem not in ("imagenet", "cifar"):
             raise ValueError(f"stem must be 'imagenet' or 'cifar', got {stem!r}")
@@ -207,9 +250,10 @@ class ResNetLike(nn.Module):
         self.maxpool = nn.MaxPool2d(3, 2, 1) if imagenet else nn.Identity()
         channels = width
         for index, repeats in enumerate(blocks):
-            cout = width * 2 ** index
-            stage = [BasicBlock(channels if i == 0 else cout, cout, 2 if index > 0 and i == 0 else 1)
-                     for i in range(repeats)]
+            cout = width * 2**index
+            stage = [
+                BasicBlock(channels if i == 0 else cout, cout, 2 if index > 0 and i == 0 else 1) for i in range(repeats)
+            ]
             self.add_module(f"layer{index + 1}", nn.Sequential(*stage))
             channels = cout
         self.stages = len(blocks)

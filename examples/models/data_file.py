@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import argparse
 import sys
-from typing import Callable
+from collections.abc import Callable
 
 import numpy as np
 
@@ -13,8 +13,9 @@ from pock_mlir.files import atomic_save
 
 
 def write_data_main(doc: str, load_data: Callable[[], dict[str, np.ndarray]], argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog=f"python {sys.argv[0]}", description=doc,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog=f"python {sys.argv[0]}", description=doc, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("output", metavar="DATA.npz", help="where to write the data (pock-train --data reads it)")
     args = parser.parse_args(argv)
     if not args.output.endswith(".npz"):

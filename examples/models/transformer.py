@@ -40,8 +40,9 @@ class BertSelfAttention(nn.Module):
     def forward(self, x, keep):  # keep: (B, 1, 1, T) bool, False at padding keys
         b, t, d = x.shape
         q, k, v = self.qkv(x).view(b, t, 3, self.heads, d // self.heads).permute(2, 0, 3, 1, 4).unbind(0)
-        attended = F.scaled_dot_product_attention(q, k, v, attn_mask=keep,
-                                                  dropout_p=self.dropout if self.training else 0.0)
+        attended = F.scaled_dot_product_attention(
+            q, k, v, attn_mask=keep, dropout_p=self.dropout if self.training else 0.0
+        )
         return self.out(attended.transpose(1, 2).reshape(b, t, d))
 
 
@@ -50,8 +51,9 @@ class BertBlock(nn.Module):
         super().__init__()
         self.attention = BertSelfAttention(cfg)
         self.norm1 = nn.LayerNorm(cfg.dim)
-        self.ffn = nn.Sequential(nn.Linear(cfg.dim, cfg.hidden), nn.GELU(approximate=cfg.gelu),
-                                 nn.Linear(cfg.hidden, cfg.dim))
+        self.ffn = nn.Sequential(
+            nn.Linear(cfg.dim, cfg.hidden), nn.GELU(approximate=cfg.gelu), nn.Linear(cfg.hidden, cfg.dim)
+        )
         self.norm2 = nn.LayerNorm(cfg.dim)
         self.drop = nn.Dropout(cfg.dropout)
 
@@ -186,5 +188,6 @@ def token_cross_entropy(logits, target, ignore_index: int = -100, label_smoothin
 
     The cast to long lets int32 targets (token data as pock-train holds it) in as well.
     """
-    return F.cross_entropy(logits.flatten(0, 1), target.flatten().long(), ignore_index=ignore_index,
-                           label_smoothing=label_smoothing)
+    return F.cross_entropy(
+        logits.flatten(0, 1), target.flatten().long(), ignore_index=ignore_index, label_smoothing=label_smoothing
+    )

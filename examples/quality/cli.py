@@ -13,10 +13,15 @@ REFERENCE = "pytorch full (reference)"  # the row every task compares its scheme
 
 
 def add_output_options(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--quick", action="store_true",
-                        help=f"a much shorter run of a few of the schemes, for a smoke test (written to {QUICK_OUT}/ unless --out says otherwise)")
-    parser.add_argument("--out", help=f"where to write the results (default {RESULTS.relative_to(RESULTS.parents[2])}, "
-                                      "which the README quotes)")
+    parser.add_argument(
+        "--quick",
+        action="store_true",
+        help=f"a much shorter run of a few of the schemes, for a smoke test (written to {QUICK_OUT}/ unless --out says otherwise)",
+    )
+    parser.add_argument(
+        "--out",
+        help=f"where to write the results (default {RESULTS.relative_to(RESULTS.parents[2])}, which the README quotes)",
+    )
 
 
 def parse(parser: argparse.ArgumentParser, argv) -> tuple[argparse.Namespace, list[float] | str, Path]:
@@ -53,10 +58,13 @@ QUICK_SEARCH = {"steps": 3, "ratios": (1.0,)}  # --quick searches whole tensors 
 
 
 def add_search_option(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--search", metavar="presets|MB,...",
-                        help="also train the schemes pock.search_sparse finds under these device-memory budgets (MB, as "
-                             "Trainer.device_bytes counts it), or, with 'presets', at the memory each hand-written "
-                             "preset measured")
+    parser.add_argument(
+        "--search",
+        metavar="presets|MB,...",
+        help="also train the schemes pock.search_sparse finds under these device-memory budgets (MB, as "
+        "Trainer.device_bytes counts it), or, with 'presets', at the memory each hand-written "
+        "preset measured",
+    )
 
 
 def search_budgets(parser: argparse.ArgumentParser, args) -> list[float] | str:
@@ -85,17 +93,24 @@ class Searched:
     quantize: str | None = None
 
 
-def searched_schemes(out: Path, task: str, budgets: dict[float, str | None],
-                     quantized: dict[str, str] | None = None) -> list[Searched]:
+def searched_schemes(
+    out: Path, task: str, budgets: dict[float, str | None], quantized: dict[str, str] | None = None
+) -> list[Searched]:
     """One per budget: {MB: the scheme it was measured from, or None}; a scheme in `quantized`
     ({name: "int8"}) is over an int8 frozen base, and so is the search at its memory."""
     searched = []
     for mb, against in budgets.items():
         quantize = (quantized or {}).get(against)
         over = f" over {quantize}" if quantize else ""
-        searched.append(Searched(f"searched{over} ({mb:.2f} MB" + (f", {against}'s memory)" if against else ")"), mb,
-                                 str(out / f"{task}_search_{mb:.2f}MB{'_' + quantize if quantize else ''}.yaml"),
-                                 against, quantize))
+        searched.append(
+            Searched(
+                f"searched{over} ({mb:.2f} MB" + (f", {against}'s memory)" if against else ")"),
+                mb,
+                str(out / f"{task}_search_{mb:.2f}MB{'_' + quantize if quantize else ''}.yaml"),
+                against,
+                quantize,
+            )
+        )
     return searched
 
 

@@ -32,13 +32,13 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 import pock_mlir as pock  # noqa: E402
+from examples.quality.cli import RESULTS, add_output_options, output_directory  # noqa: E402
+from examples.quality.vision import BATCH, SCHEMES, fresh_head, images, pretrain  # noqa: E402
 from pock_mlir.bundle import write_bundle  # noqa: E402
+from pock_mlir.data import Split, batch_order, evaluate  # noqa: E402
 from pock_mlir.federated.launch import LocalFederation, finished  # noqa: E402
 from pock_mlir.files import atomic_save, atomic_write  # noqa: E402
 from pock_mlir.runtime import Trainer  # noqa: E402
-from pock_mlir.data import Split, batch_order, evaluate  # noqa: E402
-from examples.quality.cli import RESULTS, add_output_options, output_directory  # noqa: E402
-from examples.quality.vision import BATCH, SCHEMES, fresh_head, images, pretrain  # noqa: E402
 
 CLIENTS = 4
 SHARDS_PER_CLIENT = 2
@@ -76,18 +76,32 @@ def write_data(work: Path, clients: int, seed: int) -> tuple[list[Path], Path, d
 
 def compile_bundle(name: str, lr: float, checkpoint: Path, seed: int, x, y, work: Path) -> Path:
     model = fresh_head(checkpoint, seed)
-    program = pock.compile_training(model, x[:BATCH], y[:BATCH], loss="cross_entropy",
-                                    optimizer=pock.SGD(lr=lr, momentum=0.9), sparse=SCHEMES[COMPARED[name]],
-                                    functions="all")
-    return write_bundle(program, work / "bundles" / name, example_inputs=x[:BATCH], example_target=y[:BATCH],
-                        loss="cross_entropy")
+    program = pock.compile_training(
+        model,
+        x[:BATCH],
+        y[:BATCH],
+        loss="cross_entropy",
+        optimizer=pock.SGD(lr=lr, momentum=0.9),
+        sparse=SCHEMES[COMPARED[name]],
+        functions="all",
+    )
+    return write_bundle(
+        program, work / "bundles" / name, example_inputs=x[:BATCH], example_target=y[:BATCH], loss="cross_entropy"
+    )
 
 
 def federate(name: str, bundle: Path, clients: list[Path], test: Path, rounds: int, epochs: int, work: Path) -> dict:
     out = work / f"run-{name}"
     out.mkdir(parents=True, exist_ok=True)
-    config = {"bundle": str(bundle), "test-data": str(test), "out": str(out), "num-server-rounds": rounds,
-              "local-epochs": epochs, "clients": len(clients), "min-clients": len(clients)}
+    config = {
+        "bundle": str(bundle),
+        "test-data": str(test),
+        "out": str(out),
+        "num-server-rounds": rounds,
+        "local-epochs": epochs,
+        "clients": len(clients),
+        "min-clients": len(clients),
+    }
     started = time.perf_counter()
     with LocalFederation([(bundle, data) for data in clients], out) as federation:
         code = federation.run(config, show=lambda line: print(f"  [{name} FedAvg] {line}", flush=True))
@@ -112,25 +126,38 @@ def centralised(bundle: Path, data: dict, epochs: int, seed: int) -> list[float]
 
 def markdown(results: dict) -> str:
     rounds, compared = results["rounds"], list(results["federated"])
-    rows = ["| scheme | training | tensors sent | bytes per round (to clients + from clients) | "
-            f"test accuracy after {rounds} rounds (epochs) |",
-            "| --- | --- | ---: | ---: | ---: |"]
+    rows = [
+        "| scheme | training | tensors sent | bytes per round (to clients + from clients) | "
+        f"test accuracy after {rounds} rounds (epochs) |",
+        "| --- | --- | ---: | ---: | ---: |",
+    ]
     for name in compared:
         run = results["federated"][name]
         last = run["rounds"][-1]
         per_round = last["bytes_to_clients"] + last["bytes_from_clients"]
-        rows.append(f"| {name} | FedAvg, {results['clients']} clients | {run['wire_tensors']} of "
-                    f"{results['parameters']} | {per_round:,} | {last['val_accuracy']:.3f} |")
+        rows.append(
+            f"| {name} | FedAvg, {results['clients']} clients | {run['wire_tensors']} of "
+            f"{results['parameters']} | {per_round:,} | {last['val_accuracy']:.3f} |"
+        )
     for name in compared:
         rows.append(f"| {name} | centralised, union of the data | - | - | {results['centralised'][name][-1]:.3f} |")
-    rows += ["", "| round | " + " | ".join(f"{name} FedAvg | {name} bytes" for name in compared) + " | "
-             + " | ".join(f"{name} centralised" for name in compared) + " |",
-             "| ---: |" + " ---: |" * (3 * len(compared))]
+    rows += [
+        "",
+        "| round | "
+        + " | ".join(f"{name} FedAvg | {name} bytes" for name in compared)
+        + " | "
+        + " | ".join(f"{name} centralised" for name in compared)
+        + " |",
+        "| ---: |" + " ---: |" * (3 * len(compared)),
+    ]
     for r in range(rounds + 1):
         cells = []
         for name in compared:
             row = results["federated"][name]["rounds"][r]
-            cells += [f"{row['val_accuracy']:.3f}", f"{row['bytes_to_clients'] + row['bytes_from_clients']:,}" if r else "-"]
+            cells += [
+                f"{row['val_accuracy']:.3f}",
+                f"{row['bytes_to_clients'] + row['bytes_from_clients']:,}" if r else "-",
+            ]
         epoch = r * results["local_epochs"]  # as many as a client has trained after round r
         cells += [f"{results['centralised'][name][epoch - 1]:.3f}" if r else "-" for name in compared]
         rows.append(f"| {r} | " + " | ".join(cells) + " |")
@@ -141,8 +168,10 @@ def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     add_output_options(parser)
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--work", help="keep the bundles, client data and Flower runs here (default: a temporary "
-                                       "directory, removed at the end)")
+    parser.add_argument(
+        "--work",
+        help="keep the bundles, client data and Flower runs here (default: a temporary directory, removed at the end)",
+    )
     args = parser.parse_args(argv)
     out = output_directory(parser, args)
     out.mkdir(parents=True, exist_ok=True)
@@ -155,19 +184,33 @@ def main(argv=None):
         files, test, data = write_data(work, clients, args.seed)
         x, y = data["train"]
         lrs = learning_rates(QUICK_COMPARED if args.quick else COMPARED)
-        bundles = {name: compile_bundle(name, lr, work / "pretrained.pt", args.seed, x, y, work)
-                   for name, lr in lrs.items()}
+        bundles = {
+            name: compile_bundle(name, lr, work / "pretrained.pt", args.seed, x, y, work) for name, lr in lrs.items()
+        }
         # every parameter, trained or frozen (the manifest lists them all)
         parameters = len(json.loads((bundles["sparse"] / "manifest.json").read_text())["params"])
-        results = {"seed": args.seed, "clients": clients, "rounds": rounds, "local_epochs": epochs,
-                   "learning_rates": lrs, "parameters": parameters, "federated": {}, "centralised": {}}
+        results = {
+            "seed": args.seed,
+            "clients": clients,
+            "rounds": rounds,
+            "local_epochs": epochs,
+            "learning_rates": lrs,
+            "parameters": parameters,
+            "federated": {},
+            "centralised": {},
+        }
         for name, bundle in bundles.items():
-            print(f"{name} FedAvg: {clients} clients, {rounds} rounds of {epochs} local epoch(s), lr {lrs[name]:g}",
-                  flush=True)
+            print(
+                f"{name} FedAvg: {clients} clients, {rounds} rounds of {epochs} local epoch(s), lr {lrs[name]:g}",
+                flush=True,
+            )
             results["federated"][name] = federate(name, bundle, files, test, rounds, epochs, work)
             results["centralised"][name] = centralised(bundle, data, rounds * epochs, args.seed)
-            print(f"{name} centralised: test accuracy {results['centralised'][name][-1]:.3f} after "
-                  f"{rounds * epochs} epochs", flush=True)
+            print(
+                f"{name} centralised: test accuracy {results['centralised'][name][-1]:.3f} after "
+                f"{rounds * epochs} epochs",
+                flush=True,
+            )
     finally:
         if not args.work:
             shutil.rmtree(work, ignore_errors=True)

@@ -33,13 +33,31 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 import pock_mlir as pock  # noqa: E402
-from pock_mlir.files import atomic_write  # noqa: E402
-from examples.models.char_text import (VOCAB, documentation_corpus, encode, greedy_completion, pretrain,  # noqa: E402
-                                       source_corpus, windows)
+from examples.models.char_text import (  # noqa: E402
+    VOCAB,
+    documentation_corpus,
+    encode,
+    greedy_completion,
+    pretrain,
+    source_corpus,
+    windows,
+)
 from examples.models.transformer import LlamaConfig, LlamaLike, token_cross_entropy  # noqa: E402
-from examples.quality.cli import (PRESETS, QUICK_SEARCH, REFERENCE, Searched, in_table_order, parse,  # noqa: E402
-                                  samples, searched_schemes, searches, write_searched)
+from examples.quality.cli import (  # noqa: E402
+    PRESETS,
+    QUICK_SEARCH,
+    REFERENCE,
+    Searched,
+    in_table_order,
+    parse,
+    samples,
+    searched_schemes,
+    searches,
+    write_searched,
+)
 from examples.quality.plots import save_against_memory, save_loss_curves  # noqa: E402
+from pock_mlir.files import atomic_write  # noqa: E402
+
 
 def fixed_batches(tokens, seq, batch, count, seed):
     rng = np.random.RandomState(seed)
@@ -70,19 +88,33 @@ SCHEMES = {
 }
 # --quick is a smoke test of the whole path: the preset and LoRA over an int8 base (and any searched)
 QUICK_SCHEMES = ("sparse preset (last 2 blocks)", "LoRA r=8, all linears, int8 base")
-SEARCH_AGAINST = ("sparse preset (last 2 blocks)", "last block only", "norms only", "LoRA r=8, attention",
-                  "LoRA r=8, all linears", "sparse preset, int8 base")  # --search presets; over int8 where they are
+SEARCH_AGAINST = (
+    "sparse preset (last 2 blocks)",
+    "last block only",
+    "norms only",
+    "LoRA r=8, attention",
+    "LoRA r=8, all linears",
+    "sparse preset, int8 base",
+)  # --search presets; over int8 where they are
 
 
 def search(base, train_batches, val_batches, searched: list[Searched], seed: int, quick: bool) -> None:
     """Write the scheme pock.search_sparse finds under each budget (see the module docstring):
     one search over the float32 base, one over the int8 base."""
     for quantize, group in searches(searched).items():
-        results = pock.search_sparse(copy.deepcopy(base), samples(train_batches), samples(val_batches),
-                                     loss=token_cross_entropy, optimizer=pock.AdamW(lr=SEARCH_LR, weight_decay=0.0),
-                                     budget=[pock.Budget(memory_mb=s.mb) for s in group], quantize=quantize,
-                                     batch_size=len(train_batches[0][0]), seed=seed, progress=True,
-                                     **(QUICK_SEARCH if quick else {}))
+        results = pock.search_sparse(
+            copy.deepcopy(base),
+            samples(train_batches),
+            samples(val_batches),
+            loss=token_cross_entropy,
+            optimizer=pock.AdamW(lr=SEARCH_LR, weight_decay=0.0),
+            budget=[pock.Budget(memory_mb=s.mb) for s in group],
+            quantize=quantize,
+            batch_size=len(train_batches[0][0]),
+            seed=seed,
+            progress=True,
+            **(QUICK_SEARCH if quick else {}),
+        )
         write_searched(group, results)
 
 
@@ -95,8 +127,9 @@ def pock_finetune(base, scheme, train_batches, held_out, lr):
     model = copy.deepcopy(base)
     x0, y0 = train_batches[0]
     start = time.perf_counter()
-    program = pock.compile_training(model, x0, y0, loss=token_cross_entropy, optimizer=pock.AdamW(lr=lr, weight_decay=0.0),
-                                    sparse=scheme)
+    program = pock.compile_training(
+        model, x0, y0, loss=token_cross_entropy, optimizer=pock.AdamW(lr=lr, weight_decay=0.0), sparse=scheme
+    )
     compile_s = time.perf_counter() - start
     trainer = program.trainer()
     losses, step_times = [], []
@@ -105,10 +138,16 @@ def pock_finetune(base, scheme, train_batches, held_out, lr):
         losses.append(trainer.step(x, y))
         step_times.append(time.perf_counter() - t)
     model.load_state_dict({k: torch.from_numpy(v) for k, v in trainer.merged_state_dict().items()}, strict=False)
-    return {"lr": lr, "train_loss": losses, **held_out_losses(model, held_out),
-            "tokens_per_s": x0.size / float(np.median(step_times[2:])), "compile_s": compile_s,
-            "trainable": program.signature.trained_values,
-            "device_mb": trainer.device_bytes / 2**20, "trainer": trainer}
+    return {
+        "lr": lr,
+        "train_loss": losses,
+        **held_out_losses(model, held_out),
+        "tokens_per_s": x0.size / float(np.median(step_times[2:])),
+        "compile_s": compile_s,
+        "trainable": program.signature.trained_values,
+        "device_mb": trainer.device_bytes / 2**20,
+        "trainer": trainer,
+    }
 
 
 def torch_finetune(base, train_batches, held_out, lr):
@@ -123,30 +162,51 @@ def torch_finetune(base, train_batches, held_out, lr):
         opt.step()
         step_times.append(time.perf_counter() - t)
         losses.append(loss.item())
-    return {"lr": lr, "train_loss": losses, **held_out_losses(model, held_out),
-            "tokens_per_s": train_batches[0][0].size / float(np.median(step_times[2:])),
-            "trainable": sum(p.numel() for p in model.parameters())}
+    return {
+        "lr": lr,
+        "train_loss": losses,
+        **held_out_losses(model, held_out),
+        "tokens_per_s": train_batches[0][0].size / float(np.median(step_times[2:])),
+        "trainable": sum(p.numel() for p in model.parameters()),
+    }
 
 
 def plot(results: dict, path: Path):
-    save_loss_curves({f"{name}, lr {r['lr']:g} (test {r['test_loss']:.3f})":
-                      np.convolve(r["train_loss"], np.ones(10) / 10, mode="valid") for name, r in results.items()},
-                     "training loss (nats/char, 10-step mean)",
-                     "Fine-tuning a char-level LLaMA-like model on stdlib documentation", path)
+    save_loss_curves(
+        {
+            f"{name}, lr {r['lr']:g} (test {r['test_loss']:.3f})": np.convolve(
+                r["train_loss"], np.ones(10) / 10, mode="valid"
+            )
+            for name, r in results.items()
+        },
+        "training loss (nats/char, 10-step mean)",
+        "Fine-tuning a char-level LLaMA-like model on stdlib documentation",
+        path,
+    )
+
 
 def markdown_report(results: dict, samples: dict) -> str:
     """The table, then the greedy completion of the prompt before and after sparse fine-tuning."""
     full = results[REFERENCE]["test_loss"]
-    rows = ["| scheme | system | lr (best on val) | test loss | vs PyTorch full | tokens/s | trained values | device MB |",
-            "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |"]
+    rows = [
+        "| scheme | system | lr (best on val) | test loss | vs PyTorch full | tokens/s | trained values | device MB |",
+        "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |",
+    ]
     for name, r in results.items():
         system = "PyTorch eager" if name == REFERENCE else "pock-mlir"
         trained = f"{r['trainable']:,}" if "trainable" in r else ""
         memory = f"{r['device_mb']:.2f}" if "device_mb" in r else ""
-        rows.append(f"| {name} | {system} | {r['lr']:g} | {r['test_loss']:.3f} | "
-                    f"{100 * (r['test_loss'] / full - 1):+.1f}% | {r['tokens_per_s']:.0f} | {trained} | {memory} |")
-    rows += ["", f"Greedy completion of `{samples['prompt']!r}` through the compiled forward:", "",
-             f"- before fine-tuning: `{samples['before']!r}`", f"- after (sparse preset): `{samples['after']!r}`"]
+        rows.append(
+            f"| {name} | {system} | {r['lr']:g} | {r['test_loss']:.3f} | "
+            f"{100 * (r['test_loss'] / full - 1):+.1f}% | {r['tokens_per_s']:.0f} | {trained} | {memory} |"
+        )
+    rows += [
+        "",
+        f"Greedy completion of `{samples['prompt']!r}` through the compiled forward:",
+        "",
+        f"- before fine-tuning: `{samples['before']!r}`",
+        f"- after (sparse preset): `{samples['after']!r}`",
+    ]
     return "\n".join(rows)
 
 
@@ -161,11 +221,18 @@ def main(argv=None):
     train_end, val_end = int(0.8 * len(docs)), int(0.9 * len(docs))
     torch.manual_seed(args.seed)
     print(f"pretraining on {len(source)} characters of stdlib source", flush=True)
-    base = pretrain(LlamaLike(cfg), lambda rng: windows(source, cfg.max_len, batch, rng), token_cross_entropy,
-                    pretrain_steps, args.seed)
+    base = pretrain(
+        LlamaLike(cfg),
+        lambda rng: windows(source, cfg.max_len, batch, rng),
+        token_cross_entropy,
+        pretrain_steps,
+        args.seed,
+    )
     train_batches = fixed_batches(docs[:train_end], cfg.max_len, batch, finetune_steps, args.seed + 1)
-    held_out = {"val_loss": fixed_batches(docs[train_end:val_end], cfg.max_len, batch, held_out_count, args.seed + 2),
-                "test_loss": fixed_batches(docs[val_end:], cfg.max_len, batch, held_out_count, args.seed + 3)}
+    held_out = {
+        "val_loss": fixed_batches(docs[train_end:val_end], cfg.max_len, batch, held_out_count, args.seed + 2),
+        "test_loss": fixed_batches(docs[val_end:], cfg.max_len, batch, held_out_count, args.seed + 3),
+    }
 
     results, sweeps, trainers = {}, {}, {}
 
@@ -180,17 +247,31 @@ def main(argv=None):
                     r = pock_finetune(base, scheme, train_batches, held_out, lr)
                 trainer = r.pop("trainer", None)
                 sweeps[name].append({k: r[k] for k in ("lr", "val_loss", "test_loss")})
-                print(f"{name}, lr {lr:g}: val loss {r['val_loss']:.3f}, test loss {r['test_loss']:.3f}, "
-                      f"{r['tokens_per_s']:.0f} tokens/s", flush=True)
+                print(
+                    f"{name}, lr {lr:g}: val loss {r['val_loss']:.3f}, test loss {r['test_loss']:.3f}, "
+                    f"{r['tokens_per_s']:.0f} tokens/s",
+                    flush=True,
+                )
                 if name not in results or r["val_loss"] < results[name]["val_loss"]:
                     results[name], trainers[name] = r, trainer
 
     hand_written = {n: s for n, s in SCHEMES.items() if not args.quick or n in QUICK_SCHEMES}
     sweep({REFERENCE: "torch", **{f"pock {n}": s for n, s in hand_written.items()}})
-    at = ({results[f"pock {n}"]["device_mb"]: n for n in SEARCH_AGAINST if f"pock {n}" in results}
-          if budgets == PRESETS else dict.fromkeys(budgets))
-    searched = searched_schemes(out, "language", at, {n: SCHEMES[n]["quantize"]["frozen"] for n in SEARCH_AGAINST
-                                                      if isinstance(SCHEMES[n], dict) and "quantize" in SCHEMES[n]})
+    at = (
+        {results[f"pock {n}"]["device_mb"]: n for n in SEARCH_AGAINST if f"pock {n}" in results}
+        if budgets == PRESETS
+        else dict.fromkeys(budgets)
+    )
+    searched = searched_schemes(
+        out,
+        "language",
+        at,
+        {
+            n: SCHEMES[n]["quantize"]["frozen"]
+            for n in SEARCH_AGAINST
+            if isinstance(SCHEMES[n], dict) and "quantize" in SCHEMES[n]
+        },
+    )
     if searched:
         search(base, train_batches, held_out["val_loss"], searched, args.seed, args.quick)
         sweep({f"pock {s.name}": s.file for s in searched})
@@ -198,22 +279,40 @@ def main(argv=None):
 
     prompt = "Return a new "
     # the base model's forward alone: a module of evaluate, without the step the completion never takes
-    program_before = pock.compile_training(copy.deepcopy(base), *train_batches[0], loss=token_cross_entropy,
-                                           functions=())
+    program_before = pock.compile_training(
+        copy.deepcopy(base), *train_batches[0], loss=token_cross_entropy, functions=()
+    )
     program_before.module(("evaluate",))
-    samples = {"before": greedy_completion(program_before.trainer().evaluate, prompt, (batch, cfg.max_len), 40),
-               "after": greedy_completion(trainers["pock sparse preset (last 2 blocks)"].evaluate, prompt,
-                                          (batch, cfg.max_len), 40)}
+    samples = {
+        "before": greedy_completion(program_before.trainer().evaluate, prompt, (batch, cfg.max_len), 40),
+        "after": greedy_completion(
+            trainers["pock sparse preset (last 2 blocks)"].evaluate, prompt, (batch, cfg.max_len), 40
+        ),
+    }
     report = markdown_report(results, {"prompt": prompt, **samples})
     print(report)
-    atomic_write(out / "language.json", json.dumps({"config": cfg.__dict__, "pretrain_steps": pretrain_steps,
-                                                   "finetune_steps": finetune_steps, "results": results, "sweeps": sweeps,
-                                                   "samples": {"prompt": prompt, **samples}}, indent=1))
+    atomic_write(
+        out / "language.json",
+        json.dumps(
+            {
+                "config": cfg.__dict__,
+                "pretrain_steps": pretrain_steps,
+                "finetune_steps": finetune_steps,
+                "results": results,
+                "sweeps": sweeps,
+                "samples": {"prompt": prompt, **samples},
+            },
+            indent=1,
+        ),
+    )
     atomic_write(out / "language.md", report + "\n")
     plot(results, out / "language.png")
-    save_against_memory({name: (r["device_mb"], r["test_loss"]) for name, r in results.items() if "device_mb" in r},
-                        "test loss (nats/char)", "Language fine-tuning: test loss against training memory",
-                        out / "language_memory.png")
+    save_against_memory(
+        {name: (r["device_mb"], r["test_loss"]) for name, r in results.items() if "device_mb" in r},
+        "test loss (nats/char)",
+        "Language fine-tuning: test loss against training memory",
+        out / "language_memory.png",
+    )
 
 
 if __name__ == "__main__":

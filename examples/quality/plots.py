@@ -38,8 +38,14 @@ def save_against_memory(points: dict, ylabel: str, title: str, path: Path) -> No
     plt, fig, ax = _figure(figsize=(11, 4.5))
     colors = plt.get_cmap("tab20").colors  # a colour per scheme for up to 20 of them
     for i, (label, (mb, value)) in enumerate(points.items()):
-        ax.scatter([mb], [value], marker="*" if "searched" in label else "o", s=90 if "searched" in label else 60,
-                   color=colors[i % len(colors)], label=label)
+        ax.scatter(
+            [mb],
+            [value],
+            marker="*" if "searched" in label else "o",
+            s=90 if "searched" in label else 60,
+            color=colors[i % len(colors)],
+            label=label,
+        )
     ax.set_xlabel("training memory on the device (MB, Trainer.device_bytes)")
     ax.set_ylabel(ylabel)
     ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))

@@ -57,11 +57,15 @@ def table(seeds: dict[int, dict]) -> str:
     names = list(keyed[order[0]])
     for seed, rows_of_seed in keyed.items():
         if list(rows_of_seed) != names:
-            raise SystemExit(f"seed {seed}'s run has the rows {list(rows_of_seed)}, seed {order[0]}'s {names}: run "
-                             f"every seed with the same options (--search presets)")
-    rows = [f"| scheme | {' | '.join(f'seed {s}' for s in order)} | mean test accuracy | searched - hand-written "
-            f"(points, mean ± s.e. over seeds) |",
-            "| --- |" + " ---: |" * (len(order) + 2)]
+            raise SystemExit(
+                f"seed {seed}'s run has the rows {list(rows_of_seed)}, seed {order[0]}'s {names}: run "
+                f"every seed with the same options (--search presets)"
+            )
+    rows = [
+        f"| scheme | {' | '.join(f'seed {s}' for s in order)} | mean test accuracy | searched - hand-written "
+        f"(points, mean ± s.e. over seeds) |",
+        "| --- |" + " ---: |" * (len(order) + 2),
+    ]
     for name in names:
         accuracy = [keyed[s][name][0]["accuracy"] for s in order]
         difference = ""
@@ -70,8 +74,9 @@ def table(seeds: dict[int, dict]) -> str:
             points = [100 * (keyed[s][name][0]["accuracy"] - keyed[s][against][0]["accuracy"]) for s in order]
             error = f" ± {statistics.stdev(points) / math.sqrt(len(points)):.1f}" if len(points) > 1 else ""
             difference = f"{statistics.mean(points):+.1f}{error}"
-        rows.append(f"| {name} | {' | '.join(f'{a:.3f}' for a in accuracy)} | {statistics.mean(accuracy):.3f} | "
-                    f"{difference} |")
+        rows.append(
+            f"| {name} | {' | '.join(f'{a:.3f}' for a in accuracy)} | {statistics.mean(accuracy):.3f} | {difference} |"
+        )
     return "\n".join(rows)
 
 
@@ -81,7 +86,9 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     results = Path(args.results)
     if not (results / "vision.json").is_file():
-        parser.error(f"{results / 'vision.json'} does not exist: run python examples/quality/vision.py --search presets")
+        parser.error(
+            f"{results / 'vision.json'} does not exist: run python examples/quality/vision.py --search presets"
+        )
     seeds = runs(results)
     text = table(seeds)
     print(text)

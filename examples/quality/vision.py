@@ -41,11 +41,19 @@ import torch.nn.functional as F
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 from bench.memory import reset_peak, rss_kb  # noqa: E402
-from pock_mlir.files import atomic_write  # noqa: E402
 from examples.models.cnn import MobileNetV2Like, Stage  # noqa: E402
-from examples.quality.cli import (PRESETS, QUICK_SEARCH, REFERENCE, Searched, in_table_order, parse,  # noqa: E402
-                                  searched_schemes, write_searched)
+from examples.quality.cli import (  # noqa: E402
+    PRESETS,
+    QUICK_SEARCH,
+    REFERENCE,
+    Searched,
+    in_table_order,
+    parse,
+    searched_schemes,
+    write_searched,
+)
 from examples.quality.plots import save_against_memory, save_loss_curves  # noqa: E402
+from pock_mlir.files import atomic_write  # noqa: E402
 
 BATCH = 32
 SIZE = 32
@@ -58,11 +66,21 @@ SEARCH_LR = 0.03  # the candidates' fine-tuning in the search (SGD with momentum
 SCHEMES = {
     "full": None,
     "bias only": {"preset": "bias-only", "classifier.*": "full"},
-    "last 2 blocks": {"features.6.*": "full", "features.7.*": "full", "features.8.*": "full",
-                      "classifier.*": "full", "default": "frozen"},
+    "last 2 blocks": {
+        "features.6.*": "full",
+        "features.7.*": "full",
+        "features.8.*": "full",
+        "classifier.*": "full",
+        "default": "frozen",
+    },
     "sparse preset": "mobilenet-last-3",
-    "channel-sparse (50%)": {"features.*.conv.0.0": 0.5, "features.*.conv.2": 0.5, "*bias": "full",
-                             "classifier.*": "full", "default": "frozen"},
+    "channel-sparse (50%)": {
+        "features.*.conv.0.0": 0.5,
+        "features.*.conv.2": 0.5,
+        "*bias": "full",
+        "classifier.*": "full",
+        "default": "frozen",
+    },
 }
 # --quick is a smoke test of the whole path: a preset and a channel-sparse scheme (and any searched)
 QUICK_SCHEMES = ("sparse preset", "channel-sparse (50%)")
@@ -74,10 +92,18 @@ def search(path: Path, seed: int, searched: list[Searched], quick: bool) -> None
     import pock_mlir as pock
 
     data = images(seed)
-    results = pock.search_sparse(fresh_head(path, seed), data["train"], data["val"], loss="cross_entropy",
-                                 optimizer=pock.SGD(lr=SEARCH_LR, momentum=0.9),
-                                 budget=[pock.Budget(memory_mb=s.mb) for s in searched], batch_size=BATCH, seed=seed,
-                                 progress=True, **(QUICK_SEARCH if quick else {}))
+    results = pock.search_sparse(
+        fresh_head(path, seed),
+        data["train"],
+        data["val"],
+        loss="cross_entropy",
+        optimizer=pock.SGD(lr=SEARCH_LR, momentum=0.9),
+        budget=[pock.Budget(memory_mb=s.mb) for s in searched],
+        batch_size=BATCH,
+        seed=seed,
+        progress=True,
+        **(QUICK_SEARCH if quick else {}),
+    )
     write_searched(searched, results)
 
 
@@ -95,14 +121,18 @@ def images(seed: int):
     old, new = y < 5, y >= 5
     x_new, y_new = x[new], y[new] - 5
     train, val = int(0.56 * len(x_new)), int(0.7 * len(x_new))
-    return {"pretrain": (x[old], y[old]), "train": (x_new[:train], y_new[:train]),
-            "val": (x_new[train:val], y_new[train:val]), "test": (x_new[val:], y_new[val:])}
+    return {
+        "pretrain": (x[old], y[old]),
+        "train": (x_new[:train], y_new[:train]),
+        "val": (x_new[train:val], y_new[train:val]),
+        "test": (x_new[val:], y_new[val:]),
+    }
 
 
 def batches(x, y, seed):
     order = np.random.RandomState(seed).permutation(len(x))
     for start in range(0, len(x) - BATCH + 1, BATCH):
-        index = order[start:start + BATCH]
+        index = order[start : start + BATCH]
         yield x[index], y[index]
 
 
@@ -110,7 +140,7 @@ def accuracy(predict, x, y) -> float:
     """Over the full batches (the compiled model takes batches of exactly BATCH)."""
     correct, seen = 0, 0
     for start in range(0, len(x) - BATCH + 1, BATCH):
-        correct += int((np.argmax(predict(x[start:start + BATCH]), 1) == y[start:start + BATCH]).sum())
+        correct += int((np.argmax(predict(x[start : start + BATCH]), 1) == y[start : start + BATCH]).sum())
         seen += BATCH
     return correct / seen
 
@@ -174,8 +204,9 @@ def run_scheme(name: str, scheme, lr: float, path: Path, seed: int, epochs: int)
         import pock_mlir as pock
 
         start = time.perf_counter()
-        program = pock.compile_training(model, x[:BATCH], y[:BATCH], loss="cross_entropy",
-                                        optimizer=pock.SGD(lr=lr, momentum=0.9), sparse=scheme)
+        program = pock.compile_training(
+            model, x[:BATCH], y[:BATCH], loss="cross_entropy", optimizer=pock.SGD(lr=lr, momentum=0.9), sparse=scheme
+        )
         compile_s = time.perf_counter() - start
         before = reset_peak()
         trainer = program.trainer()
@@ -185,29 +216,46 @@ def run_scheme(name: str, scheme, lr: float, path: Path, seed: int, epochs: int)
                 losses.append(trainer.step(xb, yb))
                 step_times.append(time.perf_counter() - t)
         val_acc, test_acc = accuracy(trainer.evaluate, x_val, y_val), accuracy(trainer.evaluate, x_test, y_test)
-        device_mb = trainer.device_bytes / 2 ** 20  # what a search budget counts
-    return {"device_mb": device_mb, "lr": lr, "val_accuracy": val_acc, "accuracy": test_acc, "step_ms": 1000 * float(np.median(step_times[3:])),
-            "loss": losses, "training_mb": (rss_kb("VmHWM") - before) / 1024, "compile_s": compile_s}
+        device_mb = trainer.device_bytes / 2**20  # what a search budget counts
+    return {
+        "device_mb": device_mb,
+        "lr": lr,
+        "val_accuracy": val_acc,
+        "accuracy": test_acc,
+        "step_ms": 1000 * float(np.median(step_times[3:])),
+        "loss": losses,
+        "training_mb": (rss_kb("VmHWM") - before) / 1024,
+        "compile_s": compile_s,
+    }
 
 
 def plot(results: dict, path: Path):
-    save_loss_curves({f"{name}, lr {r['lr']:g} (acc {r['accuracy']:.3f})":
-                      np.convolve(r["loss"], np.ones(5) / 5, mode="valid") for name, r in results.items()},
-                     "training loss (5-step mean)",
-                     "Fine-tuning a MobileNetV2-like CNN from digits 0-4 to digits 5-9", path)
+    save_loss_curves(
+        {
+            f"{name}, lr {r['lr']:g} (acc {r['accuracy']:.3f})": np.convolve(r["loss"], np.ones(5) / 5, mode="valid")
+            for name, r in results.items()
+        },
+        "training loss (5-step mean)",
+        "Fine-tuning a MobileNetV2-like CNN from digits 0-4 to digits 5-9",
+        path,
+    )
 
 
 def markdown_table(results: dict) -> str:
     ref = results[REFERENCE]
-    rows = ["| scheme | system | lr (best on val) | test accuracy | vs PyTorch full (points) | ms/step | "
-            "speed vs PyTorch full | training MB | device MB |",
-            "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
+    rows = [
+        "| scheme | system | lr (best on val) | test accuracy | vs PyTorch full (points) | ms/step | "
+        "speed vs PyTorch full | training MB | device MB |",
+        "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+    ]
     for name, r in results.items():
         system = "PyTorch eager" if name == REFERENCE else "pock-mlir"
         device = f"{r['device_mb']:.2f}" if r["device_mb"] else ""
-        rows.append(f"| {name} | {system} | {r['lr']:g} | {r['accuracy']:.3f} | "
-                    f"{100 * (r['accuracy'] - ref['accuracy']):+.1f} | {r['step_ms']:.2f} | "
-                    f"{ref['step_ms'] / r['step_ms']:.2f}x | {r['training_mb']:.0f} | {device} |")
+        rows.append(
+            f"| {name} | {system} | {r['lr']:g} | {r['accuracy']:.3f} | "
+            f"{100 * (r['accuracy'] - ref['accuracy']):+.1f} | {r['step_ms']:.2f} | "
+            f"{ref['step_ms'] / r['step_ms']:.2f}x | {r['training_mb']:.0f} | {device} |"
+        )
     return "\n".join(rows)
 
 
@@ -228,8 +276,11 @@ def sweep(names, learning_rates, args, results: dict, sweeps: dict, files: dict)
         for lr in learning_rates:
             r = run_in_child(name, lr, args, files.get(name))
             sweeps[name].append({k: r[k] for k in ("lr", "val_accuracy", "accuracy")})
-            print(f"{name}, lr {lr:g}: val accuracy {r['val_accuracy']:.3f}, test accuracy {r['accuracy']:.3f}, "
-                  f"{r['step_ms']:.2f} ms/step, training {r['training_mb']:.0f} MB", flush=True)
+            print(
+                f"{name}, lr {lr:g}: val accuracy {r['val_accuracy']:.3f}, test accuracy {r['accuracy']:.3f}, "
+                f"{r['step_ms']:.2f} ms/step, training {r['training_mb']:.0f} MB",
+                flush=True,
+            )
             if name not in results or r["val_accuracy"] > results[name]["val_accuracy"]:
                 results[name] = r
 
@@ -251,10 +302,19 @@ def main(argv=None):
         return
     pretrain(args.seed, pretrain_epochs, checkpoint, args.quick)
     results, sweeps = {}, {}
-    sweep([REFERENCE, *(n for n in SCHEMES if not args.quick or n in QUICK_SCHEMES)], learning_rates, args, results,
-          sweeps, {})
-    at = ({results[n]["device_mb"]: n for n in SEARCH_AGAINST if n in results} if budgets == PRESETS
-          else dict.fromkeys(budgets))
+    sweep(
+        [REFERENCE, *(n for n in SCHEMES if not args.quick or n in QUICK_SCHEMES)],
+        learning_rates,
+        args,
+        results,
+        sweeps,
+        {},
+    )
+    at = (
+        {results[n]["device_mb"]: n for n in SEARCH_AGAINST if n in results}
+        if budgets == PRESETS
+        else dict.fromkeys(budgets)
+    )
     searched = searched_schemes(out, "vision", at)
     if searched:
         search(checkpoint, args.seed, searched, args.quick)
@@ -262,14 +322,27 @@ def main(argv=None):
     results = in_table_order(results, searched)
     table = markdown_table(results)
     print(table)
-    atomic_write(out / "vision.json", json.dumps({"results": results, "sweeps": sweeps, "seed": args.seed,
-                                                 "pretrain_epochs": pretrain_epochs,
-                                                 "finetune_epochs": finetune_epochs}, indent=1))
+    atomic_write(
+        out / "vision.json",
+        json.dumps(
+            {
+                "results": results,
+                "sweeps": sweeps,
+                "seed": args.seed,
+                "pretrain_epochs": pretrain_epochs,
+                "finetune_epochs": finetune_epochs,
+            },
+            indent=1,
+        ),
+    )
     atomic_write(out / "vision.md", table + "\n")
     plot(results, out / "vision.png")
-    save_against_memory({name: (r["device_mb"], r["accuracy"]) for name, r in results.items() if r["device_mb"]},
-                         "test accuracy", "Vision fine-tuning: accuracy against training memory",
-                         out / "vision_memory.png")
+    save_against_memory(
+        {name: (r["device_mb"], r["accuracy"]) for name, r in results.items() if r["device_mb"]},
+        "test accuracy",
+        "Vision fine-tuning: accuracy against training memory",
+        out / "vision_memory.png",
+    )
     checkpoint.unlink()
 
 

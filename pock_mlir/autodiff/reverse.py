@@ -98,7 +98,9 @@ def differentiate(loss: ir.Value, params: list[ir.Value], insert_before: ir.Oper
             raise MissingRuleError(
                 f"cannot differentiate through the call to {op.attributes['callee']} (at "
                 f"{describe_location(op.location)}): run the 'inline' pass before pock-autodiff "
-                f"(e.g. pock-opt -p 'inline,pock-autodiff,...'), as compile_training does", op.location)
+                f"(e.g. pock-opt -p 'inline,pock-autodiff,...'), as compile_training does",
+                op.location,
+            )
         if rule is None:
             needed = sorted(set().union(*(depends.get(r, frozenset()) for r in results)))
             names = ", ".join(parameter_name(params[i], i) for i in needed)
@@ -106,26 +108,36 @@ def differentiate(loss: ir.Value, params: list[ir.Value], insert_before: ir.Oper
                 f"no derivative rule for {op.name} (at {describe_location(op.location)}); "
                 f"the gradients of {names} need it. Freeze these parameters (for example "
                 f"sparse={{'<pattern>': 'frozen'}}) or add a rule for '{op_key(op)}' in pock_mlir/autodiff/rules/",
-                op.location)
+                op.location,
+            )
         b = builder.at(op.location)
         if len(results) == 1:
             g, out = grads[0], results[0]
         else:
-            g = tuple(gr if gr is not None or not _is_differentiable(r) else b.zeros_like(r)
-                      for gr, r in zip(grads, results))
+            g = tuple(
+                gr if gr is not None or not _is_differentiable(r) else b.zeros_like(r) for gr, r in zip(grads, results)
+            )
             out = tuple(results)
         args = [decode_operand(o) for o in op.operands]
         try:
             operand_cts = rule(b, g, out, *args)
         except NotImplementedError as e:  # a rule that covers only some of its op's attributes
-            raise MissingRuleError(f"{op.name} (at {describe_location(op.location)}): {e}; freeze the parameters "
-                                   f"before it (sparse={{'<pattern>': 'frozen'}}) or extend the rule for "
-                                   f"'{op_key(op)}' in pock_mlir/autodiff/rules/", op.location) from None
+            raise MissingRuleError(
+                f"{op.name} (at {describe_location(op.location)}): {e}; freeze the parameters "
+                f"before it (sparse={{'<pattern>': 'frozen'}}) or extend the rule for "
+                f"'{op_key(op)}' in pock_mlir/autodiff/rules/",
+                op.location,
+            ) from None
         except ValueError as e:  # operands the op itself cannot take (hand-written IR): say which op
-            raise MissingRuleError(f"{op.name} (at {describe_location(op.location)}): its operands and result do "
-                                   f"not fit each other, so it cannot be differentiated: {e}", op.location) from None
+            raise MissingRuleError(
+                f"{op.name} (at {describe_location(op.location)}): its operands and result do "
+                f"not fit each other, so it cannot be differentiated: {e}",
+                op.location,
+            ) from None
         if len(operand_cts) != len(args):
-            raise AssertionError(f"rule for {op_key(op)} returned {len(operand_cts)} cotangents for {len(args)} operands")
+            raise AssertionError(
+                f"rule for {op_key(op)} returned {len(operand_cts)} cotangents for {len(args)} operands"
+            )
         for operand, ct in zip(op.operands, operand_cts):
             if isinstance(ct, (list, tuple)):  # a tensor-list operand: cotangents per element
                 for element, element_ct in zip(operand.owner.operands, ct):

@@ -18,11 +18,11 @@ from flwr.app import Array, ArrayRecord, Context, Message, MetricRecord, RecordD
 from flwr.clientapp import ClientApp
 from safetensors.numpy import save
 
-from pock_mlir.runtime.bundle import Bundle, load_bundle
+from pock_mlir.data import batch_order, evaluate, load_data
 from pock_mlir.federated.wire import from_wire, to_wire
 from pock_mlir.files import atomic_write
 from pock_mlir.runtime import NonFiniteLossError
-from pock_mlir.data import batch_order, evaluate, load_data
+from pock_mlir.runtime.bundle import Bundle, load_bundle
 from pock_mlir.tools.pock_train import open_trainer
 
 app = ClientApp()
@@ -45,7 +45,8 @@ def _open_bundle(context: Context, config) -> Bundle:
     if bundle.module_sha256 != config["module-sha256"]:
         raise BundleMismatchError(
             f"this device's bundle {bundle.path} has module sha256 {bundle.module_sha256[:12]}…, the server trains "
-            f"{str(config['module-sha256'])[:12]}…: give this SuperNode the bundle the server was started with")
+            f"{str(config['module-sha256'])[:12]}…: give this SuperNode the bundle the server was started with"
+        )
     return bundle
 
 
@@ -61,17 +62,25 @@ def train(msg: Message, context: Context) -> Message:
     losses, started = [], time.perf_counter()
     for epoch in range(epochs):
         # A fresh order per round and epoch, drawn as pock-train draws it from (seed, epoch).
-        for step, batch in enumerate(batch_order(node_seed, server_round * epochs + epoch, len(train_split),
-                                                 bundle.batch_size)):
+        for step, batch in enumerate(
+            batch_order(node_seed, server_round * epochs + epoch, len(train_split), bundle.batch_size)
+        ):
             try:
                 losses.append(trainer.step(*train_split.batch(batch)))
             except NonFiniteLossError as e:
-                raise NonFiniteLossError(f"round {server_round}, local epoch {epoch + 1}, batch {step + 1}: {e}") from None
+                raise NonFiniteLossError(
+                    f"round {server_round}, local epoch {epoch + 1}, batch {step + 1}: {e}"
+                ) from None
     sent = to_wire(bundle, trainer.state_dict())
     if "sent-log" in context.node_config:  # an audit copy of exactly what this reply carries
         atomic_write(Path(context.node_config["sent-log"]) / f"round-{server_round}.safetensors", save(sent))
-    metrics = {"num-examples": len(losses) * bundle.batch_size, "train-loss": float(np.mean(losses)),
-               "train-seconds": time.perf_counter() - started}
+    metrics = {
+        "num-examples": len(losses) * bundle.batch_size,
+        "train-loss": float(np.mean(losses)),
+        "train-seconds": time.perf_counter() - started,
+    }
     if val_split is not None:
-        metrics.update({key.replace("_", "-"): value for key, value in evaluate(trainer, val_split, bundle.batch_size).items()})
+        metrics.update(
+            {key.replace("_", "-"): value for key, value in evaluate(trainer, val_split, bundle.batch_size).items()}
+        )
     return Message(RecordDict({"arrays": record_of(sent), "metrics": MetricRecord(metrics)}), reply_to=msg)

@@ -29,9 +29,9 @@ try:
 except ImportError:
     sys.exit("pock-federate needs Flower: pip install 'pock-mlir[federated]'")
 
-from pock_mlir.runtime.bundle import BundleError, load_bundle
-from pock_mlir.federated.server import RESULTS, SAY
 from pock_mlir.data import DataError, load_data
+from pock_mlir.federated.server import RESULTS, SAY
+from pock_mlir.runtime.bundle import BundleError, load_bundle
 
 APP = Path(__file__).parent / "flower_app"
 BIN = Path(sys.executable).parent  # flower-superlink, flower-supernode, flwr and flower-superexec live here
@@ -109,8 +109,12 @@ class LocalFederation:
         self.clients, self.work, self.sent_logs = clients, Path(work), sent_logs
         self.port = free_port()
         # Flower reports usage events to its makers unless told not to: a local federation sends nothing.
-        self.env = {**os.environ, "FLWR_HOME": str(self.work / "flower-home"), "FLWR_TELEMETRY_ENABLED": "0",
-                    "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}"}
+        self.env = {
+            **os.environ,
+            "FLWR_HOME": str(self.work / "flower-home"),
+            "FLWR_TELEMETRY_ENABLED": "0",
+            "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}",
+        }
         self.log_path = self.work / "flower.log"
         self.superlink: subprocess.Popen | None = None
         self.supernodes: list[subprocess.Popen] = []
@@ -121,8 +125,11 @@ class LocalFederation:
     def __enter__(self) -> LocalFederation:
         home = self.work / "flower-home"
         home.mkdir(parents=True, exist_ok=True)
-        (home / "config.toml").write_text(tomli_w.dumps(
-            {"superlink": {"default": "local", "local": {"address": f"127.0.0.1:{self.port}", "insecure": True}}}))
+        (home / "config.toml").write_text(
+            tomli_w.dumps(
+                {"superlink": {"default": "local", "local": {"address": f"127.0.0.1:{self.port}", "insecure": True}}}
+            )
+        )
         self._log = open(self.log_path, "ab")
         try:
             self._start()
@@ -132,13 +139,28 @@ class LocalFederation:
         return self
 
     def _spawn(self, command: list[str]) -> subprocess.Popen:
-        return subprocess.Popen(command, env=self.env, stdout=self._log, stderr=subprocess.STDOUT,
-                                stdin=subprocess.DEVNULL, start_new_session=True)  # Ctrl-C reaches us alone
+        return subprocess.Popen(
+            command,
+            env=self.env,
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+        )  # Ctrl-C reaches us alone
 
     def _start(self) -> None:
         # The SuperLink installs an app's dependencies with uv by default: offline, and needless here.
-        self.superlink = self._spawn([str(BIN / "flower-superlink"), "--insecure", "--host", "127.0.0.1",
-                                      "--port", str(self.port), "--disable-runtime-dependency-installation"])
+        self.superlink = self._spawn(
+            [
+                str(BIN / "flower-superlink"),
+                "--insecure",
+                "--host",
+                "127.0.0.1",
+                "--port",
+                str(self.port),
+                "--disable-runtime-dependency-installation",
+            ]
+        )
         self._wait_for_port()
         for index, (bundle, data) in enumerate(self.clients):
             config = {"bundle": str(Path(bundle).resolve()), "data": str(Path(data).resolve()), "seed": index}
@@ -147,23 +169,36 @@ class LocalFederation:
                 config["sent-log"] = str(self.sent_log(index).resolve())
             node_config = self.work / f"node-{index}.toml"
             node_config.write_text(tomli_w.dumps(config))
-            self.supernodes.append(self._spawn([str(BIN / "flower-supernode"), "--insecure", "--superlink",
-                                                f"127.0.0.1:{self.port}", "--port", str(free_port()),
-                                                "--node-config", str(node_config)]))
+            self.supernodes.append(
+                self._spawn(
+                    [
+                        str(BIN / "flower-supernode"),
+                        "--insecure",
+                        "--superlink",
+                        f"127.0.0.1:{self.port}",
+                        "--port",
+                        str(free_port()),
+                        "--node-config",
+                        str(node_config),
+                    ]
+                )
+            )
 
     def _wait_for_port(self) -> None:
         deadline = time.monotonic() + STARTUP_SECONDS
         while time.monotonic() < deadline:
             if self.superlink.poll() is not None:
-                raise FederationError(f"flower-superlink exited with code {self.superlink.returncode} "
-                                      f"(see {self.log_path})")
+                raise FederationError(
+                    f"flower-superlink exited with code {self.superlink.returncode} (see {self.log_path})"
+                )
             try:
                 socket.create_connection(("127.0.0.1", self.port), timeout=1).close()
                 return
             except OSError:
                 time.sleep(0.2)
-        raise FederationError(f"flower-superlink did not listen on 127.0.0.1:{self.port} within "
-                              f"{STARTUP_SECONDS} s (see {self.log_path})")
+        raise FederationError(
+            f"flower-superlink did not listen on 127.0.0.1:{self.port} within {STARTUP_SECONDS} s (see {self.log_path})"
+        )
 
     def run(self, run_config: dict, show=print, timeout: float | None = None) -> int:
         """`flwr run` of the pock app with `run_config` (keys of flower_app/pyproject.toml), its
@@ -172,8 +207,14 @@ class LocalFederation:
         overrides = self.work / "run-config.toml"
         overrides.write_text(tomli_w.dumps(run_config))
         command = [str(BIN / "flwr"), "run", str(APP), "local", "--stream", "--run-config", str(overrides)]
-        runner = subprocess.Popen(command, env=self.env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                  stdin=subprocess.DEVNULL, start_new_session=True)
+        runner = subprocess.Popen(
+            command,
+            env=self.env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+        )
         deadline = None if timeout is None else time.monotonic() + timeout
         try:
             for line in runner.stdout:
@@ -181,7 +222,7 @@ class LocalFederation:
                 self._log.flush()
                 text = line.decode(errors="replace").rstrip()
                 if SAY in text:
-                    show(text[text.index(SAY) + len(SAY):].strip())
+                    show(text[text.index(SAY) + len(SAY) :].strip())
                 elif "ERROR" in text or "Exception" in text:
                     show(text)
                 if deadline is not None and time.monotonic() > deadline:
@@ -198,8 +239,12 @@ class LocalFederation:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="pock-federate", description=__doc__.split("\n\n")[0],
-                                     epilog=__doc__.split("\n\n", 2)[2], formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog="pock-federate",
+        description=__doc__.split("\n\n")[0],
+        epilog=__doc__.split("\n\n", 2)[2],
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     parser.add_argument("bundle", help="the bundle every device trains (from pock-compile)")
     parser.add_argument("--data", nargs="+", required=True, help="one .npz per client, in pock-train's layout")
     parser.add_argument("--test-data", required=True, help="an .npz with x_val, y_val: the server evaluates on it")
@@ -218,7 +263,9 @@ def _check(args) -> list[tuple[Path, Path]]:
     """Every input, checked before any process starts: (bundle, data) per client."""
     bundles = args.client_bundle or [args.bundle] * len(args.data)
     if len(bundles) != len(args.data):
-        raise DataError(f"--client-bundle names {len(bundles)} bundles for {len(args.data)} --data files; give one each")
+        raise DataError(
+            f"--client-bundle names {len(bundles)} bundles for {len(args.data)} --data files; give one each"
+        )
     if args.rounds < 1 or args.local_epochs < 1:
         raise DataError("--rounds and --local-epochs must be at least 1")
     minimum = len(args.data) if args.min_clients is None else args.min_clients
@@ -246,18 +293,29 @@ def main(argv: list[str] | None = None) -> int:
     out = Path(args.out).resolve()
     out.mkdir(parents=True, exist_ok=True)
     (out / RESULTS).unlink(missing_ok=True)  # an earlier run's must not pass for this one's
-    run_config = {"bundle": str(Path(args.bundle).resolve()), "test-data": str(Path(args.test_data).resolve()),
-                  "out": str(out), "num-server-rounds": args.rounds, "local-epochs": args.local_epochs,
-                  "strategy": args.strategy, "server-lr": args.server_lr, "clients": len(clients),
-                  "min-clients": args.min_clients or len(clients), "round-timeout": args.round_timeout}
+    run_config = {
+        "bundle": str(Path(args.bundle).resolve()),
+        "test-data": str(Path(args.test_data).resolve()),
+        "out": str(out),
+        "num-server-rounds": args.rounds,
+        "local-epochs": args.local_epochs,
+        "strategy": args.strategy,
+        "server-lr": args.server_lr,
+        "clients": len(clients),
+        "min-clients": args.min_clients or len(clients),
+        "round-timeout": args.round_timeout,
+    }
     # Ctrl-C and a kill stop the federation. Python leaves SIGINT ignored when its parent started it
     # so (a non-interactive shell does for `cmd &` jobs), which would leave a federation running.
     for signum in (signal.SIGINT, signal.SIGTERM):
         signal.signal(signum, signal.default_int_handler)
     try:
         with LocalFederation(clients, out) as federation:
-            print(f"pock-federate: SuperLink on 127.0.0.1:{federation.port}, {len(clients)} SuperNodes; "
-                  f"Flower's log in {federation.log_path}", flush=True)
+            print(
+                f"pock-federate: SuperLink on 127.0.0.1:{federation.port}, {len(clients)} SuperNodes; "
+                f"Flower's log in {federation.log_path}",
+                flush=True,
+            )
             code = federation.run(run_config, show=lambda line: print(f"  {line}", flush=True))
     except KeyboardInterrupt:
         print("pock-federate: interrupted; every Flower process it started is stopped", file=sys.stderr)
@@ -266,8 +324,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"pock-federate: error: {e}", file=sys.stderr)
         return 1
     if code != 0 or not finished(out):
-        print(f"pock-federate: the run did not finish (flwr run exit code {code}; see {out / 'flower.log'})",
-              file=sys.stderr)
+        print(
+            f"pock-federate: the run did not finish (flwr run exit code {code}; see {out / 'flower.log'})",
+            file=sys.stderr,
+        )
         return 1
     print(f"pock-federate: results in {out / RESULTS}")
     return 0

@@ -23,12 +23,12 @@ from flwr.serverapp.strategy import FedAdam, FedAvg
 from flwr.supercore.inflatable.inflatable_object import get_all_nested_objects
 
 from pock_mlir.bundle import write_trained_bundle
-from pock_mlir.runtime.bundle import Bundle, BundleError, load_bundle
+from pock_mlir.data import DataError, evaluate, load_data
 from pock_mlir.federated.client import arrays_of, record_of
 from pock_mlir.federated.wire import WireError, check_wire, from_wire, in_bundle_dtypes, to_wire, wire_bytes
 from pock_mlir.files import atomic_write
 from pock_mlir.runtime import InputError
-from pock_mlir.data import DataError, evaluate, load_data
+from pock_mlir.runtime.bundle import Bundle, BundleError, load_bundle
 from pock_mlir.tools.pock_train import export_state_dict, open_trainer
 
 app = ServerApp()
@@ -63,8 +63,11 @@ class WireAccounting:
     def configure_train(self, server_round, arrays, config, grid):
         arrays = record_of(in_bundle_dtypes(self.bundle, arrays_of(arrays)))
         messages = list(super().configure_train(server_round, arrays, config, grid))
-        self.rounds[server_round] = {"round": server_round, "clients": len(messages),
-                                     "bytes_to_clients": sum(message_bytes(m) for m in messages)}
+        self.rounds[server_round] = {
+            "round": server_round,
+            "clients": len(messages),
+            "bytes_to_clients": sum(message_bytes(m) for m in messages),
+        }
         return messages
 
     def aggregate_train(self, server_round, replies):
@@ -81,14 +84,19 @@ class WireAccounting:
                 continue
             accepted.append(reply)
         this_round = self.rounds[server_round]
-        this_round.update(replies=len(accepted), failures=len(refused),
-                          bytes_from_clients=sum(message_bytes(m) for m in accepted),
-                          reply_bytes=[message_bytes(m) for m in accepted])
+        this_round.update(
+            replies=len(accepted),
+            failures=len(refused),
+            bytes_from_clients=sum(message_bytes(m) for m in accepted),
+            reply_bytes=[message_bytes(m) for m in accepted],
+        )
         for line in refused:
             say(f"round {server_round}: {line}")
         if len(accepted) < self.min_train_nodes:
-            say(f"round {server_round}: {len(accepted)} replies, fewer than min-clients ({self.min_train_nodes}); "
-                f"the global model stays as it was")
+            say(
+                f"round {server_round}: {len(accepted)} replies, fewer than min-clients ({self.min_train_nodes}); "
+                f"the global model stays as it was"
+            )
             return None, None
         return super().aggregate_train(server_round, accepted)
 
@@ -108,8 +116,10 @@ def _wait_for_clients(grid: Grid, clients: int, seconds: float) -> None:
     deadline = time.monotonic() + seconds
     while (connected := len(list(grid.get_node_ids()))) < clients:
         if time.monotonic() > deadline:
-            raise RuntimeError(f"{connected} of {clients} SuperNodes connected within {seconds:.0f} s; "
-                               f"start the missing ones or lower the run config's clients")
+            raise RuntimeError(
+                f"{connected} of {clients} SuperNodes connected within {seconds:.0f} s; "
+                f"start the missing ones or lower the run config's clients"
+            )
         time.sleep(0.5)
 
 
@@ -135,15 +145,24 @@ def federate(grid: Grid, run) -> None:
         raise ValueError(f"strategy {strategy_name!r}: choose one of {', '.join(STRATEGIES)}")
     minimum = int(run["min-clients"])
     options = {"eta": float(run["server-lr"])} if strategy_name == "fedadam" else {}
-    strategy = STRATEGIES[strategy_name](bundle=bundle, fraction_evaluate=0.0, min_train_nodes=minimum,
-                                         min_available_nodes=minimum, **options)
+    strategy = STRATEGIES[strategy_name](
+        bundle=bundle, fraction_evaluate=0.0, min_train_nodes=minimum, min_available_nodes=minimum, **options
+    )
     initial = to_wire(bundle, {**bundle.initial_params, **bundle.initial_buffers})
-    results = {"strategy": strategy_name, "bundle": str(bundle.path), "module_sha256": bundle.module_sha256,
-               "wire_tensors": len(initial), "wire_payload_bytes": wire_bytes(bundle),
-               "model_bytes": sum(a.nbytes for a in {**bundle.initial_params, **bundle.initial_buffers}.values()),
-               "rounds": [], "finished": False}
-    say(f"{strategy_name}: {len(initial)} tensors cross the wire ({results['wire_payload_bytes']:,} of "
-        f"{results['model_bytes']:,} bytes of parameters and buffers)")
+    results = {
+        "strategy": strategy_name,
+        "bundle": str(bundle.path),
+        "module_sha256": bundle.module_sha256,
+        "wire_tensors": len(initial),
+        "wire_payload_bytes": wire_bytes(bundle),
+        "model_bytes": sum(a.nbytes for a in {**bundle.initial_params, **bundle.initial_buffers}.values()),
+        "rounds": [],
+        "finished": False,
+    }
+    say(
+        f"{strategy_name}: {len(initial)} tensors cross the wire ({results['wire_payload_bytes']:,} of "
+        f"{results['model_bytes']:,} bytes of parameters and buffers)"
+    )
 
     def evaluate_global(server_round: int, arrays) -> MetricRecord:
         evaluator.load_state_dict(from_wire(bundle, evaluator.state_dict(), arrays_of(arrays)), strict=False)
@@ -151,16 +170,27 @@ def federate(grid: Grid, run) -> None:
         row = {**strategy.rounds.get(server_round, {"round": 0}), **metrics}
         results["rounds"].append(row)
         atomic_write(out / RESULTS, json.dumps(results, indent=1) + "\n")
-        traffic = (f", {row['replies']}/{row['clients']} clients replied, {row['bytes_to_clients']:,} B sent to "
-                   f"clients, {row['bytes_from_clients']:,} B received" if server_round else "")
-        say(f"round {server_round}/{run['num-server-rounds']}: accuracy {metrics.get('val_accuracy', float('nan')):.4f}, "
-            f"loss {metrics['val_loss']:.4f}{traffic}")
+        traffic = (
+            f", {row['replies']}/{row['clients']} clients replied, {row['bytes_to_clients']:,} B sent to "
+            f"clients, {row['bytes_from_clients']:,} B received"
+            if server_round
+            else ""
+        )
+        say(
+            f"round {server_round}/{run['num-server-rounds']}: accuracy {metrics.get('val_accuracy', float('nan')):.4f}, "
+            f"loss {metrics['val_loss']:.4f}{traffic}"
+        )
         return MetricRecord(metrics)
 
     _wait_for_clients(grid, int(run["clients"]), float(run["connect-timeout"]))
-    result = strategy.start(grid=grid, initial_arrays=record_of(initial), num_rounds=int(run["num-server-rounds"]),
-                            timeout=float(run["round-timeout"]), evaluate_fn=evaluate_global,
-                            train_config=_train_config(run, bundle))
+    result = strategy.start(
+        grid=grid,
+        initial_arrays=record_of(initial),
+        num_rounds=int(run["num-server-rounds"]),
+        timeout=float(run["round-timeout"]),
+        evaluate_fn=evaluate_global,
+        train_config=_train_config(run, bundle),
+    )
     # result.arrays is empty when no round aggregated anything: the global model is then the bundle's
     final = from_wire(bundle, evaluator.state_dict(), arrays_of(result.arrays) if len(result.arrays) else initial)
     evaluator.load_state_dict(final, strict=False)

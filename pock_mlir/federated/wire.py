@@ -29,20 +29,34 @@ def wire_shapes(bundle: Bundle) -> dict[str, tuple[int, ...]]:
 
 def to_wire(bundle: Bundle, state: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     """The tensors of `state` (a Trainer.state_dict()) that a round carries: trained rows only."""
-    return {name: np.ascontiguousarray(state[name][:shape[0]] if shape else state[name])
-            for name, shape in wire_shapes(bundle).items()}
+    return {
+        name: np.ascontiguousarray(state[name][: shape[0]] if shape else state[name])
+        for name, shape in wire_shapes(bundle).items()
+    }
 
 
 def check_wire(bundle: Bundle, arrays: dict[str, np.ndarray]) -> None:
     """Refuse tensors that are not exactly what `bundle` sends, naming what differs."""
     shapes = wire_shapes(bundle)
     missing, unknown = sorted(set(shapes) - set(arrays)), sorted(set(arrays) - set(shapes))
-    wrong = [f"{name} {tuple(arrays[name].shape)} (expected {shapes[name]})" for name in shapes
-             if name in arrays and tuple(arrays[name].shape) != shapes[name]]
+    wrong = [
+        f"{name} {tuple(arrays[name].shape)} (expected {shapes[name]})"
+        for name in shapes
+        if name in arrays and tuple(arrays[name].shape) != shapes[name]
+    ]
     if missing or unknown or wrong:
-        raise WireError("; ".join(filter(None, [missing and f"missing {', '.join(missing)}",
-                                                 unknown and f"unexpected {', '.join(unknown)}",
-                                                 wrong and f"wrong shape: {', '.join(wrong)}"])))
+        raise WireError(
+            "; ".join(
+                filter(
+                    None,
+                    [
+                        missing and f"missing {', '.join(missing)}",
+                        unknown and f"unexpected {', '.join(unknown)}",
+                        wrong and f"wrong shape: {', '.join(wrong)}",
+                    ],
+                )
+            )
+        )
 
 
 def from_wire(bundle: Bundle, state: dict[str, np.ndarray], arrays: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
@@ -53,7 +67,7 @@ def from_wire(bundle: Bundle, state: dict[str, np.ndarray], arrays: dict[str, np
     for name, array in arrays.items():
         full = np.array(state[name], copy=True)
         if full.ndim:
-            full[:len(array)] = array
+            full[: len(array)] = array
         else:
             full = np.asarray(array, full.dtype)
         updated[name] = full

@@ -31,19 +31,36 @@ class AdamW:
 
     def emit(self, ip, loc, param, grad, state, step):
         """Create the update op; returns (new_param, [new_state...])."""
-        op = AdamWOp(param, grad, state[0], state[1], step, f64(self.lr), f64(self.betas[0]), f64(self.betas[1]),
-                     f64(self.eps), f64(self.weight_decay), param.type, param.type, param.type, loc=loc, ip=ip)
+        op = AdamWOp(
+            param,
+            grad,
+            state[0],
+            state[1],
+            step,
+            f64(self.lr),
+            f64(self.betas[0]),
+            f64(self.betas[1]),
+            f64(self.eps),
+            f64(self.weight_decay),
+            param.type,
+            param.type,
+            param.type,
+            loc=loc,
+            ip=ip,
+        )
         return op.new_param, [op.new_exp_avg, op.new_exp_avg_sq]
 
     def torch_optimizer(self, params):
         """The torch.optim equivalent, for checking and benchmarking against PyTorch."""
         import torch
+
         return torch.optim.AdamW(params, lr=self.lr, betas=self.betas, eps=self.eps, weight_decay=self.weight_decay)
 
 
 def _from_attributes(attributes: dict) -> AdamW:
-    return AdamW(attributes["lr"], (attributes["beta1"], attributes["beta2"]), attributes["eps"],
-                 attributes["weight_decay"])
+    return AdamW(
+        attributes["lr"], (attributes["beta1"], attributes["beta2"]), attributes["eps"], attributes["weight_decay"]
+    )
 
 
 @update_op(AdamWOp, state_slots=2, hyperparameters=_from_attributes)

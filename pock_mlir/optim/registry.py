@@ -12,8 +12,8 @@ from __future__ import annotations
 import dataclasses
 import math
 import numbers
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 from torch_mlir import ir
 
@@ -38,19 +38,23 @@ def update_op(op_class, state_slots: int, hyperparameters: Callable[[dict], obje
     """Register the decorated lowering for `op_class` (a pock dialect op) with its state slots, and
     `hyperparameters(attributes)`, the optimizer made of the op's attributes, whose constructor's
     ValueError the op's verifier reports: IR and the Python API are refused alike."""
+
     def register(lower: Lowering) -> Lowering:
         name = op_class.OPERATION_NAME
         UPDATE_OPS[name] = UpdateOp(name, state_slots, lower)
         HYPERPARAMETER_CHECKS[name] = hyperparameters
         return lower
+
     return register
 
 
 def optimizer(name: str):
     """Register the decorated optimizer class under `name`."""
+
     def register(cls):
         OPTIMIZERS[name] = cls
         return cls
+
     return register
 
 
@@ -78,8 +82,11 @@ def check_fields(optimizer) -> None:
             if not isinstance(value, bool):
                 raise ValueError(f"{name} {f.name} must be True or False, got {value!r}")
         elif f.type == PAIR:
-            if (not isinstance(value, (tuple, list)) or len(value) != 2 or any(
-                    isinstance(b, bool) or not isinstance(b, numbers.Real) or not math.isfinite(b) for b in value)):
+            if (
+                not isinstance(value, (tuple, list))
+                or len(value) != 2
+                or any(isinstance(b, bool) or not isinstance(b, numbers.Real) or not math.isfinite(b) for b in value)
+            ):
                 raise ValueError(f"{name} {f.name} must be two finite numbers, got {value!r}")
             object.__setattr__(optimizer, f.name, tuple(value))  # torch.optim users pass a list
 
@@ -116,8 +123,11 @@ def parse_optimizer(text: str):
         if key in values:
             raise ValueError(f"{kind} {key} is given twice")
         values[key] = _parse_value(kind, key, raw, fields[key])
-    required = [f.name for f in dataclasses.fields(cls)
-                if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING]
+    required = [
+        f.name
+        for f in dataclasses.fields(cls)
+        if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
+    ]
     missing = [name for name in required if name not in values]
     if missing:
         raise ValueError(f"{kind} needs {', '.join(missing)} ({kind}:{missing[0]}=...)")

@@ -32,8 +32,10 @@ class SGD:
             if getattr(self, name) < 0:
                 raise ValueError(f"SGD {name} must be >= 0, got {getattr(self, name)}")
         if self.nesterov and (self.momentum <= 0 or self.dampening != 0):
-            raise ValueError(f"SGD nesterov momentum requires momentum > 0 and dampening 0, got momentum "
-                             f"{self.momentum} and dampening {self.dampening}")
+            raise ValueError(
+                f"SGD nesterov momentum requires momentum > 0 and dampening 0, got momentum "
+                f"{self.momentum} and dampening {self.dampening}"
+            )
 
     @property
     def state_slots(self) -> tuple[str, ...]:
@@ -44,16 +46,35 @@ class SGD:
         if not self.momentum:
             op = SGDOp(param, grad, f64(self.lr), f64(self.weight_decay), param.type, loc=loc, ip=ip)
             return op.new_param, []
-        op = SGDMomentumOp(param, grad, state[0], step, f64(self.lr), f64(self.momentum), f64(self.dampening),
-                           f64(self.weight_decay), ir.IntegerAttr.get(ir.IntegerType.get_signless(1), int(self.nesterov)),
-                           param.type, param.type, loc=loc, ip=ip)
+        op = SGDMomentumOp(
+            param,
+            grad,
+            state[0],
+            step,
+            f64(self.lr),
+            f64(self.momentum),
+            f64(self.dampening),
+            f64(self.weight_decay),
+            ir.IntegerAttr.get(ir.IntegerType.get_signless(1), int(self.nesterov)),
+            param.type,
+            param.type,
+            loc=loc,
+            ip=ip,
+        )
         return op.new_param, [op.new_momentum_buffer]
 
     def torch_optimizer(self, params):
         """The torch.optim equivalent, for checking and benchmarking against PyTorch."""
         import torch
-        return torch.optim.SGD(params, lr=self.lr, momentum=self.momentum, dampening=self.dampening,
-                               weight_decay=self.weight_decay, nesterov=self.nesterov)
+
+        return torch.optim.SGD(
+            params,
+            lr=self.lr,
+            momentum=self.momentum,
+            dampening=self.dampening,
+            weight_decay=self.weight_decay,
+            nesterov=self.nesterov,
+        )
 
 
 @update_op(SGDOp, state_slots=0, hyperparameters=lambda attributes: SGD(**attributes))

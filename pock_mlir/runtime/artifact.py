@@ -5,8 +5,8 @@ initial parameters, as a compiled TrainingProgram (`program.artifact()`) and a l
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 import iree.runtime as rt
 import numpy as np

@@ -38,7 +38,13 @@ FORMAT = "pock-bundle"
 # inputs, loss and evaluate in eval mode beside loss_train and evaluate_train
 FORMAT_VERSION = 5
 MANIFEST, MODULE, PARAMS, OPTIMIZER, ARGS, RUN_STEP = (
-    "manifest.json", "module.vmfb", "params.safetensors", "optimizer.safetensors", "args", "run_step.sh")
+    "manifest.json",
+    "module.vmfb",
+    "params.safetensors",
+    "optimizer.safetensors",
+    "args",
+    "run_step.sh",
+)
 
 
 class BundleError(ValueError):
@@ -82,8 +88,9 @@ class Bundle:
         """What a Trainer runs: its one module, which holds every function the Trainer calls
         (nothing is left to compile), and the parameters and buffers it holds."""
         module = CompiledModule(self.vmfb, FUNCTIONS, self.in_place)
-        return TrainingArtifact(self.signature, self.target, {FUNCTIONS: module}, self.initial_params,
-                                self.initial_buffers)
+        return TrainingArtifact(
+            self.signature, self.target, {FUNCTIONS: module}, self.initial_params, self.initial_buffers
+        )
 
     @property
     def module_sha256(self) -> str:
@@ -102,12 +109,16 @@ def _read_manifest(path: Path) -> dict:
     except (json.JSONDecodeError, UnicodeDecodeError) as e:
         raise BundleError(f"{path / MANIFEST} is not valid JSON ({e}); rewrite the bundle with pock-compile") from None
     except RecursionError:
-        raise BundleError(f"{path / MANIFEST} nests too deep to be a manifest; rewrite the bundle with pock-compile") from None
+        raise BundleError(
+            f"{path / MANIFEST} nests too deep to be a manifest; rewrite the bundle with pock-compile"
+        ) from None
     if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
         raise BundleError(f"{path / MANIFEST} is not a pock bundle manifest")
     if manifest.get("format_version") != FORMAT_VERSION:
-        raise BundleError(f"{path} has bundle format version {manifest.get('format_version')}; this pock-mlir reads "
-                          f"version {FORMAT_VERSION} (recompile with this pock-compile)")
+        raise BundleError(
+            f"{path} has bundle format version {manifest.get('format_version')}; this pock-mlir reads "
+            f"version {FORMAT_VERSION} (recompile with this pock-compile)"
+        )
     return manifest
 
 
@@ -118,13 +129,17 @@ def _load_tensors(path: Path, specs: list, what: str) -> dict[str, np.ndarray]:
         raise BundleError(f"cannot read the {what} in {path}: {e}") from None
     expected = {s.name: s for s in specs}
     if set(tensors) != set(expected):
-        raise BundleError(f"{path} does not hold the {what} the manifest lists (missing: "
-                          f"{', '.join(sorted(set(expected) - set(tensors))) or 'none'}; unexpected: "
-                          f"{', '.join(sorted(set(tensors) - set(expected))) or 'none'})")
+        raise BundleError(
+            f"{path} does not hold the {what} the manifest lists (missing: "
+            f"{', '.join(sorted(set(expected) - set(tensors))) or 'none'}; unexpected: "
+            f"{', '.join(sorted(set(tensors) - set(expected))) or 'none'})"
+        )
     for name, spec in expected.items():
         if tensors[name].shape != spec.shape or str(tensors[name].dtype) != spec.dtype:
-            raise BundleError(f"{path}: {name} has shape {tensors[name].shape} and dtype {tensors[name].dtype}; "
-                              f"the manifest says {spec.shape} and {spec.dtype}")
+            raise BundleError(
+                f"{path}: {name} has shape {tensors[name].shape} and dtype {tensors[name].dtype}; "
+                f"the manifest says {spec.shape} and {spec.dtype}"
+            )
     return tensors
 
 
@@ -135,10 +150,13 @@ def _check_files(path: Path, manifest: dict) -> None:
     if not isinstance(hashes, dict) or not all(isinstance(v, str) for v in hashes.values()):
         raise BundleError(f"{path / MANIFEST}: sha256 must map file names to hashes")
     needed = {MODULE, PARAMS, OPTIMIZER, RUN_STEP} | {
-        f"{ARGS}/{a['path']}" for a in manifest["functions"][TRAIN_STEP]["arguments"]}
+        f"{ARGS}/{a['path']}" for a in manifest["functions"][TRAIN_STEP]["arguments"]
+    }
     unlisted = sorted(needed - set(hashes))
     if unlisted:
-        raise BundleError(f"{path / MANIFEST} lists no sha256 for {', '.join(unlisted)}; rewrite the bundle with pock-compile")
+        raise BundleError(
+            f"{path / MANIFEST} lists no sha256 for {', '.join(unlisted)}; rewrite the bundle with pock-compile"
+        )
     for name, digest in sorted(hashes.items()):
         file = path / name
         if ".." in Path(name).parts or Path(name).is_absolute():
@@ -146,43 +164,68 @@ def _check_files(path: Path, manifest: dict) -> None:
         if file.is_symlink() or not file.is_file():
             raise BundleError(f"{file} is missing or not a regular file; copy the whole bundle folder")
         if file_sha256(file) != digest:
-            raise BundleError(f"{file} is not the file the manifest describes (its sha256 differs): the bundle was "
-                              f"modified or copied incompletely")
+            raise BundleError(
+                f"{file} is not the file the manifest describes (its sha256 differs): the bundle was "
+                f"modified or copied incompletely"
+            )
 
 
 def _check_names(path: Path, signature: StepSignature) -> None:
     params, buffers = {p.name for p in signature.params}, {b.name for b in signature.buffers}
-    problems = [f"trainable names {', '.join(sorted(set(signature.trainable) - params))}, not a parameter"
-                if set(signature.trainable) - params else "",
-                f"updated_buffers names {', '.join(sorted(set(signature.updated_buffers) - buffers))}, not a buffer"
-                if set(signature.updated_buffers) - buffers else "",
-                f"sparse policies name {', '.join(sorted(set(signature.policies) - params))}, not a parameter"
-                if set(signature.policies) - params else "",
-                "it lists no model input" if not signature.model_inputs else "",
-                f"batch.by_keyword {signature.by_keyword!r} is not a count of its model inputs"
-                if type(signature.by_keyword) is not int or not 0 <= signature.by_keyword <= len(signature.model_inputs)
-                else "",
-                "its vocabularies must map model inputs to positive sizes"
-                if any(name not in {i.name for i in signature.model_inputs} or type(rows) is not int or rows < 1
-                       for name, rows in signature.vocabularies.items()) else "",
-                "its output has no shape" if not signature.output.shape else ""]
+    problems = [
+        f"trainable names {', '.join(sorted(set(signature.trainable) - params))}, not a parameter"
+        if set(signature.trainable) - params
+        else "",
+        f"updated_buffers names {', '.join(sorted(set(signature.updated_buffers) - buffers))}, not a buffer"
+        if set(signature.updated_buffers) - buffers
+        else "",
+        f"sparse policies name {', '.join(sorted(set(signature.policies) - params))}, not a parameter"
+        if set(signature.policies) - params
+        else "",
+        "it lists no model input" if not signature.model_inputs else "",
+        f"batch.by_keyword {signature.by_keyword!r} is not a count of its model inputs"
+        if type(signature.by_keyword) is not int or not 0 <= signature.by_keyword <= len(signature.model_inputs)
+        else "",
+        "its vocabularies must map model inputs to positive sizes"
+        if any(
+            name not in {i.name for i in signature.model_inputs} or type(rows) is not int or rows < 1
+            for name, rows in signature.vocabularies.items()
+        )
+        else "",
+        "its output has no shape" if not signature.output.shape else "",
+    ]
     expected_state = {}
     for name in signature.trainable:
         for spec in signature.state:
             if spec.name.startswith(name + "."):
                 expected_state[spec.name] = signature.trainable_shape(name)
-    problems += [f"optimizer state {s.name} belongs to no trainable parameter" for s in signature.state
-                 if s.name not in expected_state]
-    problems += [f"optimizer state {s.name} has shape {s.shape}, its parameter trains {expected_state[s.name]}"
-                 for s in signature.state if s.name in expected_state and s.shape != tuple(expected_state[s.name])]
+    problems += [
+        f"optimizer state {s.name} belongs to no trainable parameter"
+        for s in signature.state
+        if s.name not in expected_state
+    ]
+    problems += [
+        f"optimizer state {s.name} has shape {s.shape}, its parameter trains {expected_state[s.name]}"
+        for s in signature.state
+        if s.name in expected_state and s.shape != tuple(expected_state[s.name])
+    ]
     shapes = {p.name: p.shape for p in signature.params}
-    problems += [f"LoRA adapter {a.module} does not match its parameters' shapes" for a in signature.adapters
-                 if (shapes.get(a.weight, a.weight_shape), shapes.get(a.a), shapes.get(a.b)) != (a.weight_shape, a.a_shape, a.b_shape)]
-    problems += [f"int8 weight {w.module} does not match its parameters' shapes" for w in signature.quantized
-                 if (shapes.get(w.values), shapes.get(w.scale)) != (w.weight_shape, (w.weight_shape[w.channel_axis],))]
+    problems += [
+        f"LoRA adapter {a.module} does not match its parameters' shapes"
+        for a in signature.adapters
+        if (shapes.get(a.weight, a.weight_shape), shapes.get(a.a), shapes.get(a.b))
+        != (a.weight_shape, a.a_shape, a.b_shape)
+    ]
+    problems += [
+        f"int8 weight {w.module} does not match its parameters' shapes"
+        for w in signature.quantized
+        if (shapes.get(w.values), shapes.get(w.scale)) != (w.weight_shape, (w.weight_shape[w.channel_axis],))
+    ]
     problems = [p for p in problems if p]
     if problems:
-        raise BundleError(f"{path / MANIFEST} is inconsistent: {'; '.join(problems)}; rewrite the bundle with pock-compile")
+        raise BundleError(
+            f"{path / MANIFEST} is inconsistent: {'; '.join(problems)}; rewrite the bundle with pock-compile"
+        )
 
 
 def load_bundle(directory) -> Bundle:
@@ -192,35 +235,52 @@ def load_bundle(directory) -> Bundle:
     try:
         spec = TensorSpec.from_json
         signature = StepSignature(
-            params=[spec(p) for p in manifest["params"]], buffers=[spec(b) for b in manifest["buffers"]],
-            updated_buffers=list(manifest["updated_buffers"]), trainable=list(manifest["trainable"]),
-            state=[spec(s) for s in manifest["optimizer_state"]], inputs=[spec(i) for i in manifest["batch"]["inputs"]],
-            target=spec(manifest["batch"]["target"]), output=spec(manifest["output"]),
+            params=[spec(p) for p in manifest["params"]],
+            buffers=[spec(b) for b in manifest["buffers"]],
+            updated_buffers=list(manifest["updated_buffers"]),
+            trainable=list(manifest["trainable"]),
+            state=[spec(s) for s in manifest["optimizer_state"]],
+            inputs=[spec(i) for i in manifest["batch"]["inputs"]],
+            target=spec(manifest["batch"]["target"]),
+            output=spec(manifest["output"]),
             by_keyword=manifest["batch"]["by_keyword"],
             policies={name: Policy(**p) for name, p in manifest["sparse"]["policies"].items()},
             adapters=[lora.Adapter.from_json(entry) for entry in manifest["lora"]],
             quantized=[QuantizedWeight.from_json(entry) for entry in manifest["quantized"]],
-            vocabularies=dict(manifest["batch"]["vocabularies"]), state_dict=dict(manifest["state_dict"]))
+            vocabularies=dict(manifest["batch"]["vocabularies"]),
+            state_dict=dict(manifest["state_dict"]),
+        )
         target = dataclasses.replace(resolve_target(manifest["target"]["name"]), arch=manifest["target"]["arch"])
-        unknown_sources = set(manifest["state_dict"].values()) - {s.name for s in signature.params + signature.buffers} - {
-            w.weight for w in signature.quantized}
+        unknown_sources = (
+            set(manifest["state_dict"].values())
+            - {s.name for s in signature.params + signature.buffers}
+            - {w.weight for w in signature.quantized}
+        )
         _check_files(path, manifest)
         _check_names(path, signature)
     except BundleError:
         raise
     except (KeyError, TypeError, AttributeError) as e:
-        raise BundleError(f"{path / MANIFEST} lacks an entry or has one of the wrong kind ({e}); rewrite the bundle "
-                          f"with pock-compile") from None
+        raise BundleError(
+            f"{path / MANIFEST} lacks an entry or has one of the wrong kind ({e}); rewrite the bundle with pock-compile"
+        ) from None
     except TargetError as e:
         raise BundleError(f"{path}: {e}") from None
     except ValueError as e:
         raise BundleError(f"{path / MANIFEST}: {e}; rewrite the bundle with pock-compile") from None
     if unknown_sources:
-        raise BundleError(f"{path / MANIFEST}: its state_dict names tensors the module does not take: "
-                          f"{', '.join(sorted(unknown_sources))}")
+        raise BundleError(
+            f"{path / MANIFEST}: its state_dict names tensors the module does not take: "
+            f"{', '.join(sorted(unknown_sources))}"
+        )
     state = _load_tensors(path / PARAMS, signature.params + signature.buffers, "parameters and buffers")
     optimizer_state = _load_tensors(path / OPTIMIZER, signature.state + [STEP_COUNT], "optimizer state")
-    return Bundle(path=path, manifest=manifest, signature=signature, target=target,
-                  initial_params={p.name: state[p.name] for p in signature.params},
-                  initial_buffers={b.name: state[b.name] for b in signature.buffers},
-                  optimizer_state=optimizer_state)
+    return Bundle(
+        path=path,
+        manifest=manifest,
+        signature=signature,
+        target=target,
+        initial_params={p.name: state[p.name] for p in signature.params},
+        initial_buffers={b.name: state[b.name] for b in signature.buffers},
+        optimizer_state=optimizer_state,
+    )

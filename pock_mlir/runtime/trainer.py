@@ -11,13 +11,22 @@ import math
 import sys
 from pathlib import Path
 
-import numpy as np
 import iree.runtime as rt
+import numpy as np
 
 from pock_mlir import lora
+from pock_mlir.abi import (
+    EVALUATE,
+    EVALUATE_TRAIN,
+    GRADIENTS,
+    LOSS,
+    LOSS_TRAIN,
+    TRAIN_STEP_INTO,
+    TensorSpec,
+    layout,
+    runs,
+)
 from pock_mlir.quantize import dequantized
-from pock_mlir.abi import (EVALUATE, EVALUATE_TRAIN, GRADIENTS, LOSS, LOSS_TRAIN, TRAIN_STEP_INTO, TensorSpec, layout,
-                           runs)
 from pock_mlir.runtime.artifact import TRAINER_MODULES, TrainingArtifact, trainer_module
 from pock_mlir.runtime.bundle import Bundle, load_bundle
 from pock_mlir.runtime.memory import release_freed_memory, retain_freed_memory
@@ -55,8 +64,10 @@ def check_class_indices(values: np.ndarray, classes: int | None, what: str) -> N
         where = f"{what}[{', '.join(map(str, index))}]" if index else what
         if classes is None:
             raise InputError(f"{where} = {value} does not fit int32, which the device takes")
-        raise InputError(f"{where} = {value} is not a class index: the model has {classes} classes "
-                         f"(indices 0..{classes - 1}, or {IGNORE_INDEX} to ignore an entry)")
+        raise InputError(
+            f"{where} = {value} is not a class index: the model has {classes} classes "
+            f"(indices 0..{classes - 1}, or {IGNORE_INDEX} to ignore an entry)"
+        )
 
 
 def check_token_ids(values: np.ndarray, vocabulary: int | None, what: str) -> None:
@@ -67,8 +78,10 @@ def check_token_ids(values: np.ndarray, vocabulary: int | None, what: str) -> No
     low, high = int(values.min()), int(values.max())
     if high >= vocabulary or low < 0:
         which, value = ("largest", high) if high >= vocabulary else ("smallest", low)
-        raise InputError(f"{what}: its {which} token id, {value}, is outside the vocabulary of the embedding it "
-                         f"indexes: {vocabulary} tokens (ids 0..{vocabulary - 1})")
+        raise InputError(
+            f"{what}: its {which} token id, {value}, is outside the vocabulary of the embedding it "
+            f"indexes: {vocabulary} tokens (ids 0..{vocabulary - 1})"
+        )
 
 
 def to_numpy(x) -> np.ndarray:
@@ -82,8 +95,13 @@ def to_numpy(x) -> np.ndarray:
 
 
 class Trainer:
-    def __init__(self, artifact: TrainingArtifact, device: str | None = None, retain_memory: bool = True,
-                 on_nonfinite: str = "raise"):
+    def __init__(
+        self,
+        artifact: TrainingArtifact,
+        device: str | None = None,
+        retain_memory: bool = True,
+        on_nonfinite: str = "raise",
+    ):
         """artifact: what a TrainingProgram or a loaded bundle gives (program.trainer() and
         Trainer.from_bundle make one from either); device: an IREE driver
         (local-task, local-sync, vulkan, cuda), by default the target's. retain_memory keeps
@@ -142,18 +160,24 @@ class Trainer:
         context = rt.SystemContext(config=self._config)  # one per module: each is named "module"
         try:
             context.add_vm_module(rt.VmModule.copy_buffer(self._config.vm_instance, compiled.vmfb))
-            loaded = ModuleFunctions(context, self._config.device, tuple(f for f in CALLED if f in compiled.functions),
-                                     self._workspace)
+            loaded = ModuleFunctions(
+                context, self._config.device, tuple(f for f in CALLED if f in compiled.functions), self._workspace
+            )
         except (RuntimeError, ValueError, IndexError, KeyError, TypeError) as e:
-            raise ModuleError(f"the module is corrupt or was not compiled by this pock-mlir for {self.device_name} "
-                              f"(IREE: {str(e).strip().splitlines()[-1][:200] if str(e).strip() else type(e).__name__}); "
-                              f"recompile it") from None
+            raise ModuleError(
+                f"the module is corrupt or was not compiled by this pock-mlir for {self.device_name} "
+                f"(IREE: {str(e).strip().splitlines()[-1][:200] if str(e).strip() else type(e).__name__}); "
+                f"recompile it"
+            ) from None
         self._loaded.update(dict.fromkeys(loaded.names, loaded))
         if TRAIN_STEP_INTO in compiled.functions:
             written = self.signature.written()
             self._in_place = compiled.in_place & set(written)
-            self._spare = {role: [self._put(np.zeros(spec.shape, spec.dtype)) for spec in specs]
-                           for role, specs in written.items() if role not in self._in_place}
+            self._spare = {
+                role: [self._put(np.zeros(spec.shape, spec.dtype)) for spec in specs]
+                for role, specs in written.items()
+                if role not in self._in_place
+            }
         return loaded
 
     @classmethod
@@ -198,7 +222,9 @@ class Trainer:
     # -- data movement --------------------------------------------------------------------
 
     def _put(self, array: np.ndarray):
-        return rt.asdevicearray(self._config.device, np.require(array, requirements="C"))  # keeps rank 0, unlike ascontiguousarray
+        return rt.asdevicearray(
+            self._config.device, np.require(array, requirements="C")
+        )  # keeps rank 0, unlike ascontiguousarray
 
     def _host(self, array) -> np.ndarray:
         # DeviceArray has no public accessor for its buffer.
@@ -211,10 +237,15 @@ class Trainer:
         staging = device.allocator.allocate_buffer(
             memory_type=int(rt.MemoryType.HOST_LOCAL | rt.MemoryType.DEVICE_VISIBLE),
             allowed_usage=int(rt.BufferUsage.TRANSFER_TARGET | rt.BufferUsage.MAPPING_SCOPED),
-            allocation_size=buffer.byte_length())
+            allocation_size=buffer.byte_length(),
+        )
         semaphore = device.create_semaphore(0)
-        device.queue_copy(buffer, staging, wait_semaphores=rt.HalFence.create_at(semaphore, 0),
-                          signal_semaphores=rt.HalFence.create_at(semaphore, 1))
+        device.queue_copy(
+            buffer,
+            staging,
+            wait_semaphores=rt.HalFence.create_at(semaphore, 0),
+            signal_semaphores=rt.HalFence.create_at(semaphore, 1),
+        )
         rt.HalFence.create_at(semaphore, 1).wait()
         return np.array(staging.map().asarray(array.shape, array.dtype))
 
@@ -224,7 +255,9 @@ class Trainer:
         tensor and what differs, before anything is uploaded."""
         values = [to_numpy(v) for v in values]
         if len(values) != len(specs):
-            raise InputError(f"expected {len(specs)} input tensor(s) ({', '.join(s.name for s in specs)}), got {len(values)}")
+            raise InputError(
+                f"expected {len(specs)} input tensor(s) ({', '.join(s.name for s in specs)}), got {len(values)}"
+            )
         checked = []
         for v, spec in zip(values, specs):
             if v.dtype.kind in "iu" and spec.dtype == "int32":
@@ -237,8 +270,11 @@ class Trainer:
             if str(v.dtype) != spec.dtype:
                 raise InputError(f"{spec.name}: expected dtype {spec.dtype}, got {v.dtype}")
             if tuple(v.shape) != tuple(spec.shape):
-                hint = ("; the program was compiled for the example batch's shape (recompile for another batch size)"
-                        if batch else "")
+                hint = (
+                    "; the program was compiled for the example batch's shape (recompile for another batch size)"
+                    if batch
+                    else ""
+                )
                 raise InputError(f"{spec.name}: expected shape {tuple(spec.shape)}, got {tuple(v.shape)}{hint}")
             checked.append(v)
         return [self._put(v) for v in checked]
@@ -275,11 +311,18 @@ class Trainer:
         NonFiniteLossError (or, with on_nonfinite="skip", counts the batch in skipped_steps)."""
         sig = self.signature
         self._functions_for(TRAIN_STEP_INTO)  # which sets _in_place and _spare
-        current = {"params": [self._params[name] for name in sig.trainable], "optimizer": self._state,
-                   "buffers": [self._buffers[name] for name in sig.updated_buffers]}
+        current = {
+            "params": [self._params[name] for name in sig.trainable],
+            "optimizer": self._state,
+            "buffers": [self._buffers[name] for name in sig.updated_buffers],
+        }
         into = {role: self._spare.get(role, current[role]) for role in current}
-        (loss,) = self._call(TRAIN_STEP_INTO, optimizer=[*self._state, self._step], batch=self._batch(inputs, target),
-                             into=[*into["params"], *into["optimizer"], *into["buffers"], self._spare_step])
+        (loss,) = self._call(
+            TRAIN_STEP_INTO,
+            optimizer=[*self._state, self._step],
+            batch=self._batch(inputs, target),
+            into=[*into["params"], *into["optimizer"], *into["buffers"], self._spare_step],
+        )
         # a step that raised above changed nothing here (what it writes in place aside)
         for role, old in current.items():
             if role in self._spare:
@@ -292,8 +335,10 @@ class Trainer:
         value = float(self._host(loss))
         if not math.isfinite(value):
             if self.on_nonfinite == "raise":
-                raise NonFiniteLossError(f"the loss is {value} on this batch; the step was not applied (look for "
-                                         f"NaN or inf in the batch, or lower the learning rate)")
+                raise NonFiniteLossError(
+                    f"the loss is {value} on this batch; the step was not applied (look for "
+                    f"NaN or inf in the batch, or lower the learning rate)"
+                )
             self.skipped_steps += 1
         return value
 
@@ -302,10 +347,15 @@ class Trainer:
         copy only these gradients to the host (all by default)."""
         unknown = sorted(set(names or ()) - set(self.signature.trainable))
         if unknown:
-            raise InputError(f"no gradient for {', '.join(unknown)}: trainable are {', '.join(self.signature.trainable)}")
+            raise InputError(
+                f"no gradient for {', '.join(unknown)}: trainable are {', '.join(self.signature.trainable)}"
+            )
         results = self._call(GRADIENTS, batch=self._batch(inputs, target))
-        grads = {name: self._host(g) for name, g in zip(self.signature.trainable, results[1:])
-                 if names is None or name in names}
+        grads = {
+            name: self._host(g)
+            for name, g in zip(self.signature.trainable, results[1:])
+            if names is None or name in names
+        }
         return float(self._host(results[0])), grads
 
     def loss(self, inputs, target, train_mode: bool = False) -> float:
@@ -341,7 +391,9 @@ class Trainer:
         """Write the LoRA adapters (and any other module the scheme trains, as PEFT's
         modules_to_save) as adapter_model.safetensors and adapter_config.json into `directory`,
         which `peft.PeftModel.from_pretrained(model, directory)` loads onto the original model."""
-        params = dequantized({name: self._host(value) for name, value in self._params.items()}, self.signature.quantized)
+        params = dequantized(
+            {name: self._host(value) for name, value in self._params.items()}, self.signature.quantized
+        )
         tensors, config = lora.peft_adapter(params, self.signature.adapters, self.signature.trainable)
         return lora.write_peft_adapter(directory, tensors, config)
 
@@ -353,11 +405,17 @@ class Trainer:
         unknown, missing = sorted(set(state) - set(specs)), sorted(set(specs) - set(state))
         if unknown:
             hidden = [n for n in unknown if n in keys_of]
-            why = (f" ({', '.join(hidden)}: not in the model's state_dict, a non-persistent buffer, which keeps its "
-                   f"compiled value)" if hidden else "")
+            why = (
+                f" ({', '.join(hidden)}: not in the model's state_dict, a non-persistent buffer, which keeps its "
+                f"compiled value)"
+                if hidden
+                else ""
+            )
             raise InputError(f"unknown state_dict entries: {', '.join(unknown)}{why}")
         if strict and missing:
-            raise InputError(f"state_dict lacks {', '.join(missing)} (load_state_dict(state, strict=False) loads a subset)")
+            raise InputError(
+                f"state_dict lacks {', '.join(missing)} (load_state_dict(state, strict=False) loads a subset)"
+            )
         given = {name: [key for key in keys if key in state] for name, keys in keys_of.items()}
         given = {name: keys for name, keys in given.items() if keys}
         names = sorted(given)
@@ -365,8 +423,10 @@ class Trainer:
             first, *others = given[name]
             differing = [key for key in others if not np.array_equal(to_numpy(state[key]), to_numpy(state[first]))]
             if differing:
-                raise InputError(f"{first} and {', '.join(differing)} are one tied weight of the model but hold "
-                                 f"different values; give them one value")
+                raise InputError(
+                    f"{first} and {', '.join(differing)} are one tied weight of the model but hold "
+                    f"different values; give them one value"
+                )
         arrays = self._check([state[given[n][0]] for n in names], [specs[given[n][0]] for n in names], batch=False)
         for name, array in zip(names, arrays):
             (self._params if name in self._params else self._buffers)[name] = array
@@ -384,12 +444,14 @@ class Trainer:
         names = [spec.name for spec in self.signature.state] + ["step"]
         missing, unknown = sorted(set(names) - set(state)), sorted(set(state) - set(names))
         if missing or unknown:
-            raise InputError(f"optimizer state: missing {', '.join(missing) or 'nothing'}; "
-                             f"unknown {', '.join(unknown) or 'nothing'}")
+            raise InputError(
+                f"optimizer state: missing {', '.join(missing) or 'nothing'}; unknown {', '.join(unknown) or 'nothing'}"
+            )
         step = to_numpy(state["step"])
         if step.shape != () or step.dtype != np.float32 or not (np.isfinite(step) and step >= 0 and step == int(step)):
-            raise InputError(f"optimizer state: step must be a float32 scalar counting steps (a whole number >= 0), "
-                             f"got {step!r}")
+            raise InputError(
+                f"optimizer state: step must be a float32 scalar counting steps (a whole number >= 0), got {step!r}"
+            )
         slots = self._check([state[spec.name] for spec in self.signature.state], self.signature.state, batch=False)
         self._state, self._step = slots, self._put(step)
         release_freed_memory()  # the state replaced

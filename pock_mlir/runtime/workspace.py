@@ -41,8 +41,10 @@ class Workspace:
     def reserve(self, size: int | None) -> None:
         if size is not None and (self.bytes is None or size > self.bytes):
             self.buffer = self._device.allocator.allocate_buffer(
-                memory_type=int(rt.MemoryType.DEVICE_LOCAL), allowed_usage=int(rt.BufferUsage.DEFAULT),
-                allocation_size=max(size, 1))
+                memory_type=int(rt.MemoryType.DEVICE_LOCAL),
+                allowed_usage=int(rt.BufferUsage.DEFAULT),
+                allocation_size=max(size, 1),
+            )
             self.bytes = size
 
 
@@ -50,8 +52,13 @@ class ModuleFunctions:
     """A module's functions, called with device arrays and returning device arrays, each call
     given the workspace (shared with other modules', or one of its own) when the function takes one."""
 
-    def __init__(self, context: rt.SystemContext, device: rt.HalDevice, names: tuple[str, ...],
-                 workspace: Workspace | None = None):
+    def __init__(
+        self,
+        context: rt.SystemContext,
+        device: rt.HalDevice,
+        names: tuple[str, ...],
+        workspace: Workspace | None = None,
+    ):
         workspace = workspace or Workspace(device)
         self._context, self._device, self._workspace = context, device, workspace
         vm_module = context.modules.module.vm_module

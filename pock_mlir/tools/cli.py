@@ -10,8 +10,12 @@ import sys
 def tool_parser(prog: str, doc: str) -> argparse.ArgumentParser:
     """A parser whose --help is the tool's docstring: its first paragraph above the options, the
     rest but the usage paragraph below."""
-    return argparse.ArgumentParser(prog=prog, description=doc.split("\n\n")[0], epilog=doc.split("\n\n", 2)[2],
-                                   formatter_class=argparse.RawDescriptionHelpFormatter)
+    return argparse.ArgumentParser(
+        prog=prog,
+        description=doc.split("\n\n")[0],
+        epilog=doc.split("\n\n", 2)[2],
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
 
 
 def run_tool(prog: str, run, args, errors: tuple[type[BaseException], ...], interrupted: str | None = None) -> int:

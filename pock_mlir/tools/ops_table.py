@@ -37,12 +37,14 @@ def with_table(text: str, table: str) -> str:
     start, end = text.find(BEGIN), text.find(END)
     if start < 0 or end < start:
         raise ValueError(f"no '{BEGIN}' ... '{END}' block")
-    return text[:start + len(BEGIN)] + "\n" + table + text[end:]
+    return text[: start + len(BEGIN)] + "\n" + table + text[end:]
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m pock_mlir.tools.ops_table", description=__doc__.splitlines()[0])
-    parser.add_argument("--update", metavar="MARKDOWN", help=f"replace the table between {BEGIN} and {END} in this file")
+    parser.add_argument(
+        "--update", metavar="MARKDOWN", help=f"replace the table between {BEGIN} and {END} in this file"
+    )
     args = parser.parse_args(argv)
     table = ops_table()
     if args.update is None:

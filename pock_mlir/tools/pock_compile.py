@@ -54,8 +54,10 @@ def load_model_file(path: str) -> ModelFile:
         raise ModelFileError(f"{path}: no such file")
     if file.suffix != ".py":  # importlib finds no loader for any other name
         kind = f"a {file.suffix} file" if file.suffix else "a file without the .py suffix"
-        raise ModelFileError(f"{path} is {kind}; a model file is Python source named MODEL.py, defining model() and "
-                             f"example_batch() (see --help)")
+        raise ModelFileError(
+            f"{path} is {kind}; a model file is Python source named MODEL.py, defining model() and "
+            f"example_batch() (see --help)"
+        )
     sys.path.insert(0, str(file.resolve().parent))
     spec = importlib.util.spec_from_file_location(f"pock_model_{file.stem}", file)
     module = importlib.util.module_from_spec(spec)
@@ -63,8 +65,9 @@ def load_model_file(path: str) -> ModelFile:
         spec.loader.exec_module(module)
         missing = [name for name in ("model", "example_batch") if not callable(getattr(module, name, None))]
         if missing:
-            raise ModelFileError(f"{path} must define {' and '.join(f'{m}()' for m in missing)} "
-                                 f"(see pock-compile --help)")
+            raise ModelFileError(
+                f"{path} must define {' and '.join(f'{m}()' for m in missing)} (see pock-compile --help)"
+            )
         model = module.model()
         batch = module.example_batch()
     except ModelFileError:
@@ -74,25 +77,42 @@ def load_model_file(path: str) -> ModelFile:
         raise ModelFileError(f"{path} failed: {type(e).__name__}: {e} ({where.filename}:{where.lineno})") from None
     if not (isinstance(batch, (tuple, list)) and len(batch) == 2):
         raise ModelFileError(f"{path}: example_batch() must return (inputs, target), got {type(batch).__name__}")
-    return ModelFile(model, batch[0], batch[1], getattr(module, "LOSS", "cross_entropy"), getattr(module, "OUTPUT", None))
+    return ModelFile(
+        model, batch[0], batch[1], getattr(module, "LOSS", "cross_entropy"), getattr(module, "OUTPUT", None)
+    )
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = tool_parser("pock-compile", __doc__)
     parser.add_argument("model", help="the model file (MODEL.py)")
-    parser.add_argument("-o", "--output", required=True, help="the bundle directory to write (replaced if it is a bundle)")
+    parser.add_argument(
+        "-o", "--output", required=True, help="the bundle directory to write (replaced if it is a bundle)"
+    )
     parser.add_argument("--target", default="host", help=target_help())
-    parser.add_argument("--optimizer", default="sgd:lr=0.01",
-                        help="sgd:lr=...,momentum=...,dampening=...,weight_decay=...,nesterov=true or "
-                             "adamw:lr=...,betas=0.9/0.999,eps=...,weight_decay=... (default sgd:lr=0.01)")
-    parser.add_argument("--sparse", default=None,
-                        help="which parameters to train: a YAML/JSON sparse-update config or a preset (full, the default; "
-                             "bias-only, last-K, mobilenet-last-K, transformer-last-K); see pock_mlir/sparse.py")
-    parser.add_argument("--no-cache", action="store_true",
-                        help="compile with IREE even if the compile cache holds this program (see pock_mlir/cache.py)")
-    parser.add_argument("-v", "--verbose", action="store_true",
-                        help="print each compilation stage as it goes and where the time went (compile_report) on stderr "
-                             "(the default when stderr is a terminal)")
+    parser.add_argument(
+        "--optimizer",
+        default="sgd:lr=0.01",
+        help="sgd:lr=...,momentum=...,dampening=...,weight_decay=...,nesterov=true or "
+        "adamw:lr=...,betas=0.9/0.999,eps=...,weight_decay=... (default sgd:lr=0.01)",
+    )
+    parser.add_argument(
+        "--sparse",
+        default=None,
+        help="which parameters to train: a YAML/JSON sparse-update config or a preset (full, the default; "
+        "bias-only, last-K, mobilenet-last-K, transformer-last-K); see pock_mlir/sparse.py",
+    )
+    parser.add_argument(
+        "--no-cache",
+        action="store_true",
+        help="compile with IREE even if the compile cache holds this program (see pock_mlir/cache.py)",
+    )
+    parser.add_argument(
+        "-v",
+        "--verbose",
+        action="store_true",
+        help="print each compilation stage as it goes and where the time went (compile_report) on stderr "
+        "(the default when stderr is a terminal)",
+    )
     return parser
 
 
@@ -115,15 +135,34 @@ def _run(args) -> int:
     from pock_mlir.compiler import compile_training
 
     start = time.perf_counter()
-    program = compile_training(file.model, file.inputs, file.target, loss=file.loss, optimizer=optimizer,
-                               sparse=args.sparse, target=args.target, output=file.output, cache=not args.no_cache,
-                               verbose=args.verbose or sys.stderr.isatty(), functions="all")
-    bundle = write_bundle(program, args.output, example_inputs=file.inputs, example_target=file.target, loss=file.loss,
-                          model_file=Path(args.model).name, sparse=args.sparse)
+    program = compile_training(
+        file.model,
+        file.inputs,
+        file.target,
+        loss=file.loss,
+        optimizer=optimizer,
+        sparse=args.sparse,
+        target=args.target,
+        output=file.output,
+        cache=not args.no_cache,
+        verbose=args.verbose or sys.stderr.isatty(),
+        functions="all",
+    )
+    bundle = write_bundle(
+        program,
+        args.output,
+        example_inputs=file.inputs,
+        example_target=file.target,
+        loss=file.loss,
+        model_file=Path(args.model).name,
+        sparse=args.sparse,
+    )
     sig = program.signature
-    print(f"wrote {bundle}/ for target {program.target.name} in {time.perf_counter() - start:.1f}s: "
-          f"{len(program.vmfb) / 1024:.0f} KiB module, {len(sig.trainable)} of {len(sig.params)} parameter tensors "
-          f"trained, batch {tuple(sig.inputs[0].shape)}")
+    print(
+        f"wrote {bundle}/ for target {program.target.name} in {time.perf_counter() - start:.1f}s: "
+        f"{len(program.vmfb) / 1024:.0f} KiB module, {len(sig.trainable)} of {len(sig.params)} parameter tensors "
+        f"trained, batch {tuple(sig.inputs[0].shape)}"
+    )
     if kept:
         print(f"kept from the earlier bundle there: {', '.join(kept)}")
     if args.verbose or sys.stderr.isatty():

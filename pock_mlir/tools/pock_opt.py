@@ -22,7 +22,9 @@ from pock_mlir.report import ReportError, module_reports
 
 SPLIT_MARKER = "// -----"
 _LOCATION = re.compile(r'"(?P<file>[^"]*)":(?P<line>\d+):(?P<col>\d+)')
-_EXPECTED = re.compile(r"//\s*expected-(?P<kind>error|warning|remark|note)\s*(?:@(?P<offset>[+-]\d+))?\s*\{\{(?P<text>.*)\}\}")
+_EXPECTED = re.compile(
+    r"//\s*expected-(?P<kind>error|warning|remark|note)\s*(?:@(?P<offset>[+-]\d+))?\s*\{\{(?P<text>.*)\}\}"
+)
 _REGEX_PART = re.compile(r"\{\{(.*?)\}\}")
 
 
@@ -115,18 +117,27 @@ def _unparsable(chunk: str) -> list[Diagnostic]:
     """What to say when MLIR rejects the input without a diagnostic (an IRDL op in custom syntax)."""
     for number, line in enumerate(chunk.splitlines(), 1):
         if _CUSTOM_POCK_OP.search(line.split("//")[0]):
-            return [Diagnostic(number, 1, "error", "pock ops have no custom syntax; write them in generic form, e.g. "
-                                                   '%y = "pock.param"(%x) {...} : (T) -> T')]
+            return [
+                Diagnostic(
+                    number,
+                    1,
+                    "error",
+                    "pock ops have no custom syntax; write them in generic form, e.g. "
+                    '%y = "pock.param"(%x) {...} : (T) -> T',
+                )
+            ]
     return [Diagnostic(1, 1, "error", "MLIR cannot parse this input (it gave no detail)")]
 
 
-def process(chunk: str, pipeline: str, print_ir_after_all: bool, source_name: str,
-            pock_report: bool = False) -> tuple[str | None, list[Diagnostic]]:
+def process(
+    chunk: str, pipeline: str, print_ir_after_all: bool, source_name: str, pock_report: bool = False
+) -> tuple[str | None, list[Diagnostic]]:
     """Parse and transform one chunk; returns (output IR, or the report, or None; diagnostics)."""
     depth, line = nesting_depth(chunk)
     if depth > MAX_NESTING:
-        return None, [Diagnostic(line, 1, "error", f"brackets nest {depth} deep here, more than pock-opt reads "
-                                                   f"({MAX_NESTING})")]
+        return None, [
+            Diagnostic(line, 1, "error", f"brackets nest {depth} deep here, more than pock-opt reads ({MAX_NESTING})")
+        ]
     context = make_context()
     with context:
         try:
@@ -159,10 +170,18 @@ def verify(chunk: str, produced: list[Diagnostic], filename: str) -> list[str]:
     """Compare produced diagnostics with the chunk's expected-* annotations."""
     problems, remaining = [], list(produced)
     for want in expected_diagnostics(chunk):
-        match = next((d for d in remaining if d.line == want.line and d.severity == want.severity
-                      and expected_pattern(want.message).search(d.message)), None)
+        match = next(
+            (
+                d
+                for d in remaining
+                if d.line == want.line
+                and d.severity == want.severity
+                and expected_pattern(want.message).search(d.message)
+            ),
+            None,
+        )
         if match is None:
-            problems.append(f"{filename}:{want.line}: expected {want.severity} \"{want.message}\" was not produced")
+            problems.append(f'{filename}:{want.line}: expected {want.severity} "{want.message}" was not produced')
         else:
             remaining.remove(match)
     for d in remaining:
@@ -186,16 +205,28 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="pock-opt", description=__doc__.splitlines()[0])
     parser.add_argument("input", nargs="?", default="-", help="input .mlir file, or - for stdin (default)")
     parser.add_argument("-o", "--output", default="-", help="write the result here instead of stdout")
-    parser.add_argument("-p", "--pass-pipeline", default="",
-                        help="comma-separated passes, options in braces: 'pock-autodiff,canonicalize,pock-x{opt=1}'")
-    parser.add_argument("--split-input-file", action="store_true", help=f"process each '{SPLIT_MARKER}' chunk separately")
-    parser.add_argument("--verify-diagnostics", action="store_true",
-                        help="check errors against '// expected-error [@+N] {{text}}' annotations ({{regex}} inside text)")
+    parser.add_argument(
+        "-p",
+        "--pass-pipeline",
+        default="",
+        help="comma-separated passes, options in braces: 'pock-autodiff,canonicalize,pock-x{opt=1}'",
+    )
+    parser.add_argument(
+        "--split-input-file", action="store_true", help=f"process each '{SPLIT_MARKER}' chunk separately"
+    )
+    parser.add_argument(
+        "--verify-diagnostics",
+        action="store_true",
+        help="check errors against '// expected-error [@+N] {{text}}' annotations ({{regex}} inside text)",
+    )
     parser.add_argument("--mlir-print-ir-after-all", action="store_true", help="print the IR after every pass (stderr)")
     parser.add_argument("--list-passes", action="store_true", help="list pock passes with their options")
     parser.add_argument("--emit-irdl", action="store_true", help="print the pock dialect as IRDL (for --irdl-file)")
-    parser.add_argument("--pock-report", action="store_true",
-                        help="print the sparse-backpropagation report of the (training-stage) result instead of its IR")
+    parser.add_argument(
+        "--pock-report",
+        action="store_true",
+        help="print the sparse-backpropagation report of the (training-stage) result instead of its IR",
+    )
     return parser
 
 
@@ -212,8 +243,11 @@ def main(argv: list[str] | None = None) -> int:
     except Exception as e:  # a bug in pock itself still reaches the user as one line
         if os.environ.get("POCK_DEBUG"):
             raise
-        print(f"pock-opt: internal error (a bug in pock-mlir: please report it with this input): {type(e).__name__}: "
-              f"{e} (POCK_DEBUG=1 shows the traceback)", file=sys.stderr)
+        print(
+            f"pock-opt: internal error (a bug in pock-mlir: please report it with this input): {type(e).__name__}: "
+            f"{e} (POCK_DEBUG=1 shows the traceback)",
+            file=sys.stderr,
+        )
         return 1
 
 
@@ -234,9 +268,9 @@ def _read(path: str) -> str:
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as e:
-        raise InputError(f"{'<stdin>' if path == '-' else path}: not UTF-8 text (byte {e.start}); "
-                         f"pock-opt reads MLIR assembly") from None
-
+        raise InputError(
+            f"{'<stdin>' if path == '-' else path}: not UTF-8 text (byte {e.start}); pock-opt reads MLIR assembly"
+        ) from None
 
 
 def _run(args) -> int:

@@ -28,12 +28,12 @@ import sys
 import torch
 
 from pock_mlir.abi import StepSignature, positional_input_name
-from pock_mlir.tools.cli import run_tool, tool_parser
-from pock_mlir.tools.pock_compile import USER_ERRORS, load_model_file
 from pock_mlir.data import load_data
 from pock_mlir.quantize import FORMATS
+from pock_mlir.tools.cli import run_tool, tool_parser
+from pock_mlir.tools.pock_compile import USER_ERRORS, load_model_file
 
-UNITS = {"": 1, "b": 1, "kb": 2 ** 10, "kib": 2 ** 10, "mb": 2 ** 20, "mib": 2 ** 20, "gb": 2 ** 30, "gib": 2 ** 30}
+UNITS = {"": 1, "b": 1, "kb": 2**10, "kib": 2**10, "mb": 2**20, "mib": 2**20, "gb": 2**30, "gib": 2**30}
 
 
 def parse_size(text: str) -> float:
@@ -41,7 +41,7 @@ def parse_size(text: str) -> float:
     match = re.fullmatch(r"\s*(\d+(?:\.\d*)?|\.\d+)\s*([a-zA-Z]*)\s*", text)
     if not match or match.group(2).lower() not in UNITS or float(match.group(1)) <= 0:
         raise ValueError(f"--memory-budget {text!r}: give a size such as 40MB, 512KB, 1.5GB or a number of bytes")
-    return float(match.group(1)) * UNITS[match.group(2).lower()] / 2 ** 20
+    return float(match.group(1)) * UNITS[match.group(2).lower()] / 2**20
 
 
 class ExampleBatch:
@@ -56,9 +56,16 @@ class ExampleBatch:
             output = select_output(copy.deepcopy(file.model)(*args, **kwargs), file.output)
         named = [(positional_input_name(i), t) for i, t in enumerate(args)] + list(kwargs.items())
         self.signature = StepSignature(
-            params=[], buffers=[], updated_buffers=[], trainable=[], state=[],
-            inputs=[spec_of(name, device_dtype(t)) for name, t in named], by_keyword=len(kwargs),
-            target=spec_of("target", device_dtype(as_tensor(file.target))), output=spec_of("output", output))
+            params=[],
+            buffers=[],
+            updated_buffers=[],
+            trainable=[],
+            state=[],
+            inputs=[spec_of(name, device_dtype(t)) for name, t in named],
+            by_keyword=len(kwargs),
+            target=spec_of("target", device_dtype(as_tensor(file.target))),
+            output=spec_of("output", output),
+        )
         self.batch_size = self.signature.target.shape[0] if self.signature.target.shape else 1
         self.path = f"{path} (its example batch)"
 
@@ -66,18 +73,32 @@ class ExampleBatch:
 def build_parser() -> argparse.ArgumentParser:
     parser = tool_parser("pock-search", __doc__)
     parser.add_argument("model", help="the model file (MODEL.py, as pock-compile reads it)")
-    parser.add_argument("--data", required=True, help="an .npz with x_train, y_train, x_val, y_val "
-                                                       "(or tokens_train, tokens_val), as pock-train reads it")
+    parser.add_argument(
+        "--data",
+        required=True,
+        help="an .npz with x_train, y_train, x_val, y_val (or tokens_train, tokens_val), as pock-train reads it",
+    )
     parser.add_argument("--memory-budget", help="device memory for training: 40MB, 512KB, bytes")
-    parser.add_argument("--time-budget", type=float, help="the step's time as a fraction of the full-BP step, in (0, 1]")
-    parser.add_argument("--optimizer", default="sgd:lr=0.01",
-                        help="the fine-tuning optimizer, as pock-compile takes it (default sgd:lr=0.01)")
+    parser.add_argument(
+        "--time-budget", type=float, help="the step's time as a fraction of the full-BP step, in (0, 1]"
+    )
+    parser.add_argument(
+        "--optimizer",
+        default="sgd:lr=0.01",
+        help="the fine-tuning optimizer, as pock-compile takes it (default sgd:lr=0.01)",
+    )
     parser.add_argument("--steps", type=int, default=10, help="fine-tuning steps per candidate (default 10)")
-    parser.add_argument("--anchor", default="auto",
-                        help="trained with every candidate and kept in the scheme: auto (the last layer), none, "
-                             "or parameter names separated by commas (default auto)")
-    parser.add_argument("--quantize", choices=FORMATS,
-                        help="store the scheme's frozen layer weights so (an int8 base; default: float32)")
+    parser.add_argument(
+        "--anchor",
+        default="auto",
+        help="trained with every candidate and kept in the scheme: auto (the last layer), none, "
+        "or parameter names separated by commas (default auto)",
+    )
+    parser.add_argument(
+        "--quantize",
+        choices=FORMATS,
+        help="store the scheme's frozen layer weights so (an int8 base; default: float32)",
+    )
     parser.add_argument("--seed", type=int, default=0, help="seed of the batches' order (default 0)")
     parser.add_argument("-o", "--output", required=True, help="the scheme to write (.yaml)")
     return parser
@@ -93,8 +114,9 @@ def _run(args) -> int:
 
     if args.memory_budget is None and args.time_budget is None:
         raise ValueError("give --memory-budget, --time-budget or both")
-    budget = Budget(memory_mb=None if args.memory_budget is None else parse_size(args.memory_budget),
-                    step_time=args.time_budget)
+    budget = Budget(
+        memory_mb=None if args.memory_budget is None else parse_size(args.memory_budget), step_time=args.time_budget
+    )
     try:
         optimizer = parse_optimizer(args.optimizer)
     except (ValueError, TypeError) as e:
@@ -106,12 +128,25 @@ def _run(args) -> int:
     shape = ExampleBatch(file, args.model)
     train, val = load_data(args.data, shape)
     if val is None:
-        raise ValueError(f"{args.data} has no held-out split (x_val, y_val or tokens_val): the search judges "
-                         f"every candidate on it")
+        raise ValueError(
+            f"{args.data} has no held-out split (x_val, y_val or tokens_val): the search judges every candidate on it"
+        )
     anchor = {"auto": "auto", "none": None}.get(args.anchor, args.anchor.split(","))
-    result = search_sparse(file.model, train, val, budget=budget, loss=file.loss, optimizer=optimizer, steps=args.steps,
-                           anchor=anchor, batch_size=shape.batch_size, seed=args.seed, output=file.output,
-                           quantize=args.quantize, progress=True)
+    result = search_sparse(
+        file.model,
+        train,
+        val,
+        budget=budget,
+        loss=file.loss,
+        optimizer=optimizer,
+        steps=args.steps,
+        anchor=anchor,
+        batch_size=shape.batch_size,
+        seed=args.seed,
+        output=file.output,
+        quantize=args.quantize,
+        progress=True,
+    )
     path = result.write(args.output)
     print(result.table())
     print(f"wrote {path}: pock-compile {args.model} --sparse {path} -o BUNDLE compiles it")

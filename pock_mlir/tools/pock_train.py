@@ -59,17 +59,19 @@ import numpy as np
 from safetensors.numpy import save
 
 from pock_mlir import lora
-from pock_mlir.runtime.bundle import Bundle, BundleError, load_bundle
 from pock_mlir.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
 from pock_mlir.data import DataError, Split, batch_order, evaluate, load_data
 from pock_mlir.files import OutputError, atomic_write, check_writable
 from pock_mlir.runtime import InputError, ModuleError, NonFiniteLossError, Trainer
+from pock_mlir.runtime.bundle import Bundle, BundleError, load_bundle
 from pock_mlir.targets import DRIVERS, TargetError
 from pock_mlir.tools.cli import run_tool, tool_parser
 
 # A checkpoint's "progress": the next batch (epoch, batch), the data order's seed and size, and
 # the seed of the next step's dropout masks.
 PROGRESS = ("epoch", "batch", "shuffle_seed", "train_samples", "dropout_seed")
+
+
 class ProgressBar:
     """One stderr line redrawn in place: epoch, batches done, the epoch's mean loss, steps/s (tokens/s
     for a token stream: tokens_per_step > 0). Rates count the time spent in training steps only.
@@ -95,9 +97,10 @@ class ProgressBar:
         self.drawn = now
         filled = self.WIDTH * done // self.batches
         rate = f"{self.tokens_per_s:.0f} tokens/s" if self.tokens_per_step else f"{self.steps_per_s:.1f} steps/s"
-        sys.stderr.write(("\r" if self.terminal else "") + f"{self.label} [{'#' * filled}{'.' * (self.WIDTH - filled)}] "
-                         f"{done}/{self.batches} loss {self.mean_loss:.4f} {rate}"
-                         + ("\n" if final or not self.terminal else ""))
+        sys.stderr.write(
+            ("\r" if self.terminal else "") + f"{self.label} [{'#' * filled}{'.' * (self.WIDTH - filled)}] "
+            f"{done}/{self.batches} loss {self.mean_loss:.4f} {rate}" + ("\n" if final or not self.terminal else "")
+        )
         sys.stderr.flush()
 
     @property
@@ -116,8 +119,12 @@ class ProgressBar:
 def build_parser() -> argparse.ArgumentParser:
     parser = tool_parser("pock-train", __doc__)
     parser.add_argument("bundle", help="a bundle directory written by pock-compile")
-    parser.add_argument("--data", required=True, help="an .npz with x_train, y_train and optionally x_val, y_val; "
-                                                       "for a next-token model, tokens_train and optionally tokens_val")
+    parser.add_argument(
+        "--data",
+        required=True,
+        help="an .npz with x_train, y_train and optionally x_val, y_val; "
+        "for a next-token model, tokens_train and optionally tokens_val",
+    )
     parser.add_argument("--epochs", type=int, default=1, help="epochs to train in all (default 1)")
     parser.add_argument("--batch-size", type=int, help="must be the bundle's batch size (the default)")
     parser.add_argument("--device", choices=DRIVERS, help="the IREE driver (default: the bundle target's)")
@@ -126,21 +133,44 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--checkpoint-every", type=int, metavar="N", help="also write the checkpoint every N steps")
     parser.add_argument("--max-steps", type=int, metavar="N", help="stop once N steps are taken in all")
     parser.add_argument("--seed", type=int, help="seed of the data order (default 0; a resumed run keeps its own)")
-    parser.add_argument("--export", help="where to write the tuned state_dict (default BUNDLE/tuned.safetensors; "
-                                         "LoRA adapters merged into their weights)")
-    parser.add_argument("--export-adapters", metavar="DIR",
-                        help="also write the LoRA adapters in PEFT's format (adapter_model.safetensors, "
-                             "adapter_config.json) into DIR, for peft.PeftModel.from_pretrained")
-    parser.add_argument("--on-nonfinite", choices=("stop", "skip"), default="stop",
-                        help="a batch whose loss is NaN or infinite (the step is never applied): stop with an error, "
-                             "keeping the last checkpoint and export (default), or skip the batch and count it")
+    parser.add_argument(
+        "--export",
+        help="where to write the tuned state_dict (default BUNDLE/tuned.safetensors; "
+        "LoRA adapters merged into their weights)",
+    )
+    parser.add_argument(
+        "--export-adapters",
+        metavar="DIR",
+        help="also write the LoRA adapters in PEFT's format (adapter_model.safetensors, "
+        "adapter_config.json) into DIR, for peft.PeftModel.from_pretrained",
+    )
+    parser.add_argument(
+        "--on-nonfinite",
+        choices=("stop", "skip"),
+        default="stop",
+        help="a batch whose loss is NaN or infinite (the step is never applied): stop with an error, "
+        "keeping the last checkpoint and export (default), or skip the batch and count it",
+    )
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
-    return run_tool("pock-train", _run, build_parser().parse_args(argv),
-                    (BundleError, TargetError, DataError, CheckpointError, InputError, ModuleError, NonFiniteLossError,
-                     lora.LoraError, OSError))
+    return run_tool(
+        "pock-train",
+        _run,
+        build_parser().parse_args(argv),
+        (
+            BundleError,
+            TargetError,
+            DataError,
+            CheckpointError,
+            InputError,
+            ModuleError,
+            NonFiniteLossError,
+            lora.LoraError,
+            OSError,
+        ),
+    )
 
 
 @contextmanager
@@ -178,8 +208,10 @@ def _export_path(args, bundle: Bundle) -> Path:
 
 def _check_arguments(args, bundle: Bundle) -> None:
     if args.batch_size is not None and args.batch_size != bundle.batch_size:
-        raise DataError(f"--batch-size {args.batch_size}: the bundle was compiled for batches of {bundle.batch_size} "
-                        f"(its example batch); recompile with pock-compile on a batch of {args.batch_size}")
+        raise DataError(
+            f"--batch-size {args.batch_size}: the bundle was compiled for batches of {bundle.batch_size} "
+            f"(its example batch); recompile with pock-compile on a batch of {args.batch_size}"
+        )
     for option in ("epochs", "checkpoint_every", "max_steps"):
         value = getattr(args, option)
         if value is not None and value < 1:
@@ -188,7 +220,7 @@ def _check_arguments(args, bundle: Bundle) -> None:
         raise CheckpointError("--resume needs --checkpoint PATH")
     if args.checkpoint_every and not args.checkpoint:
         raise CheckpointError("--checkpoint-every needs --checkpoint PATH")
-    if args.seed is not None and not 0 <= args.seed < 2 ** 63:
+    if args.seed is not None and not 0 <= args.seed < 2**63:
         raise DataError(f"--seed must be a non-negative integer, got {args.seed}")
     if args.checkpoint:
         path = Path(args.checkpoint)
@@ -207,25 +239,38 @@ def _check_arguments(args, bundle: Bundle) -> None:
 def _resume(args, bundle: Bundle, train: Split) -> tuple[dict | None, dict]:
     """(checkpoint, progress): where training starts, checked against this run's data and seed."""
     if not args.resume:
-        return None, {"epoch": 0, "batch": 0, "shuffle_seed": 0 if args.seed is None else args.seed,
-                      "train_samples": len(train), "dropout_seed": 0}
+        return None, {
+            "epoch": 0,
+            "batch": 0,
+            "shuffle_seed": 0 if args.seed is None else args.seed,
+            "train_samples": len(train),
+            "dropout_seed": 0,
+        }
     checkpoint = load_checkpoint(args.checkpoint, bundle)
     progress = checkpoint.progress
     if not isinstance(progress, dict):
         raise CheckpointError(f"{args.checkpoint}: its progress is {type(progress).__name__}, not pock-train's record")
     missing = [key for key in PROGRESS if type(progress.get(key)) is not int or progress[key] < 0]
     if missing:
-        raise CheckpointError(f"{args.checkpoint} lacks pock-train's position in the data ({', '.join(missing)} must "
-                              f"be non-negative integers); was it written by pock-train?")
+        raise CheckpointError(
+            f"{args.checkpoint} lacks pock-train's position in the data ({', '.join(missing)} must "
+            f"be non-negative integers); was it written by pock-train?"
+        )
     if progress["batch"] >= len(train) // bundle.batch_size:
-        raise CheckpointError(f"{args.checkpoint} says batch {progress['batch']} of an epoch, but an epoch has "
-                              f"{len(train) // bundle.batch_size} batches")
+        raise CheckpointError(
+            f"{args.checkpoint} says batch {progress['batch']} of an epoch, but an epoch has "
+            f"{len(train) // bundle.batch_size} batches"
+        )
     if args.seed is not None and args.seed != progress["shuffle_seed"]:
-        raise CheckpointError(f"--seed {args.seed}: {args.checkpoint} was trained with seed {progress['shuffle_seed']}; "
-                              f"resuming keeps the run's data order (leave --seed out)")
+        raise CheckpointError(
+            f"--seed {args.seed}: {args.checkpoint} was trained with seed {progress['shuffle_seed']}; "
+            f"resuming keeps the run's data order (leave --seed out)"
+        )
     if progress["train_samples"] != len(train):
-        raise CheckpointError(f"{args.checkpoint} was trained on {progress['train_samples']} samples, "
-                              f"{args.data} has {len(train)}: resuming would not continue the same data order")
+        raise CheckpointError(
+            f"{args.checkpoint} was trained on {progress['train_samples']} samples, "
+            f"{args.data} has {len(train)}: resuming would not continue the same data order"
+        )
     return checkpoint, progress
 
 
@@ -255,8 +300,9 @@ def _run(args) -> int:
             os.close(fd)
 
 
-def _train(args, bundle: Bundle, device: str, train: Split, val: Split | None, checkpoint, progress: dict,
-           export: Path) -> int:
+def _train(
+    args, bundle: Bundle, device: str, train: Split, val: Split | None, checkpoint, progress: dict, export: Path
+) -> int:
     trainer = open_trainer(bundle, device, args.on_nonfinite)
     if checkpoint:
         trainer.load_state_dict(checkpoint.state_dict)
@@ -297,20 +343,30 @@ def _train(args, bundle: Bundle, device: str, train: Split, val: Split | None, c
                             f"epoch {epoch + 1}, batch {done + 1} (samples {', '.join(map(str, order[done][:4]))}"
                             f"{', ...' if batch_size > 4 else ''}), step {steps + 1}: {e}; stopped. "
                             + _where_the_state_is(args, saved_at, export)
-                            + " (--on-nonfinite skip skips such batches)") from None
+                            + " (--on-nonfinite skip skips such batches)"
+                        ) from None
                     seconds = time.perf_counter() - started
                     steps, done, run_steps, run_seconds = steps + 1, done + 1, run_steps + 1, run_seconds + seconds
                 bar.update(done, loss, seconds, final=done == len(order) or stop(steps))
                 # The epoch end and the stop write their own checkpoint.
-                if args.checkpoint_every and steps % args.checkpoint_every == 0 and done < len(order) and not stop(steps):
+                if (
+                    args.checkpoint_every
+                    and steps % args.checkpoint_every == 0
+                    and done < len(order)
+                    and not stop(steps)
+                ):
                     write_checkpoint(epoch, done)
             if done < len(order):  # stopped by --max-steps inside the epoch
                 write_checkpoint(epoch, done)
                 break
             metrics = evaluate(trainer, val, batch_size) if val else {}
-            print(f"epoch {epoch + 1}/{args.epochs}: loss {bar.mean_loss:.4f}"
-                  + "".join(f", {k} {v:.4f}" for k, v in metrics.items()) + f", step {steps}"
-                  + (f", {bar.tokens_per_s:.0f} tokens/s" if tokens_per_step else ""), flush=True)
+            print(
+                f"epoch {epoch + 1}/{args.epochs}: loss {bar.mean_loss:.4f}"
+                + "".join(f", {k} {v:.4f}" for k, v in metrics.items())
+                + f", step {steps}"
+                + (f", {bar.tokens_per_s:.0f} tokens/s" if tokens_per_step else ""),
+                flush=True,
+            )
             epoch += 1
             write_checkpoint(epoch, 0)
         try:
@@ -318,21 +374,29 @@ def _train(args, bundle: Bundle, device: str, train: Split, val: Split | None, c
         except OSError as e:
             raise OutputError(f"{e}; {_where_the_state_is(args, saved_at, export)}") from None
     except KeyboardInterrupt:
-        print(f"\npock-train: interrupted at step {steps}; exporting its weights (Ctrl-C again to skip)",
-              file=sys.stderr, flush=True)
+        print(
+            f"\npock-train: interrupted at step {steps}; exporting its weights (Ctrl-C again to skip)",
+            file=sys.stderr,
+            flush=True,
+        )
         try:
             _export(trainer, export, args.export_adapters)
             weights = f"the tuned weights of step {steps} are in {export}"
         except KeyboardInterrupt:
             weights = f"the weights were not exported ({export} is as it was)"
-        kept = (f"; {args.checkpoint} holds step {saved_at} (--resume continues from there)"
-                if args.checkpoint and saved_at is not None else "")
+        kept = (
+            f"; {args.checkpoint} holds step {saved_at} (--resume continues from there)"
+            if args.checkpoint and saved_at is not None
+            else ""
+        )
         print(f"pock-train: stopped: {weights}{kept}", file=sys.stderr)
         return 130
     throughput = ""
     if tokens_per_step and run_steps:
-        throughput = (f" ({run_steps * tokens_per_step:,} tokens in this run, "
-                      f"{run_steps * tokens_per_step / run_seconds:,.0f} tokens/s)")
+        throughput = (
+            f" ({run_steps * tokens_per_step:,} tokens in this run, "
+            f"{run_steps * tokens_per_step / run_seconds:,.0f} tokens/s)"
+        )
     skipped = f", skipped {trainer.skipped_steps} batch(es) with a non-finite loss" if trainer.skipped_steps else ""
     print(f"trained {steps} steps in all{throughput}{skipped}; tuned weights in {export}")
     return 0
@@ -357,7 +421,9 @@ def hold_lock(path) -> int:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
         os.close(fd)
-        raise OutputError(f"another pock-train is writing {path}; wait for it to finish or choose another path") from None
+        raise OutputError(
+            f"another pock-train is writing {path}; wait for it to finish or choose another path"
+        ) from None
     return fd
 
 

@@ -13,19 +13,28 @@ from __future__ import annotations
 import json
 import math
 from dataclasses import dataclass, field
-from functools import lru_cache
+from functools import cache
 from pathlib import Path
 
 from pock_mlir.conv_forms import ConvShape
-from pock_mlir.iree_flags import (AGGRESSIVE_FUSION_SET, BASELINE_SET, DATA_TILED_AGGRESSIVE_FUSION_SET,
-                                  DATA_TILED_MASKED_AGGRESSIVE_FUSION_SET, DATA_TILED_MASKED_TAILS_SET, DATA_TILING_SET,
-                                  IM2COL, MASKED_AGGRESSIVE_FUSION_SET, MASKED_TAILS_SET)
+from pock_mlir.iree_flags import (
+    AGGRESSIVE_FUSION_SET,
+    BASELINE_SET,
+    DATA_TILED_AGGRESSIVE_FUSION_SET,
+    DATA_TILED_MASKED_AGGRESSIVE_FUSION_SET,
+    DATA_TILED_MASKED_TAILS_SET,
+    DATA_TILING_SET,
+    IM2COL,
+    MASKED_AGGRESSIVE_FUSION_SET,
+    MASKED_TAILS_SET,
+)
 from pock_mlir.targets import host_arch
 
 TUNING_DIR = Path(__file__).resolve().parent
 
 
 # -- the measured table ----------------------------------------------------------------
+
 
 def host_cpu() -> str:
     """This machine's CPU as the host tables name it: architecture, then on Linux the vendor, family
@@ -98,8 +107,10 @@ def _checked(path: Path) -> dict:
     try:
         _read_choices_inputs(table)
     except (AttributeError, KeyError, TypeError, ValueError) as e:
-        raise ValueError(f"tuning table '{path}' is not one python -m bench.iree_study writes "
-                         f"({type(e).__name__}: {e}): measure it again") from None
+        raise ValueError(
+            f"tuning table '{path}' is not one python -m bench.iree_study writes "
+            f"({type(e).__name__}: {e}): measure it again"
+        ) from None
     return table
 
 
@@ -116,7 +127,7 @@ def _read_choices_inputs(table: dict) -> None:
             float(result.get("step_ms_min", 0))
 
 
-@lru_cache(maxsize=None)
+@cache
 def _read(path: Path) -> dict:
     return json.loads(path.read_text())
 
@@ -162,23 +173,30 @@ class BackendChoices:
 
 # the choices of a program compiled without pock-backend-switch
 NOT_CHOSEN = "not chosen (no pock-backend-switch)"
-UNCHOSEN = BackendChoices(Choice("plain", NOT_CHOSEN), Choice("target default", NOT_CHOSEN),
-                          Choice("default", NOT_CHOSEN), {})
+UNCHOSEN = BackendChoices(
+    Choice("plain", NOT_CHOSEN), Choice("target default", NOT_CHOSEN), Choice("default", NOT_CHOSEN), {}
+)
 
 
 def _distance(a: ConvShape, b: ConvShape) -> float:
     """How unlike a measured shape is: different kernel, stride, dilation or family first, then size."""
     wa, wb = a.window, b.window
-    structural = ((wa.kernel != wb.kernel) + (wa.stride != wb.stride) + (wa.dilation != wb.dilation)
-                  + (a.depthwise != b.depthwise) + (a.pointwise != b.pointwise))
+    structural = (
+        (wa.kernel != wb.kernel)
+        + (wa.stride != wb.stride)
+        + (wa.dilation != wb.dilation)
+        + (a.depthwise != b.depthwise)
+        + (a.pointwise != b.pointwise)
+    )
     taps = a.c * math.prod(wa.kernel) / (b.c * math.prod(wb.kernel))
     return 10 * structural + abs(math.log(a.macs() / b.macs())) + abs(math.log(taps))
 
 
 # Measured: a ResNet block's strided 1x1 downsample as a direct convolution under IREE's im2col
 # flag (every CPU target's) gave evaluate outputs off by 0.15 (tests/test_models_cnn.py).
-MISCOMPILED_STRIDED_POINTWISE = ("IREE 3.13 miscompiles the direct form of a strided 1x1 convolution under "
-                                 f"{IM2COL} (wrong values in evaluate)")
+MISCOMPILED_STRIDED_POINTWISE = (
+    f"IREE 3.13 miscompiles the direct form of a strided 1x1 convolution under {IM2COL} (wrong values in evaluate)"
+)
 
 
 def choose_conv_form(tuning: Tuning, shape: ConvShape, op: str, min_speedup: float, exclude: str = "") -> Choice:
@@ -192,8 +210,12 @@ def choose_conv_form(tuning: Tuning, shape: ConvShape, op: str, min_speedup: flo
     forms = tuple(f for f in implemented if f not in excluded) or implemented  # an only form stays, excluded or not
     baseline = forms[0]
     if len(forms) == 1:
-        return Choice(baseline, "the only form implemented for this shape" if len(implemented) == 1
-                      else f"the only form implemented but {exclude}")
+        return Choice(
+            baseline,
+            "the only form implemented for this shape"
+            if len(implemented) == 1
+            else f"the only form implemented but {exclude}",
+        )
     if op == "forward" and "im2col" in forms and shape.window.kernel == (1, 1) and max(shape.window.stride) > 1:
         return Choice("im2col", MISCOMPILED_STRIDED_POINTWISE)
     cases = [(ConvShape.from_json(c["shape"]), c) for c in tuning.table.get("convs", {}).get("cases", [])]
@@ -216,8 +238,12 @@ def choose_conv_form(tuning: Tuning, shape: ConvShape, op: str, min_speedup: flo
 # masked tails and data tiling both spare a matmul its remainder loop (a program can run fastest
 # plain and masked, though data-tiled it beats plain peeled code: README, Targets)
 PLAIN_SETS = (BASELINE_SET, MASKED_TAILS_SET, AGGRESSIVE_FUSION_SET, MASKED_AGGRESSIVE_FUSION_SET)
-DATA_TILED_SETS = (DATA_TILING_SET, DATA_TILED_MASKED_TAILS_SET, DATA_TILED_AGGRESSIVE_FUSION_SET,
-                   DATA_TILED_MASKED_AGGRESSIVE_FUSION_SET)
+DATA_TILED_SETS = (
+    DATA_TILING_SET,
+    DATA_TILED_MASKED_TAILS_SET,
+    DATA_TILED_AGGRESSIVE_FUSION_SET,
+    DATA_TILED_MASKED_AGGRESSIVE_FUSION_SET,
+)
 # A flag is chosen only where the nearest measured step was at least this much faster with it
 # (whole steps vary by a few percent between rounds), or no slower and held at most this share of
 # the device memory (a Trainer's, which does not vary): on a device memory is as scarce as time.
@@ -254,8 +280,10 @@ class MatmulFlops:
         attention = "with attention" if self.attention else "no attention"
         if self.convolution_led:
             return f"convolutions carry most of the FLOPs, {attention}"
-        return (f"matmuls carry most of the FLOPs, {attention}, largest matmul {self.largest_matmul / 1e6:.0f} MFLOP, "
-                f"{100 * self.untiled_share:.0f}% of matmul FLOPs with a dimension not a multiple of {MATMUL_TILE}")
+        return (
+            f"matmuls carry most of the FLOPs, {attention}, largest matmul {self.largest_matmul / 1e6:.0f} MFLOP, "
+            f"{100 * self.untiled_share:.0f}% of matmul FLOPs with a dimension not a multiple of {MATMUL_TILE}"
+        )
 
 
 def _unlikeness(a: MatmulFlops, b: MatmulFlops) -> tuple[int, float]:
@@ -269,8 +297,9 @@ def _unlikeness(a: MatmulFlops, b: MatmulFlops) -> tuple[int, float]:
     return structure, sizes + 4 * abs(a.untiled_share - b.untiled_share)
 
 
-def _measured_on_most_alike(tuning: Tuning, flops: MatmulFlops, flag_sets: tuple[str, ...],
-                            baselines: tuple[str, ...]) -> tuple[Measured, MatmulFlops, str, str] | None:
+def _measured_on_most_alike(
+    tuning: Tuning, flops: MatmulFlops, flag_sets: tuple[str, ...], baselines: tuple[str, ...]
+) -> tuple[Measured, MatmulFlops, str, str] | None:
     """(what it measured of the program, its MatmulFlops, the flag set and the baseline compared):
     the most alike program the target's flag study measured under the first of `flag_sets` and of
     `baselines`, with its fastest step under `flag_sets` and its fastest under `baselines` (on a
@@ -289,18 +318,30 @@ def _measured_on_most_alike(tuning: Tuning, flops: MatmulFlops, flag_sets: tuple
         (flag_set, flagged), (baseline, base) = fastest(sets, flag_sets), fastest(sets, baselines)
         # the flag sets may have failed to compile the program: infinitely slow
         ms = {flag_set: flagged.get("step_ms_min", math.inf), baseline: base["step_ms_min"]}
-        memory = ({flag_set: flagged["device_mb"], baseline: base["device_mb"]}
-                  if "device_mb" in flagged and "device_mb" in base else {})
+        memory = (
+            {flag_set: flagged["device_mb"], baseline: base["device_mb"]}
+            if "device_mb" in flagged and "device_mb" in base
+            else {}
+        )
         return Measured(model, ms, memory), MatmulFlops(**study["programs"][model]), flag_set, baseline
 
-    measured = [compared(model, sets) for model, sets in study.get("step_ms", {}).items()
-                if model in study.get("programs", {}) and flag_sets[0] in sets
-                and "step_ms_min" in sets.get(baselines[0], {})]
+    measured = [
+        compared(model, sets)
+        for model, sets in study.get("step_ms", {}).items()
+        if model in study.get("programs", {}) and flag_sets[0] in sets and "step_ms_min" in sets.get(baselines[0], {})
+    ]
     return min(measured, key=lambda found: _unlikeness(flops, found[1]), default=None)
 
 
-def _by_most_alike(tuning: Tuning, flops: MatmulFlops, what: str, flag_sets: tuple[str, ...],
-                   baselines: tuple[str, ...], forms: tuple[str, str, str], saying) -> Choice:
+def _by_most_alike(
+    tuning: Tuning,
+    flops: MatmulFlops,
+    what: str,
+    flag_sets: tuple[str, ...],
+    baselines: tuple[str, ...],
+    forms: tuple[str, str, str],
+    saying,
+) -> Choice:
     """A per-program flag as the most alike measured program found it (_measured_on_most_alike):
     forms[0] where that program's fastest step under `flag_sets` took at most MAX_CHOSEN_RATIO of
     its fastest under `baselines`, or no more time and at most MAX_CHOSEN_RATIO of its device
@@ -308,9 +349,12 @@ def _by_most_alike(tuning: Tuning, flops: MatmulFlops, what: str, flag_sets: tup
     words why (`sets`: the two sets compared)."""
     found = _measured_on_most_alike(tuning, flops, flag_sets, baselines)
     if found is None:
-        why = ("no matmuls or convolutions, like no program measured" if not flops.matmuls and not flops.convolutions
-               else f"no {what} measurements for {tuning.name} (python -m bench.iree_study flags --sets "
-                    f"{baselines[0]},{flag_sets[0]})")
+        why = (
+            "no matmuls or convolutions, like no program measured"
+            if not flops.matmuls and not flops.convolutions
+            else f"no {what} measurements for {tuning.name} (python -m bench.iree_study flags --sets "
+            f"{baselines[0]},{flag_sets[0]})"
+        )
         return Choice(forms[2], why)
     measured, alike, flag_set, baseline = found
     ratio = measured.ms[flag_set] / measured.ms[baseline]
@@ -321,8 +365,9 @@ def _by_most_alike(tuning: Tuning, flops: MatmulFlops, what: str, flag_sets: tup
         outcome = f"took {ratio:.2f}x the time"
         outcome += f" and {memory:.2f}x the device memory" if memory is not None else ""
     chosen = ratio <= MAX_CHOSEN_RATIO or (ratio <= 1 and memory is not None and memory <= MAX_CHOSEN_RATIO)
-    return Choice(forms[0] if chosen else forms[1], saying(measured.case, outcome, alike, (flag_set, baseline)),
-                  measured)
+    return Choice(
+        forms[0] if chosen else forms[1], saying(measured.case, outcome, alike, (flag_set, baseline)), measured
+    )
 
 
 def choose_data_tiling(tuning: Tuning, flops: MatmulFlops) -> Choice:
@@ -330,22 +375,46 @@ def choose_data_tiling(tuning: Tuning, flops: MatmulFlops) -> Choice:
     the target's flag study took at most MAX_CHOSEN_RATIO of its fastest plain step's time at its
     fastest data-tiled one (of the sets measured with each data tiling, DATA_TILED_SETS and
     PLAIN_SETS; or no more time in less memory, see _by_most_alike)."""
-    return _by_most_alike(tuning, flops, "data-tiling", DATA_TILED_SETS, PLAIN_SETS, ("data-tiled", "plain", "plain"),
-                          lambda nearest, outcome, alike, sets: f"{flops.describe()}; the most alike step measured "
-                                                                f"on {tuning.name}, {nearest} ({alike.describe()}), "
-                                                                f"{outcome} data-tiled, the fastest of each "
-                                                                f"({sets[0]} against {sets[1]})")
+    return _by_most_alike(
+        tuning,
+        flops,
+        "data-tiling",
+        DATA_TILED_SETS,
+        PLAIN_SETS,
+        ("data-tiled", "plain", "plain"),
+        lambda nearest, outcome, alike, sets: (
+            f"{flops.describe()}; the most alike step measured "
+            f"on {tuning.name}, {nearest} ({alike.describe()}), "
+            f"{outcome} data-tiled, the fastest of each "
+            f"({sets[0]} against {sets[1]})"
+        ),
+    )
 
 
-def _by_most_alike_under(tuning: Tuning, flops: MatmulFlops, under: str, what: str, sets: tuple[str, str],
-                         forms: tuple[str, str, str], effect: str) -> Choice:
+def _by_most_alike_under(
+    tuning: Tuning,
+    flops: MatmulFlops,
+    under: str,
+    what: str,
+    sets: tuple[str, str],
+    forms: tuple[str, str, str],
+    effect: str,
+) -> Choice:
     """_by_most_alike under the program's other choices, `under` ("plain", "data-tiled, masked
     tails"): `sets` is the (flag set, baseline) measured so; `effect` words the flag ("with masked
     tails")."""
     flag_set, baseline = sets
-    return _by_most_alike(tuning, flops, what, (flag_set,), (baseline,), forms,
-                          lambda nearest, outcome, *_: f"the most alike step measured on {tuning.name} ({under}), "
-                                                       f"{nearest}, {outcome} {effect}")
+    return _by_most_alike(
+        tuning,
+        flops,
+        what,
+        (flag_set,),
+        (baseline,),
+        forms,
+        lambda nearest, outcome, *_: (
+            f"the most alike step measured on {tuning.name} ({under}), {nearest}, {outcome} {effect}"
+        ),
+    )
 
 
 def choose_vector_tails(tuning: Tuning, flops: MatmulFlops, data_tiled: bool) -> Choice:
@@ -355,24 +424,40 @@ def choose_vector_tails(tuning: Tuning, flops: MatmulFlops, data_tiled: bool) ->
     time masked (or no more in less memory, see _by_most_alike), else "peeled"; "target default"
     without such measurements (targets.vector_tails)."""
     sets = (DATA_TILED_MASKED_TAILS_SET, DATA_TILING_SET) if data_tiled else (MASKED_TAILS_SET, BASELINE_SET)
-    return _by_most_alike_under(tuning, flops, "data-tiled" if data_tiled else "plain", "vector-tails", sets,
-                                ("masked", "peeled", "target default"), "with masked tails")
+    return _by_most_alike_under(
+        tuning,
+        flops,
+        "data-tiled" if data_tiled else "plain",
+        "vector-tails",
+        sets,
+        ("masked", "peeled", "target default"),
+        "with masked tails",
+    )
 
 
 # (aggressive fusion's set, its baseline) by (data-tiled, masked tails): fusion is chosen under the
 # program's data tiling and vector tails, which change what it gains (README, Targets)
-FUSION_SETS = {(False, False): (AGGRESSIVE_FUSION_SET, BASELINE_SET),
-               (False, True): (MASKED_AGGRESSIVE_FUSION_SET, MASKED_TAILS_SET),
-               (True, False): (DATA_TILED_AGGRESSIVE_FUSION_SET, DATA_TILING_SET),
-               (True, True): (DATA_TILED_MASKED_AGGRESSIVE_FUSION_SET, DATA_TILED_MASKED_TAILS_SET)}
+FUSION_SETS = {
+    (False, False): (AGGRESSIVE_FUSION_SET, BASELINE_SET),
+    (False, True): (MASKED_AGGRESSIVE_FUSION_SET, MASKED_TAILS_SET),
+    (True, False): (DATA_TILED_AGGRESSIVE_FUSION_SET, DATA_TILING_SET),
+    (True, True): (DATA_TILED_MASKED_AGGRESSIVE_FUSION_SET, DATA_TILED_MASKED_TAILS_SET),
+}
 
 
 def choose_fusion(tuning: Tuning, flops: MatmulFlops, data_tiled: bool, masked_tails: bool) -> Choice:
-    """"aggressive" if IREE should form dispatches with its aggressive fusion: the most alike
+    """ "aggressive" if IREE should form dispatches with its aggressive fusion: the most alike
     program of the target's flag study, with the same data tiling and vector tails, took at most
     MAX_CHOSEN_RATIO of its step's time without it, or no more time and at most MAX_CHOSEN_RATIO of
     its device memory, and compiled; else "default" (also where the study did not measure it
     under those, so that no program takes a combination never measured)."""
     under = ("data-tiled" if data_tiled else "plain") + (", masked tails" if masked_tails else "")
-    return _by_most_alike_under(tuning, flops, under, "aggressive-fusion", FUSION_SETS[data_tiled, masked_tails],
-                                ("aggressive", "default", "default"), "with aggressive fusion")
+    return _by_most_alike_under(
+        tuning,
+        flops,
+        under,
+        "aggressive-fusion",
+        FUSION_SETS[data_tiled, masked_tails],
+        ("aggressive", "default", "default"),
+        "with aggressive fusion",
+    )

@@ -66,6 +66,9 @@ def elu(b, g, out, x, alpha, scale, input_scale):
 @defrule("aten.leaky_relu", slices=elementwise)
 def leaky_relu(b, g, out, x, negative_slope):
     """g where x > 0, else g negative_slope."""
-    slope = b.aten.where.self(b.aten.gt.Scalar(x, 0.0), b.full((), 1.0, b.type_of(g).dtype),
-                              b.full((), float(negative_slope), b.type_of(g).dtype))
+    slope = b.aten.where.self(
+        b.aten.gt.Scalar(x, 0.0),
+        b.full((), 1.0, b.type_of(g).dtype),
+        b.full((), float(negative_slope), b.type_of(g).dtype),
+    )
     return b.mul(g, slope), None

@@ -12,7 +12,7 @@ the maths. A rule raises NotImplementedError for attribute values it does not co
 transposed convolution); pock-autodiff reports that at the op's source line.
 """
 
-from typing import Callable
+from collections.abc import Callable
 
 from pock_mlir.op_facts import declare
 from pock_mlir.torch_builder import TorchBuilder
@@ -23,6 +23,7 @@ Rule = Callable[..., tuple]
 def defrule(*names: str, **facts):
     """Register the decorated function as the derivative rule of `names`, with the ops' other
     facts as keywords (pock_mlir.op_facts.OpFacts: slices=, view=, free=, flops=)."""
+
     def register(fn: Rule) -> Rule:
         declare(*names, rule=fn, **facts)
         return fn

@@ -14,8 +14,14 @@ from __future__ import annotations
 import numpy as np
 
 from pock_mlir.conv_forms import Window, convolution_gradient, fold
-from pock_mlir.op_facts import (convolution_backward_flops, convolution_backward_shape_only, convolution_backward_slices,
-                                convolution_flops, convolution_slices, declare)
+from pock_mlir.op_facts import (
+    convolution_backward_flops,
+    convolution_backward_shape_only,
+    convolution_backward_slices,
+    convolution_flops,
+    convolution_slices,
+    declare,
+)
 
 from .base import defrule, scatter_into_zeros
 
@@ -40,24 +46,32 @@ def convolution(b, g, out, x, w, bias, stride, padding, dilation, transposed, ou
         gw = convolution_gradient(b, "weight_grad", x, g, w, stride, padding, dilation, groups)
         gx, gw = b.reshape(gx, x_shape), b.reshape(gw, w_shape)
     else:
-        gx, gw = (b.reshape(convolution_gradient(b, op, g, x, w, stride, padding, dilation, groups), shape)
-                  for op, shape in (("input_grad", x_shape), ("weight_grad", w_shape)))
+        gx, gw = (
+            b.reshape(convolution_gradient(b, op, g, x, w, stride, padding, dilation, groups), shape)
+            for op, shape in (("input_grad", x_shape), ("weight_grad", w_shape))
+        )
     gb = b.sum(g, [0, 2, 3]) if bias is not None else None
     return gx, gw, gb, None, None, None, None, None, None
 
 
-declare("aten.convolution_backward", slices=convolution_backward_slices, flops=convolution_backward_flops,
-        shape_only=convolution_backward_shape_only)
+declare(
+    "aten.convolution_backward",
+    slices=convolution_backward_slices,
+    flops=convolution_backward_flops,
+    shape_only=convolution_backward_shape_only,
+)
 
 
 # -- pooling ------------------------------------------------------------------------------
+
 
 @defrule("aten.max_pool2d_with_indices")
 def max_pool2d_with_indices(b, g, out, x, kernel, stride, padding, dilation, ceil_mode):
     """g routed to each window's argmax, from the forward's indices (torch's pick among ties)."""
     g_out, _ = g
-    gx = b.aten.max_pool2d_with_indices_backward(g_out, x, kernel, stride or kernel, padding, dilation,
-                                                 ceil_mode, out[1])
+    gx = b.aten.max_pool2d_with_indices_backward(
+        g_out, x, kernel, stride or kernel, padding, dilation, ceil_mode, out[1]
+    )
     return gx, None, None, None, None, None
 
 
@@ -88,10 +102,13 @@ def avg_pool2d(b, g, out, x, kernel, stride, padding, ceil_mode, count_include_p
         raise ValueError(f"kernel {kernel}, stride {stride} and divisor_override {divisor_override} must be positive")
     expected = Window.of(kernel, stride or kernel, padding, (1, 1), b.shape(x)[2:]).out_size
     if not ceil_mode and expected != b.shape(out)[2:]:
-        raise ValueError(f"a {list(kernel)} window over {list(b.shape(x)[2:])} gives {list(expected)}, not the "
-                         f"declared {list(b.shape(out)[2:])}")
-    window = Window(tuple(kernel), tuple(stride or kernel), tuple(padding), (1, 1),
-                    tuple(b.shape(x)[2:]), tuple(b.shape(out)[2:]))
+        raise ValueError(
+            f"a {list(kernel)} window over {list(b.shape(x)[2:])} gives {list(expected)}, not the "
+            f"declared {list(b.shape(out)[2:])}"
+        )
+    window = Window(
+        tuple(kernel), tuple(stride or kernel), tuple(padding), (1, 1), tuple(b.shape(x)[2:]), tuple(b.shape(out)[2:])
+    )
     if divisor_override:
         share = b.div(g, float(divisor_override))
     else:
@@ -116,6 +133,7 @@ def adaptive_max_pool2d(b, g, out, x, output_size):
 
 # -- upsampling ---------------------------------------------------------------------------
 
+
 def nearest_sources(size: int, out_size: int, factor: float | None) -> np.ndarray:
     """The input index each output index copies in torch's nearest upsampling, computed as torch
     does in float32: min(floor(index * scale), size - 1), scale 1 / factor if given, else size / out."""
@@ -136,8 +154,12 @@ def upsample_nearest2d(b, g, out, x, output_size, scale_factors):
     ho, wo = b.shape(out)[2:]
     factors = scale_factors or (None, None)
     rows, cols = nearest_sources(h, ho, factors[0]), nearest_sources(w, wo, factors[1])
-    if ho % h == 0 and wo % w == 0 and np.array_equal(rows, np.arange(ho) // (ho // h)) and \
-            np.array_equal(cols, np.arange(wo) // (wo // w)):
+    if (
+        ho % h == 0
+        and wo % w == 0
+        and np.array_equal(rows, np.arange(ho) // (ho // h))
+        and np.array_equal(cols, np.arange(wo) // (wo // w))
+    ):
         return b.sum(b.reshape(g, [n, c, h, ho // h, w, wo // w]), [3, 5]), None, None
     gw = b.aten.mm(b.reshape(g, [n * c * ho, wo]), b.literal(_one_hot(cols, w)))  # (n c ho, w)
     gt = b.reshape(b.transpose(b.reshape(gw, [n * c, ho, w])), [n * c * w, ho])
@@ -146,6 +168,7 @@ def upsample_nearest2d(b, g, out, x, output_size, scale_factors):
 
 
 # -- padding ------------------------------------------------------------------------------
+
 
 @defrule("aten.constant_pad_nd")
 def constant_pad_nd(b, g, out, x, pad, value):

@@ -2,13 +2,24 @@
 
 import numpy as np
 
-from pock_mlir.op_facts import (declare, elementwise, expand_slices, matmul_flops, mm_flops, mm_slices, permute_slices,
-                                reshape_slices, sum_dims_slices, t_slices, transpose_slices)
+from pock_mlir.op_facts import (
+    declare,
+    elementwise,
+    expand_slices,
+    matmul_flops,
+    mm_flops,
+    mm_slices,
+    permute_slices,
+    reshape_slices,
+    sum_dims_slices,
+    t_slices,
+    transpose_slices,
+)
 
 from .base import defrule, scatter_into_zeros, unreduce, zero_where
 
-
 # -- elementwise arithmetic -------------------------------------------------------------
+
 
 @defrule("aten.add.Tensor", slices=elementwise)
 def add_tensor(b, g, out, x, y, alpha):
@@ -63,6 +74,7 @@ def pow_tensor_scalar(b, g, out, x, p):
 
 # -- unary maths --------------------------------------------------------------------------
 
+
 @defrule("aten.exp", slices=elementwise)
 def exp(b, g, out, x):
     return (b.mul(g, out),)
@@ -107,6 +119,7 @@ def cos(b, g, out, x):
 
 # -- reductions ---------------------------------------------------------------------------
 
+
 @defrule("aten.sum.dim_IntList", slices=sum_dims_slices)
 def sum_dim(b, g, out, x, dims, keepdim, dtype):
     return unreduce(b, g, dims, keepdim, b.shape(x)), None, None, None
@@ -130,7 +143,7 @@ def mean_all(b, g, out, x, dtype):
 def mean_dim(b, g, out, x, dims, keepdim, dtype):
     shape = b.shape(x)
     count = 1
-    for d in (range(len(shape)) if not dims else dims):
+    for d in range(len(shape)) if not dims else dims:
         count *= shape[d]
     return b.div(unreduce(b, g, dims, keepdim, shape), float(count)), None, None, None
 
@@ -155,8 +168,9 @@ def to_index(b, g, x, dim, index, keepdim):
     if not keepdim:
         g, index = b.aten.unsqueeze(g, dim), b.aten.unsqueeze(index, dim)
     # int32: GPUs without 64-bit integers (the portable Vulkan profile) cannot compare int64
-    positions = b.literal(np.arange(shape[dim], dtype=np.int32).reshape([-1 if d == dim else 1
-                                                                          for d in range(len(shape))]))
+    positions = b.literal(
+        np.arange(shape[dim], dtype=np.int32).reshape([-1 if d == dim else 1 for d in range(len(shape))])
+    )
     hit = b.aten.eq.Tensor(b.cast(index, b.type_of(positions).dtype), positions)
     return b.aten.where.self(hit, g, b.full((), 0.0, b.type_of(g).dtype))
 
@@ -201,6 +215,7 @@ def norm(b, g, out, x, order, dims, keepdim):
 
 # -- linear algebra -----------------------------------------------------------------------
 
+
 @defrule("aten.mm", slices=mm_slices, flops=mm_flops)
 def mm(b, g, out, x, w):
     return b.aten.mm(g, b.transpose(w)), b.aten.mm(b.transpose(x), g)
@@ -216,6 +231,7 @@ def addmm(b, g, out, bias, x, w, beta, alpha):
 
 
 # -- shapes -------------------------------------------------------------------------------
+
 
 @defrule("aten.permute", slices=permute_slices, free=True)
 def permute(b, g, out, x, dims):
@@ -240,9 +256,19 @@ def t(b, g, out, x):
     return (b.matrix_transpose(g) if len(b.shape(x)) == 2 else g,)  # aten.t leaves rank 0 and 1 as they are
 
 
-@defrule("aten.view", "aten.reshape", "aten._unsafe_view", "prims.squeeze", "aten.squeeze.dim",
-         "aten.squeeze.dims", "aten.squeeze", "aten.unsqueeze", "aten.flatten.using_ints",
-         view=True, slices=reshape_slices)
+@defrule(
+    "aten.view",
+    "aten.reshape",
+    "aten._unsafe_view",
+    "prims.squeeze",
+    "aten.squeeze.dim",
+    "aten.squeeze.dims",
+    "aten.squeeze",
+    "aten.unsqueeze",
+    "aten.flatten.using_ints",
+    view=True,
+    slices=reshape_slices,
+)
 def reshape_like(b, g, out, x, *shape_args):
     return (b.reshape(g, b.shape(x)),) + (None,) * len(shape_args)
 
@@ -277,6 +303,7 @@ declare("prims.convert_element_type", slices=elementwise, free=True)
 
 # -- selection ----------------------------------------------------------------------------
 
+
 @defrule("aten.where.self", slices=elementwise)
 def where(b, g, out, cond, x, y):
     zero = b.full((), 0.0, b.type_of(g).dtype)
@@ -289,7 +316,7 @@ def where(b, g, out, cond, x, y):
 def gather(b, g, out, x, dim, index, sparse_grad):
     """scatter_add of g into zeros; with one index per row (cross-entropy), where(position == index, g, 0)."""
     shape, dim = b.shape(x), dim % len(b.shape(x))
-    if b.shape(index) == shape[:dim] + (1,) + shape[dim + 1:]:
+    if b.shape(index) == shape[:dim] + (1,) + shape[dim + 1 :]:
         return to_index(b, g, x, dim, index, keepdim=True), None, None, None
     return scatter_into_zeros(b, x, dim, index, g), None, None, None
 

@@ -13,8 +13,8 @@ from pock_mlir.op_facts import bmm_flops, bmm_slices, elementwise
 
 from .base import defrule, reduced_size, scatter_into_zeros, unreduce, zero_where
 
-
 # -- embeddings ---------------------------------------------------------------------------
+
 
 @defrule("aten.embedding")
 def embedding(b, g, out, weight, indices, padding_idx, scale_grad_by_freq, sparse):
@@ -45,8 +45,10 @@ def _without_whole_dims(b, x, indices):
     rank = max(len(b.shape(t)) for t in indices[lead:])
     dtype = b.type_of(indices[lead]).dtype
     shape = b.shape(x)
-    wholes = [b.reshape(b.aten.arange(shape[d], dtype, None, None, None), [shape[d]] + [1] * (lead - 1 - d + rank))
-              for d in range(lead)]
+    wholes = [
+        b.reshape(b.aten.arange(shape[d], dtype, None, None, None), [shape[d]] + [1] * (lead - 1 - d + rank))
+        for d in range(lead)
+    ]
     return wholes + list(indices[lead:])
 
 
@@ -64,6 +66,7 @@ def index_select(b, g, out, x, dim, index):
 
 
 # -- normalisation ------------------------------------------------------------------------
+
 
 def _var_input_grad(b, g_var, x, mean, dims, correction, keepdim):
     """d var / dx = 2 (x - mean) / (N - correction), with `mean` kept over `dims`."""
@@ -121,6 +124,7 @@ def rms_norm(b, g, out, x, normalized_shape, weight, eps):
 
 # -- activations and softmax --------------------------------------------------------------
 
+
 @defrule("aten.tanh", slices=elementwise)
 def tanh(b, g, out, x):
     """g (1 - y^2)."""
@@ -161,6 +165,7 @@ def log_softmax(b, g, out, x, dim, half_to_float):
 
 # -- batched matmul -----------------------------------------------------------------------
 
+
 @defrule("aten.bmm", slices=bmm_slices, flops=bmm_flops)
 def bmm(b, g, out, x, y):
     """bmm(g, y^T), bmm(x^T, g)."""
@@ -168,6 +173,7 @@ def bmm(b, g, out, x, y):
 
 
 # -- slicing, concatenation, repetition ---------------------------------------------------
+
 
 @defrule("aten.slice.Tensor", free=True)
 def slice_tensor(b, g, out, x, dim, start, end, step):
@@ -188,8 +194,14 @@ def select(b, g, out, x, dim, index):
 @defrule("aten.slice_scatter", free=True)
 def slice_scatter(b, g, out, x, src, dim, start, end, step):
     """g with the slice zeroed for x, the slice of g for src (`x[:, a:b] = src`, functionalized)."""
-    return (b.aten.slice_scatter(g, b.zeros_like(src), dim, start, end, step),
-            b.aten.slice.Tensor(g, dim, start, end, step), None, None, None, None)
+    return (
+        b.aten.slice_scatter(g, b.zeros_like(src), dim, start, end, step),
+        b.aten.slice.Tensor(g, dim, start, end, step),
+        None,
+        None,
+        None,
+        None,
+    )
 
 
 @defrule("aten.copy", free=True)
@@ -246,8 +258,9 @@ def unfold(b, g, out, x, dim, size, step):
         return b.reshape(b.aten.permute(g, offset_after_window), shape), None, None, None
     grad = None
     for k in range(size):
-        part = b.aten.slice_scatter(b.zeros_like(x), b.aten.select.int(g, last, k), dim, k,
-                                    k + step * (windows - 1) + 1, step)
+        part = b.aten.slice_scatter(
+            b.zeros_like(x), b.aten.select.int(g, last, k), dim, k, k + step * (windows - 1) + 1, step
+        )
         grad = part if grad is None else b.add(grad, part)
     return grad, None, None, None
 
@@ -287,6 +300,7 @@ def repeat(b, g, out, x, repeats):
 
 
 # -- ops whose result does not change with their tensor operand ----------------------------
+
 
 @defrule("aten.full_like", "aten.zeros_like", "aten.ones_like", "aten.empty_like", free=True)
 def constant_valued(b, g, out, *args):
