@@ -220,7 +220,7 @@ def time_in_turns(steps_of: dict, steps: int) -> dict[str, list[float]]:
     take turns, so that load from other jobs hits them alike, each turn STEPS_PER_TURN calls back to
     back after an untimed one, as training runs its steps: with the program's data in the caches
     (timed one call a turn, each found the caches filled with the others' data, which hid much of
-    what data tiling gains a small program: README, Targets)."""
+    what data tiling gains a small program: docs/targets-and-deploying.md)."""
     times = {label: [] for label in steps_of}
     for _ in range(max(1, steps // STEPS_PER_TURN)):
         for label, step in steps_of.items():

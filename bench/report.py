@@ -1,4 +1,4 @@
-"""Ratios, the Markdown table the README shows, the target check and the bar chart."""
+"""Ratios, the Markdown table docs/benchmarks.md shows, the target check and the bar chart."""
 
 from __future__ import annotations
 

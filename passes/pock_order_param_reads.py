@@ -11,7 +11,7 @@ each such read that IREE materializes (an operand of the next contraction, a ret
 gradient an update reads) and that is computed before the update. IREE fuses the addition into the
 update's dispatch as one scalar load, so the update runs after that dispatch. Running later can
 keep the update's own inputs alive longer: on a model whose memory is its activations the step's
-workspace grew (README, Quality). The product is not folded, since 0 * NaN is NaN: a non-finite
+workspace grew (docs/quality.md). The product is not folded, since 0 * NaN is NaN: a non-finite
 input gradient makes the parameter non-finite, where it would already have made every earlier
 layer's gradient so.
 

@@ -66,7 +66,7 @@ def compile_training(
         index); by default `logits` where there is one, else the first.
     optimizer: pock.SGD(...) or pock.AdamW(...); SGD(lr=0.01) by default.
     sparse: which parameters to update: None (all), a dict, pock.SparseUpdate, a preset name or a
-        YAML/JSON path (see README, "Sparse updates").
+        YAML/JSON path (see docs/sparse-updates.md).
     target: host, x86-64[:cpu], aarch64[:features], vulkan or cuda[:sm_XX].
     pipelines: {stage: pipeline} replacing STAGE_PIPELINES entries, e.g. to compare a step without
         one of its passes (benchmarks do this for pock-reorder-updates).

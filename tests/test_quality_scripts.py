@@ -25,7 +25,7 @@ def test_quality_script_quick(task, schemes, tmp_path):
 def test_quick_quality_run_never_overwrites_the_quoted_results(tmp_path):
     results = REPO / "examples" / "quality" / "results"
     done = run([sys.executable, REPO / "examples" / "quality" / "vision.py", "--quick", "--out", results], tmp_path)
-    assert done.returncode == 2 and "would overwrite the results the README quotes" in done.stderr
+    assert done.returncode == 2 and "would overwrite the results docs/quality.md quotes" in done.stderr
 
 
 def test_search_budgets_and_the_searched_rows_order():

@@ -1,6 +1,6 @@
 """Small CNNs built from stock PyTorch layers, for tests, benchmarks and examples.
 
-torchvision does not import with this torch, so the architectures are written out here, with
+The architectures are written out here, so that the examples need nothing beyond PyTorch, with
 torchvision's module names (`features.3.conv.1.0.weight`, `layer2.0.downsample.0.weight`, ...)
 so that state dicts and sparse-update patterns carry over.
 

@@ -7,7 +7,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-RESULTS = Path(__file__).parent / "results"  # what the README quotes (tools/readme_results.py)
+RESULTS = Path(__file__).parent / "results"  # what docs/quality.md quotes (tools/readme_results.py)
 QUICK_OUT = "quality_quick"
 REFERENCE = "pytorch full (reference)"  # the row every task compares its schemes with
 
@@ -20,7 +20,7 @@ def add_output_options(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--out",
-        help=f"where to write the results (default {RESULTS.relative_to(RESULTS.parents[2])}, which the README quotes)",
+        help=f"where to write the results (default {RESULTS.relative_to(RESULTS.parents[2])}, which docs/quality.md quotes)",
     )
 
 
@@ -46,10 +46,10 @@ def samples(batches) -> tuple:
 
 
 def output_directory(parser: argparse.ArgumentParser, args) -> Path:
-    """--out, defaulted; a quick run never overwrites the results the README quotes."""
+    """--out, defaulted; a quick run never overwrites the results docs/quality.md quotes."""
     out = Path(args.out or (QUICK_OUT if args.quick else RESULTS))
     if args.quick and out.resolve() == RESULTS.resolve():
-        parser.error(f"--quick would overwrite the results the README quotes in {RESULTS}: give another --out")
+        parser.error(f"--quick would overwrite the results docs/quality.md quotes in {RESULTS}: give another --out")
     return out
 
 

@@ -236,7 +236,7 @@ def choose_conv_form(tuning: Tuning, shape: ConvShape, op: str, min_speedup: flo
 
 # each data tiling's sets, its baseline first: the data tiling is chosen by each one's fastest, as
 # masked tails and data tiling both spare a matmul its remainder loop (a program can run fastest
-# plain and masked, though data-tiled it beats plain peeled code: README, Targets)
+# plain and masked, though data-tiled it beats plain peeled code: docs/targets-and-deploying.md)
 PLAIN_SETS = (BASELINE_SET, MASKED_TAILS_SET, AGGRESSIVE_FUSION_SET, MASKED_AGGRESSIVE_FUSION_SET)
 DATA_TILED_SETS = (
     DATA_TILING_SET,
@@ -436,7 +436,7 @@ def choose_vector_tails(tuning: Tuning, flops: MatmulFlops, data_tiled: bool) ->
 
 
 # (aggressive fusion's set, its baseline) by (data-tiled, masked tails): fusion is chosen under the
-# program's data tiling and vector tails, which change what it gains (README, Targets)
+# program's data tiling and vector tails, which change what it gains (docs/targets-and-deploying.md)
 FUSION_SETS = {
     (False, False): (AGGRESSIVE_FUSION_SET, BASELINE_SET),
     (False, True): (MASKED_AGGRESSIVE_FUSION_SET, MASKED_TAILS_SET),

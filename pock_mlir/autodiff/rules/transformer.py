@@ -1,6 +1,6 @@
 """Rules for the ops transformer encoders and LLaMA-style decoders decompose into: embeddings and
 indexing, normalisation statistics, GELU and tanh, softmax, batched matmul, slicing and
-concatenation, head repetition. Docstrings name the backward form; the README's ops table
+concatenation, head repetition. Docstrings name the backward form; docs/supported-ops.md's ops table
 shows them. Gathers scatter back with an accumulating index_put, which IREE lowers to one
 scatter; matmuls stay (batched) matmuls.
 """
