@@ -18,10 +18,11 @@ from oracle import assert_close_to_norm, assert_gradients_close_to_float64, asse
 from safetensors.torch import load_file
 
 import pock_mlir as pock
-from pock_mlir.bundle import load_bundle, write_bundle
+from pock_mlir.bundle import write_bundle
 from pock_mlir.data import load_data
 from pock_mlir.frontend import FrontendError
 from pock_mlir.runtime import InputError, Trainer
+from pock_mlir.runtime.bundle import load_bundle
 from pock_mlir.tools import pock_compile, pock_train
 from pock_mlir.tools.pock_compile import load_model_file
 from pock_mlir.tools.pock_search import ExampleBatch

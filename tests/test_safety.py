@@ -19,7 +19,7 @@ import torch.nn as nn
 import pock_mlir as pock
 from pock_mlir.bundle import check_destination, write_bundle
 from pock_mlir.files import OutputError, atomic_write, staging_directory
-from pock_mlir.runtime.bundle import BundleError
+from pock_mlir.runtime.bundle import BundleError, load_bundle
 from pock_mlir.tools import pock_train
 
 VENV_BIN = Path(sys.executable).parent
@@ -447,8 +447,6 @@ def test_the_vocabularies_are_those_of_the_embeddings_the_ids_reach_unchanged(to
 
 
 def test_bundles_carry_the_vocabularies_and_pock_train_checks_them(token_program, tokens, tmp_path):
-    from pock_mlir.bundle import load_bundle
-
     bundle = write_bundle(
         token_program, tmp_path / "bundle", example_inputs=tokens[0], example_target=tokens[1], loss="cross_entropy"
     )

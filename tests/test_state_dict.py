@@ -18,10 +18,11 @@ from safetensors import safe_open
 from safetensors.numpy import load_file, save
 
 import pock_mlir as pock
-from pock_mlir.bundle import load_bundle, write_bundle
+from pock_mlir.bundle import write_bundle
 from pock_mlir.checkpoint import FORMAT_BY_NAME, _tensors_sha256, load_checkpoint
 from pock_mlir.dropout import SeededDropout
 from pock_mlir.runtime import InputError
+from pock_mlir.runtime.bundle import load_bundle
 from pock_mlir.tools import pock_train
 
 VOCAB, BATCH, SEQ = 16, 4, 3
