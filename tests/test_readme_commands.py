@@ -8,6 +8,7 @@ with the venv's bin directory first on PATH, as for a user who activated the ven
 
 import json
 import os
+import re
 import shutil
 import stat
 import subprocess
@@ -193,8 +194,9 @@ def test_federated_block(tmp_path):
 
 
 def test_llm_steps_by_hand(tmp_path):
-    """The quick run, then its compile and fine-tuning by hand: the tuned weights differ from the
-    pretrained ones (a PyTorch state_dict) in what transformer-last-2 trains, and only there."""
+    """The quick run of examples/llama_text.py (the whole LLM path), then its compile and
+    fine-tuning by hand: the tuned weights differ from the pretrained ones (a PyTorch state_dict)
+    in what transformer-last-2 trains, and only there."""
     commands = doc_commands("docs/llm-fine-tuning.md", "## The steps by hand")
     assert [c.split()[0] for c in commands] == [
         "python",
@@ -202,9 +204,17 @@ def test_llm_steps_by_hand(tmp_path):
         "pock-train",
     ]
     cwd = user_directory(tmp_path)
-    for command in commands:
-        done = run(command, cwd)
+    quick, *by_hand = [run(command, cwd) for command in commands]
+    for command, done in zip(commands, [quick, *by_hand]):
         assert done.returncode == 0 and "Traceback" not in done.stderr, f"{command}\n{done.stderr[-2000:]}"
+    # The quick run's whole path: pretraining, the host bundle (no other target unless asked), and
+    # ten fine-tuning steps that lower the held-out loss.
+    assert "pretrain step    20/20" in quick.stdout and "trained 10 steps in all" in quick.stdout
+    before, after = (float(x) for x in re.findall(r"(?:before|after) fine-tuning:\s+([0-9.]+)", quick.stdout))
+    assert after < before, quick.stdout
+    run_dir = cwd / "llama_text_quick"
+    assert (run_dir / "host" / "tuned.safetensors").is_file() and not (run_dir / "aarch64").exists()
+    done = by_hand[-1]
     assert "epoch 1/1" in done.stderr + done.stdout and (cwd / "llama_text_quick" / "by-hand.ckpt").is_file()
     bundle = cwd / "llama_text_quick" / "by-hand"
     trained = set(Trainer.from_bundle(bundle).signature.trainable)
