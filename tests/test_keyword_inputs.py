@@ -145,7 +145,6 @@ def t5_bundle(t5_program, tmp_path_factory):
         example_inputs=batch,
         example_target=target,
         loss=logits_cross_entropy,
-        model=t5(),
     )
 
 
