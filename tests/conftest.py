@@ -26,9 +26,13 @@ LONGEST_FIRST = (
     "test_readme_commands.py",
     "test_examples.py",
     "test_quality_scripts.py",
+    "test_keyword_inputs.py",
     "test_federated.py",
     "test_targets.py",
     "test_lora.py",
+    "test_moe.py",
+    "test_state_dict.py",
+    "test_doc_examples.py",
 )
 
 
