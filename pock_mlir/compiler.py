@@ -117,7 +117,7 @@ def compile_training(
                 else f"by the sparse scheme {scheme.source!r}"
             )
             raise ValueError(f"every parameter is frozen ({why}): there is nothing to train")
-        quantized = frozen_weights(model, scheme.policies) if scheme.quantize else []
+        quantized = frozen_weights(model, scheme.policies, scheme.quantize) if scheme.quantize else []
         timings["sparse scheme"] = time.perf_counter() - start
         imported = import_model(model, example_inputs, example_target, loss, context, output, adapters, quantized)
         stages["imported"] = str(imported.module)

@@ -162,14 +162,14 @@ def _state_with_copies(names, values, updated) -> dict:
 @dataclass(frozen=True)
 class Rewrites:
     """What the traced forward computes differently from the model: LoRA adapters added to some
-    layers (pock_mlir/lora.py), int8 weights in others (pock_mlir/quantize.py). Their tensors are
+    layers (pock_mlir/lora.py), int8 or int4 weights in others (pock_mlir/quantize.py). Their tensors are
     parameters of the program, not of the model."""
 
     adapters: tuple[lora.Adapter, ...] = ()
     quantized: tuple[quantize.QuantizedWeight, ...] = ()
 
     def initial_values(self, params: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-        """The program's parameters from the model's: int8 weights in place of their float32
+        """The program's parameters from the model's: quantized weights in place of their float32
         ones, then the adapters' initial values."""
         result = {name: value for name, value in params.items() if name not in {w.weight for w in self.quantized}}
         for weight in self.quantized:
@@ -184,7 +184,7 @@ class Rewrites:
         added = lora.names(self.adapters) | {n for w in self.quantized for n in (w.values, w.scale)}
         with (
             layers.adapters_attached(model, list(self.adapters), state),
-            layers.int8_attached(model, list(self.quantized), state),
+            layers.quantized_attached(model, list(self.quantized), state),
         ):
             yield {name: value for name, value in state.items() if name not in added}
 

@@ -1,8 +1,8 @@
-"""The PyTorch layers whose weights LoRA adapts and int8 stores, at compile time: what kind each
-is (by its weight layout, abi.KINDS), which weights int8 stores, PEFT's initial adapter values,
-and the forward changes through which the frontend traces adapters and int8 weights into the
-step. The runtime needs none of it: pock_mlir/lora.py and pock_mlir/quantize.py hold what a
-device does with adapters and int8 weights, with numpy alone.
+"""The PyTorch layers whose weights LoRA adapts and int8 or int4 stores, at compile time: what
+kind each is (by its weight layout, abi.KINDS), which weights int8 and int4 store, PEFT's initial
+adapter values, and the forward changes through which the frontend traces adapters and quantized
+weights into the step. The runtime needs none of it: pock_mlir/lora.py and pock_mlir/quantize.py
+hold what a device does with adapters and quantized weights, with numpy alone.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from pock_mlir.lora import Adapter
-from pock_mlir.quantize import QuantizedWeight
+from pock_mlir.quantize import QuantizedWeight, QuantizeError, parse_format
 
 
 def kind_of(module) -> str | None:
@@ -37,19 +37,53 @@ def adapter_kind(module) -> str | None:
     return None if kind == "conv" and module.groups != 1 else kind
 
 
-def frozen_weights(model, policies: dict) -> list[QuantizedWeight]:
-    """The weights int8 holds under `policies`: each frozen weight of a linear, Conv1D or conv
-    layer that no other module shares."""
-    owners: dict[int, int] = {}
-    for _, tensor in model.named_parameters(remove_duplicate=False):
-        owners[id(tensor)] = owners.get(id(tensor), 0) + 1
+def frozen_weights(model, policies: dict, quantize: str) -> list[QuantizedWeight]:
+    """The weights `quantize` (a format, quantize.parse_format) holds under `policies`: each frozen
+    weight of a linear, Conv1D or conv layer that no other module shares; under int4, of linears,
+    Conv1Ds and embeddings (no conv), a weight tied between embeddings and linear heads included."""
+    fmt, group = parse_format(quantize)
+    keys: dict[int, list[str]] = {}  # each parameter's names, a tied one's several
+    for key, tensor in model.named_parameters(remove_duplicate=False):
+        keys.setdefault(id(tensor), []).append(key)
     chosen = []
     for name, module in model.named_modules():
-        kind, weight = kind_of(module), getattr(module, "weight", None)
+        weight, kind = getattr(module, "weight", None), _quantized_kind(module, fmt)
         policy = policies.get(f"{name}.weight")
-        if kind and weight is not None and policy is not None and policy.kind == "frozen" and owners[id(weight)] == 1:
-            chosen.append(QuantizedWeight(name, kind, tuple(weight.shape)))
+        # the first name of a parameter is its own (named_parameters), the others tie to it
+        if (
+            kind is None
+            or policy is None
+            or policy.kind != "frozen"
+            or keys.get(id(weight), [""])[0] != f"{name}.weight"
+        ):
+            continue
+        tied = tuple(key.removesuffix(".weight") for key in keys[id(weight)][1:])
+        if tied and (fmt != "int4" or not all(_tieable(model, key) for key in keys[id(weight)])):
+            continue  # int8 keeps shared weights float32; int4 shares one between embeddings and heads
+        if fmt == "int4":
+            inputs = weight.shape[0 if kind == "conv1d" else 1]
+            if inputs % group:
+                raise QuantizeError(
+                    f"int4:group={group} needs each quantized layer's input size to be a multiple of {group}, "
+                    f"but {name} has {inputs}; choose a group that divides it (quantize: {{frozen: 'int4:group=N'}})"
+                )
+        chosen.append(QuantizedWeight(name, kind, tuple(weight.shape), fmt, group, tied))
     return chosen
+
+
+def _quantized_kind(module, fmt: str) -> str | None:
+    """The kind of a module whose weight `fmt` stores, None if it stores none of it."""
+    if fmt == "int4" and isinstance(module, nn.Embedding) and module.max_norm is None and not module.sparse:
+        return "embedding"  # (max_norm renormalizes the weight in place, sparse gradients have no packed form)
+    kind = kind_of(module)
+    return None if fmt == "int4" and kind == "conv" else kind
+
+
+def _tieable(model, key: str) -> bool:
+    """Whether int4 can hold the parameter `key` in one packed tensor with its other names': the
+    weight of an embedding or a linear, which hold rows over the input dimension alike."""
+    module = model.get_submodule(key.removesuffix(".weight")) if key.endswith(".weight") else None
+    return isinstance(module, (nn.Embedding, nn.Linear)) and _quantized_kind(module, "int4") is not None
 
 
 def initial_adapter_values(adapters: list[Adapter]) -> dict[str, np.ndarray]:
@@ -89,12 +123,37 @@ def adapters_attached(model, adapters: list[Adapter], tensors: dict):
             handle.remove()
 
 
-@contextlib.contextmanager
-def int8_attached(model, quantized: list[QuantizedWeight], tensors: dict):
-    """The quantized modules compute with their int8 weights, read from `tensors` at each call:
-    how the frontend traces them into the step. The user's model is restored afterwards."""
+def _nibbles(packed: torch.Tensor) -> torch.Tensor:
+    """The int4 values of packed bytes, as float32 in [-7, 7], along a new last axis of 2 (the
+    low nibble's first): each byte shifted by 0 and 4, masked to its nibble, less 8."""
+    shifts = torch.tensor([0, 4], dtype=packed.dtype)
+    return torch.bitwise_and(torch.bitwise_right_shift(packed[..., None], shifts), 15).to(torch.float32) - 8
 
-    def forward_for(module, weight: QuantizedWeight):
+
+def int4_rows(packed: torch.Tensor, scale: torch.Tensor, group: int) -> torch.Tensor:
+    """The float32 values of int4 rows (quantize.py's layout: [..., in/2] bytes, [..., in/G] scales)."""
+    grouped = _nibbles(packed).reshape(*packed.shape[:-1], scale.shape[-1], group) * scale[..., None]
+    return grouped.flatten(-2)
+
+
+def int4_linear(x: torch.Tensor, packed: torch.Tensor, scale: torch.Tensor, group: int) -> torch.Tensor:
+    """x @ W^T for the int4 weight W ([out, in/2] bytes, [out, in/G] scales). The weight is
+    unpacked in [out, group, G/2, 2] (the values of each byte on the last axis, its group's scale
+    broadcast over the two inner ones) and contracted with x over those three axes, with no
+    reshape between the unpacking and the contraction: so IREE computes the unpacking inside the
+    contraction, forward and input gradient alike, instead of writing the float32 weight."""
+    out, groups = scale.shape
+    weight = _nibbles(packed.reshape(out, groups, group // 2)) * scale[:, :, None, None]
+    x = x.reshape(*x.shape[:-1], 1, groups, group // 2, 2)
+    return (x * weight).sum((-3, -2, -1))
+
+
+@contextlib.contextmanager
+def quantized_attached(model, quantized: list[QuantizedWeight], tensors: dict):
+    """The quantized modules compute with their int8 or int4 weights, read from `tensors` at each
+    call: how the frontend traces them into the step. The user's model is restored afterwards."""
+
+    def int8_forward(module, weight: QuantizedWeight):
         def forward(x):
             q, scale = tensors[weight.values].to(x.dtype), tensors[weight.scale]
             bias = module.bias
@@ -107,8 +166,19 @@ def int8_attached(model, quantized: list[QuantizedWeight], tensors: dict):
 
         return forward
 
-    modules = [(model.get_submodule(w.module), w) for w in quantized]
+    def int4_forward(module, weight: QuantizedWeight):
+        def forward(x):
+            packed, scale = tensors[weight.values], tensors[weight.scale]
+            if isinstance(module, nn.Embedding):  # the looked-up rows only, then unpacked
+                return int4_rows(F.embedding(x, packed), F.embedding(x, scale), weight.group)
+            y = int4_linear(x, packed, scale, weight.group)
+            return y if module.bias is None else y + module.bias
+
+        return forward
+
+    modules = [(model.get_submodule(name), w) for w in quantized for name in (w.module, *w.tied)]
     for module, weight in modules:
+        forward_for = int4_forward if weight.format == "int4" else int8_forward
         module.forward = forward_for(module, weight)  # an instance attribute: hooks still run around it
     try:
         yield

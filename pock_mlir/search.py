@@ -37,7 +37,8 @@ How, and what it costs:
      forward's (measured) up to the full step's (measured) in proportion to the backward's saved
      activations and gradients, plus the largest channel-sparse tensor, which the step assembles
      whole there. Step time: the forward's and backward's FLOPs over full BP's. Over an int8 frozen
-     base (quantize="int8"), each frozen layer weight counts as int8 plus a scale per channel.
+     base (quantize="int8"), each frozen layer weight counts as int8 plus a scale per channel; over
+     an int4 one (quantize="int4"), as two values a byte plus a scale per group.
   4. Selection: from the anchor, a greedy knapsack over the measured gains per byte the combined
      scheme's memory grows by (a tensor may move up to a larger ratio for the gain that adds), or
      the best single unit when that alone gains more. Gains are taken as additive there; step 5
@@ -241,12 +242,13 @@ class CostModel:
 
 
 def int8_savings(model, quantize: str | None) -> dict[str, int]:
-    """{layer weight: the bytes it saves stored as int8 with a float32 scale per output channel}
-    for the weights `quantize` stores so when frozen (pock_mlir/quantize.py); {} without it."""
+    """{layer weight: the bytes it saves stored as int8 with a float32 scale per output channel, or
+    as int4 with one per group} for the weights `quantize` stores so when frozen
+    (pock_mlir/quantize.py); {} without it."""
     if quantize is None:
         return {}
     every_one_frozen = {name: Policy("frozen") for name, _ in model.named_parameters()}
-    return {w.weight: w.saved_bytes for w in frozen_weights(model, every_one_frozen)}
+    return {w.weight: w.saved_bytes for w in frozen_weights(model, every_one_frozen, quantize)}
 
 
 # -- the contribution analysis ------------------------------------------------------------------
@@ -748,7 +750,7 @@ def _check(
         if resident > budget.memory_bytes:
             raise SearchError(
                 f"the memory budget {budget.memory_mb:g} MB is below the model's parameters and buffers "
-                f"alone ({resident / MB:.3f} MB{', the layer weights int8' if quantize else ''}): no "
+                f"alone ({resident / MB:.3f} MB{f', the layer weights {quantize}' if quantize else ''}): no "
                 f"scheme fits"
             )
 
@@ -793,8 +795,8 @@ def search_sparse(
     anchor: what every run trains besides its candidate, and every scheme holds: "auto" (the last
         layer's parameters), None (candidates judged alone), or a list of parameter names.
     seed: the batches' order. progress: lines on stderr (candidates measured, best so far, time left).
-    quantize: "int8" searches schemes over an int8 frozen base (the sparse config's `quantize:
-        {frozen: int8}`): the cost model counts the frozen layer weights as int8, and every scheme
+    quantize: "int8" (or "int4") searches schemes over an int8 (int4) frozen base (the sparse config's
+        `quantize: {frozen: int8}`): the cost model counts the frozen layer weights so, and every scheme
         compiled stores them so; the gains are measured in float32 (the full-BP program freezes none).
     Raises SearchError when nothing fits a budget, naming the cheapest scheme's cost."""
     from pock_mlir.compiler import compile_training

@@ -7,7 +7,7 @@ to policies; a pattern names parameters (`features.3.conv.0.weight`) or modules
 
     preset: mobilenet-last-2        # optional: start from a preset, the patterns refine it
     default: frozen                 # parameters no pattern names (frozen unless said otherwise)
-    quantize: {frozen: int8}        # optional: frozen layer weights stored as int8 (pock_mlir/quantize.py)
+    quantize: {frozen: int8}        # optional: frozen layer weights stored as int8, or int4 (pock_mlir/quantize.py)
     "*.bias": full                  # quote patterns that start with * in YAML (an alias otherwise)
     features.16.conv.0: 0.25        # a ratio r in (0, 1]: the first ceil(r * C) output channels
     classifier: full
@@ -61,7 +61,7 @@ import torch.nn as nn
 from pock_mlir.abi import Policy
 from pock_mlir.layers import adapter_kind
 from pock_mlir.lora import Adapter, LoraError, LoraPolicy
-from pock_mlir.quantize import FORMATS
+from pock_mlir.quantize import QuantizeError, parse_format
 
 
 class SparseConfigError(ValueError):
@@ -78,7 +78,7 @@ class SparseUpdate:
     rules: list[tuple[str, object]] = field(default_factory=list)
     default: object = "frozen"
     base_preset: str | None = None  # e.g. "mobilenet-last-4"; resolved against the model
-    quantize: str | None = None  # "int8": frozen layer weights stored so (pock_mlir/quantize.py)
+    quantize: str | None = None  # "int8", "int4", "int4:group=64": frozen layer weights stored so (quantize.py)
 
     @staticmethod
     def preset(family: str, k: int | None = None) -> SparseUpdate:
@@ -130,13 +130,18 @@ def _parse_preset(name, where: str = "sparse") -> tuple[str, int | None]:
 
 
 def _parse_quantize(value, where: str) -> str | None:
-    """`quantize: {frozen: int8}` -> "int8"."""
+    """`quantize: {frozen: int8}` -> "int8" (or int4, `int4:group=N`: quantize.parse_format)."""
     if value is None:
         return None
-    if not (isinstance(value, dict) and set(value) == {"frozen"} and value["frozen"] in FORMATS):
+    if not (isinstance(value, dict) and set(value) == {"frozen"}):
         raise SparseConfigError(
-            f"{where}: quantize takes {{frozen: int8}} (frozen layer weights stored as int8), got {value!r}"
+            f"{where}: quantize takes {{frozen: int8}} or {{frozen: int4}} (frozen layer weights stored so), "
+            f"got {value!r}"
         )
+    try:
+        parse_format(value["frozen"])
+    except QuantizeError as e:
+        raise SparseConfigError(f"{where}: {e}") from None
     return value["frozen"]
 
 

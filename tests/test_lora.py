@@ -578,6 +578,8 @@ def test_an_int8_base_saves_the_float32_weights_on_the_device():
     assert plain.device_bytes - int8.device_bytes == shrink + plain.workspace_bytes - int8.workspace_bytes
 
 
-def test_quantize_takes_frozen_int8_only():
-    with pytest.raises(SparseConfigError, match=r"quantize takes \{frozen: int8\}"):
-        _resolve(cnn(), {"quantize": {"frozen": "int4"}})
+def test_quantize_takes_frozen_int8_or_int4_only():
+    with pytest.raises(SparseConfigError, match=r"quantize takes \{frozen: int8\}, \{frozen: int4\}"):
+        _resolve(cnn(), {"quantize": {"frozen": "int2"}})
+    with pytest.raises(SparseConfigError, match=r"quantize takes \{frozen: int8\} or \{frozen: int4\}"):
+        _resolve(cnn(), {"quantize": "int8"})

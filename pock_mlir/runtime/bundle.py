@@ -35,8 +35,9 @@ from pock_mlir.targets import Target, TargetError, resolve_target
 
 FORMAT = "pock-bundle"
 # 2: the module has a `loss` function; 3: every file's sha256; 4: LoRA adapters, int8 weights; 5: keyword
-# inputs, loss and evaluate in eval mode beside loss_train and evaluate_train
-FORMAT_VERSION = 5
+# inputs, loss and evaluate in eval mode beside loss_train and evaluate_train; 6: int4 weights (each
+# quantized weight's format, group and tied heads)
+FORMAT_VERSION = 6
 MANIFEST, MODULE, PARAMS, OPTIMIZER, ARGS, RUN_STEP = (
     "manifest.json",
     "module.vmfb",
@@ -217,9 +218,9 @@ def _check_names(path: Path, signature: StepSignature) -> None:
         != (a.weight_shape, a.a_shape, a.b_shape)
     ]
     problems += [
-        f"int8 weight {w.module} does not match its parameters' shapes"
+        f"{w.format} weight {w.module} does not match its parameters' shapes"
         for w in signature.quantized
-        if (shapes.get(w.values), shapes.get(w.scale)) != (w.weight_shape, (w.weight_shape[w.channel_axis],))
+        if (shapes.get(w.values), shapes.get(w.scale)) != w.stored_shapes
     ]
     problems = [p for p in problems if p]
     if problems:

@@ -1,7 +1,7 @@
 """pock-search: search which parameters and channels to train under a memory and time budget.
 
     pock-search MODEL.py --data DATA.npz --memory-budget 40MB [--time-budget 0.5] [--optimizer sgd:lr=0.01]
-                [--steps 10] [--anchor auto|none|NAME,...] [--quantize int8] [--seed 0] -o scheme.yaml
+                [--steps 10] [--anchor auto|none|NAME,...] [--quantize int8|int4] [--seed 0] -o scheme.yaml
 
 MODEL.py is a model file as pock-compile reads it (model(), example_batch(), optionally LOSS and
 OUTPUT); the example batch sets the batch size. DATA.npz is laid out as pock-train reads it
@@ -11,7 +11,7 @@ memory training may hold (as Trainer.device_bytes counts it): bytes, or a number
 (powers of 1024). --time-budget is the step's time as a fraction of the full-BP step. --anchor is
 what every candidate trains with and every scheme holds: the last layer (auto), nothing (none), or
 parameter names separated by commas. --quantize int8 searches schemes over an int8 frozen base (the
-sparse config's `quantize: {frozen: int8}`). The scheme is
+sparse config's `quantize: {frozen: int8}`; int4 over an int4 one). The scheme is
 written as a sparse config (pock-compile --sparse, compile_training(sparse=)) with a comment per
 entry; the table of what was measured goes to stdout, progress to stderr. How the search works and
 what it costs: pock_mlir/search.py. Errors print one message and exit with code 1, before any
@@ -97,7 +97,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--quantize",
         choices=FORMATS,
-        help="store the scheme's frozen layer weights so (an int8 base; default: float32)",
+        help="store the scheme's frozen layer weights so (an int8 or int4 base; default: float32)",
     )
     parser.add_argument("--seed", type=int, default=0, help="seed of the batches' order (default 0)")
     parser.add_argument("-o", "--output", required=True, help="the scheme to write (.yaml)")
