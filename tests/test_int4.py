@@ -123,7 +123,7 @@ def lm():
     model = tiny_lm()
     x = torch.randint(0, VOCAB, (2, 6), generator=torch.Generator().manual_seed(1))
     y = torch.randint(0, VOCAB, (12,), generator=torch.Generator().manual_seed(2))
-    program = pock.compile_training(model, x, y, optimizer=OPTIMIZER, sparse=SCHEME, functions=("step", "gradients"))
+    program = pock.compile_training(model, x, y, optimizer=OPTIMIZER, sparse=SCHEME, functions="all")
     g = np.random.default_rng(0)  # B starts at zero, where A's gradient vanishes: give B values
     start = {
         **program.initial_params,
@@ -215,6 +215,30 @@ def test_int4_unpacks_inside_the_matmuls(lm):
     weights = {int(np.prod(w.weight_shape)) for w in program.signature.quantized}
     assert written and weights == {VOCAB * WIDTH, HIDDEN * WIDTH}
     assert not weights & set(written), sorted(set(written))
+
+
+def test_an_int4_bundle_stores_the_packed_bytes_and_trains_as_the_program(lm, tmp_path):
+    """The bundle holds the uint8 bytes and scales: the float32 model's bytes less what each weight
+    saves (half a byte a value, 4 bytes a group); its Trainer steps as the program's."""
+    from pock_mlir.bundle import write_bundle
+    from pock_mlir.runtime import Trainer
+    from pock_mlir.runtime.bundle import load_bundle
+
+    write_bundle(lm.program, tmp_path / "bundle", example_inputs=lm.x, example_target=lm.y, loss="cross_entropy")
+    bundle = load_bundle(tmp_path / "bundle")
+    quantized = bundle.signature.quantized
+    assert quantized == lm.program.signature.quantized
+    assert all(bundle.initial_params[w.values].dtype == np.uint8 for w in quantized)
+    adapters = sum(v.nbytes for n, v in bundle.initial_params.items() if ".lora_" in n)
+    float_bytes = sum(p.numel() * 4 for p in lm.model.parameters())
+    saved = sum(
+        4 * np.prod(w.weight_shape) - np.prod(w.weight_shape) // 2 - 4 * np.prod(w.weight_shape) // GROUP
+        for w in quantized
+    )
+    assert sum(v.nbytes for v in bundle.initial_params.values()) - adapters == float_bytes - saved
+    ours, theirs = started(lm), Trainer.from_bundle(tmp_path / "bundle")
+    theirs.load_state_dict(lm.start, strict=False)
+    assert [theirs.step(lm.x, lm.y) for _ in range(2)] == [ours.step(lm.x, lm.y) for _ in range(2)]
 
 
 def resolve(model, sparse):
