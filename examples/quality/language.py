@@ -74,17 +74,21 @@ SEARCH_LR = 3e-3  # the candidates' fine-tuning in the search (AdamW)
 
 LORA = "lora:r=8,alpha=16"
 INT8 = {"quantize": {"frozen": "int8"}}  # frozen linear weights stored as int8 (pock_mlir/quantize.py)
+INT4 = {"quantize": {"frozen": "int4"}}  # and the tied embedding too, as int4 in groups of 32
 SCHEMES = {
     "full": None,
     "sparse preset (last 2 blocks)": "transformer-last-2",
     "last block only": {"blocks.3.*": "full", "norm.*": "full", "default": "frozen"},
     "norms only": {"*norm*": "full", "default": "frozen"},
-    # PockEngine's comparison with LoRA (its Table 4), each also over an int8 frozen base
+    # PockEngine's comparison with LoRA (its Table 4), each also over an int8 and an int4 frozen base
     "LoRA r=8, attention": {"blocks.*.attention": LORA},
     "LoRA r=8, all linears": {"blocks": LORA},
     "sparse preset, int8 base": {"preset": "transformer-last-2", **INT8},
     "LoRA r=8, attention, int8 base": {"blocks.*.attention": LORA, **INT8},
     "LoRA r=8, all linears, int8 base": {"blocks": LORA, **INT8},
+    "sparse preset, int4 base": {"preset": "transformer-last-2", **INT4},
+    "LoRA r=8, attention, int4 base": {"blocks.*.attention": LORA, **INT4},
+    "LoRA r=8, all linears, int4 base": {"blocks": LORA, **INT4},
 }
 # --quick is a smoke test of the whole path: the preset and LoRA over an int8 base (and any searched)
 QUICK_SCHEMES = ("sparse preset (last 2 blocks)", "LoRA r=8, all linears, int8 base")
