@@ -199,9 +199,10 @@ def test_int4_adamw_steps_match_torch_optim(lm):
 
 
 def test_int4_unpacks_inside_the_matmuls(lm):
-    """No dispatch of the program writes a float32 tensor of a quantized weight's size: the
-    unpacking runs inside the contractions of the forward and of the input gradient (the
-    embedding's lookup unpacks the rows it gathers only)."""
+    """No dispatch of the program writes a float32 tensor of a quantized weight's size, nor the
+    products of the contraction (tokens x weight): the unpacking and the products run inside
+    the contractions of the forward and of the input gradient (the embedding's lookup unpacks
+    the rows it gathers only)."""
     from iree.compiler import compile_str
 
     from pock_mlir.iree_flags import TO_STREAM
@@ -215,6 +216,7 @@ def test_int4_unpacks_inside_the_matmuls(lm):
     weights = {int(np.prod(w.weight_shape)) for w in program.signature.quantized}
     assert written and weights == {VOCAB * WIDTH, HIDDEN * WIDTH}
     assert not weights & set(written), sorted(set(written))
+    assert max(written) < lm.x.numel() * min(weights), sorted(set(written))
 
 
 def test_an_int4_bundle_stores_the_packed_bytes_and_trains_as_the_program(lm, tmp_path):
