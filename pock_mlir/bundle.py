@@ -23,6 +23,7 @@ from pock_mlir.runtime.bundle import (
     ARGS,
     FORMAT,
     FORMAT_VERSION,
+    HF,
     MANIFEST,
     MODULE,
     OPTIMIZER,
@@ -122,6 +123,7 @@ def _manifest(program, *, model_file: str | None, loss, sparse) -> dict:
             "vocabularies": dict(sig.vocabularies),
         },
         "output": sig.output.to_json(),
+        "hf_files": sorted(program.hf_files),  # in hf/
         "functions": {
             name: {
                 part: [{"path": path, **spec.to_json()} for path, spec in entries] for part, entries in function.items()
@@ -191,7 +193,7 @@ fi
 """
 
 
-BUNDLE_ENTRIES = (MANIFEST, MODULE, PARAMS, OPTIMIZER, ARGS, RUN_STEP)  # what write_bundle writes
+BUNDLE_ENTRIES = (MANIFEST, MODULE, PARAMS, OPTIMIZER, ARGS, RUN_STEP, HF)  # what write_bundle writes
 
 
 def _is_bundle(directory: Path) -> bool:
@@ -297,6 +299,9 @@ def write_bundle(program, directory, *, example_inputs, example_target, loss, mo
             np.save(path, values[group][name.removesuffix(".npy")])
         (staged / RUN_STEP).write_text(run_step_script(manifest))
         (staged / RUN_STEP).chmod(0o755)
+        for name, content in program.hf_files.items():
+            (staged / HF).mkdir(exist_ok=True)
+            (staged / HF / name).write_text(json.dumps(content, indent=2) + "\n")
         _publish(staged, manifest, destination)
     return destination
 

@@ -10,6 +10,7 @@ from torch_mlir import ir
 from pock_mlir.abi import FUNCTIONS
 from pock_mlir.context import make_context
 from pock_mlir.frontend import import_model, parameter_shapes
+from pock_mlir.hf_model import hf_files
 from pock_mlir.layers import frozen_weights
 from pock_mlir.optim import SGD
 from pock_mlir.passes import run_pipeline
@@ -157,6 +158,7 @@ def compile_training(
         backend=backend,
         timings=timings,
         cache=cache,
+        hf_files=hf_files(model),
     )
     # Compiled now so that errors surface here, not at the first step (its steps time themselves).
     wanted = set(FUNCTIONS) if functions == "all" else {f for m in functions for f in trainer_module(METHODS[m])}

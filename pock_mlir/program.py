@@ -67,6 +67,9 @@ class TrainingProgram:
     # pock-backend-switch's choices for the whole program that compiling replaced, by name:
     # "fusion" where IREE failed under the aggressive fusion chosen (see module())
     replaced: dict[str, Choice] = field(default_factory=dict)
+    # the model's Hugging Face files (config.json, generation_config.json) by name, as JSON objects:
+    # what a bundle (hf/) and Trainer.export_pretrained write; empty for a model not from transformers
+    hf_files: dict[str, dict] = field(default_factory=dict)
 
     def ir(self, stage: str = "lowered") -> str:
         """The IR text after a stage: imported, training, autodiff, sparse or lowered."""
@@ -328,6 +331,7 @@ class TrainingProgram:
             self.initial_params,
             self.initial_buffers,
             compile=self.compiler().module,
+            hf_files=self.hf_files,
         )
 
     def trainer(self, device: str | None = None, retain_memory: bool = True, on_nonfinite: str = "raise"):

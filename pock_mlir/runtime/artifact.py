@@ -6,7 +6,7 @@ initial parameters, as a compiled TrainingProgram (`program.artifact()`) and a l
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import iree.runtime as rt
 import numpy as np
@@ -59,3 +59,6 @@ class TrainingArtifact:
     # compiles a TRAINER_MODULES group the modules lack, on the first call of one of its functions
     # (None: nothing is left to compile)
     compile: Callable[[tuple[str, ...]], CompiledModule] | None = None
+    # the model's Hugging Face files by name (config.json, generation_config.json: the JSON objects),
+    # for Trainer.export_pretrained; empty for a model that is not a transformers model
+    hf_files: dict[str, dict] = field(default_factory=dict)

@@ -7,6 +7,8 @@
       optimizer.safetensors  the optimizer state ("<param>.<slot>") and "step"
       args/                  one .npy per train_step argument, for iree-run-module --input=@FILE
       run_step.sh            one training step with the stock iree-run-module
+      hf/                    a transformers model's config.json and generation_config.json (the
+                             manifest's "hf_files"), for Trainer.export_pretrained
 
 The module takes the parameters as arguments (it reads no parameter archive), so args/ holds
 them in the form iree-run-module reads; args/batch/ holds the example batch the module was
@@ -31,6 +33,7 @@ from pock_mlir import lora
 from pock_mlir.abi import FUNCTIONS, STEP_COUNT, TRAIN_STEP, Policy, StepSignature, TensorSpec
 from pock_mlir.quantize import QuantizedWeight
 from pock_mlir.runtime.artifact import CompiledModule, TrainingArtifact
+from pock_mlir.runtime.export import HF_FILES
 from pock_mlir.targets import Target, TargetError, resolve_target
 
 FORMAT = "pock-bundle"
@@ -46,6 +49,7 @@ MANIFEST, MODULE, PARAMS, OPTIMIZER, ARGS, RUN_STEP = (
     "args",
     "run_step.sh",
 )
+HF = "hf"  # the directory of the model's Hugging Face files (bundles before it have none)
 
 
 class BundleError(ValueError):
@@ -71,6 +75,7 @@ class Bundle:
     initial_params: dict[str, np.ndarray]
     initial_buffers: dict[str, np.ndarray]
     optimizer_state: dict[str, np.ndarray]
+    hf_files: dict[str, dict] = dataclasses.field(default_factory=dict)  # see TrainingArtifact
 
     @cached_property
     def vmfb(self) -> bytes:
@@ -90,7 +95,12 @@ class Bundle:
         (nothing is left to compile), and the parameters and buffers it holds."""
         module = CompiledModule(self.vmfb, FUNCTIONS, self.in_place)
         return TrainingArtifact(
-            self.signature, self.target, {FUNCTIONS: module}, self.initial_params, self.initial_buffers
+            self.signature,
+            self.target,
+            {FUNCTIONS: module},
+            self.initial_params,
+            self.initial_buffers,
+            hf_files=self.hf_files,
         )
 
     @property
@@ -229,6 +239,27 @@ def _check_names(path: Path, signature: StepSignature) -> None:
         )
 
 
+def _load_hf_files(path: Path, manifest: dict) -> dict[str, dict]:
+    """The Hugging Face files the manifest lists (already checked against their sha256)."""
+    names = manifest.get("hf_files", [])
+    if not isinstance(names, list) or not set(names) <= set(HF_FILES):
+        raise BundleError(f"{path / MANIFEST}: hf_files must list some of {', '.join(HF_FILES)}")
+    unlisted = [name for name in names if f"{HF}/{name}" not in manifest["sha256"]]
+    if unlisted:
+        raise BundleError(f"{path / MANIFEST} lists no sha256 for {', '.join(f'{HF}/{n}' for n in unlisted)}")
+    files = {}
+    for name in names:
+        try:
+            files[name] = json.loads((path / HF / name).read_text())
+        except (ValueError, UnicodeDecodeError, RecursionError) as e:
+            raise BundleError(
+                f"{path / HF / name} is not valid JSON ({e}); rewrite the bundle with pock-compile"
+            ) from None
+        if not isinstance(files[name], dict):
+            raise BundleError(f"{path / HF / name} is not a JSON object; rewrite the bundle with pock-compile")
+    return files
+
+
 def load_bundle(directory) -> Bundle:
     """Read and check a bundle; raises BundleError naming what is missing or inconsistent."""
     path = Path(directory)
@@ -259,6 +290,7 @@ def load_bundle(directory) -> Bundle:
         )
         _check_files(path, manifest)
         _check_names(path, signature)
+        hf_files = _load_hf_files(path, manifest)
     except BundleError:
         raise
     except (KeyError, TypeError, AttributeError) as e:
@@ -284,4 +316,5 @@ def load_bundle(directory) -> Bundle:
         initial_params={p.name: state[p.name] for p in signature.params},
         initial_buffers={b.name: state[b.name] for b in signature.buffers},
         optimizer_state=optimizer_state,
+        hf_files=hf_files,
     )

@@ -26,9 +26,9 @@ from pock_mlir.abi import (
     layout,
     runs,
 )
-from pock_mlir.quantize import dequantized
 from pock_mlir.runtime.artifact import TRAINER_MODULES, TrainingArtifact, trainer_module
 from pock_mlir.runtime.bundle import Bundle, load_bundle
+from pock_mlir.runtime.export import DEFAULT_MAX_SHARD_SIZE, ModelParams, export_pretrained
 from pock_mlir.runtime.memory import release_freed_memory, retain_freed_memory
 from pock_mlir.runtime.workspace import ModuleFunctions, Workspace
 
@@ -125,6 +125,7 @@ class Trainer:
         # whose host copy of the initial values would live as long as the trainer): the host
         # copies of the initial values are not held once uploaded.
         self._modules, self._compile = artifact.modules, artifact.compile
+        self.hf_files = artifact.hf_files  # config.json and generation_config.json, for export_pretrained
         self._workspace = Workspace(self._config.device)
         self._loaded: dict[str, ModuleFunctions] = {}  # by function: the loaded module that holds it
         sig = self.signature
@@ -387,15 +388,32 @@ class Trainer:
         weights (PEFT's merge_and_unload), int8 weights dequantized."""
         return lora.torch_state_dict(self.signature, self._held())
 
+    def _fetch(self, name: str) -> np.ndarray:
+        """One parameter or buffer, copied to the host."""
+        return self._host(self._params[name] if name in self._params else self._buffers[name])
+
     def export_adapters(self, directory) -> Path:
         """Write the LoRA adapters (and any other module the scheme trains, as PEFT's
         modules_to_save) as adapter_model.safetensors and adapter_config.json into `directory`,
         which `peft.PeftModel.from_pretrained(model, directory)` loads onto the original model."""
-        params = dequantized(
-            {name: self._host(value) for name, value in self._params.items()}, self.signature.quantized
+        tensors, config = lora.peft_adapter(
+            ModelParams(self.signature, self._fetch), self.signature.adapters, self.signature.trainable
         )
-        tensors, config = lora.peft_adapter(params, self.signature.adapters, self.signature.trainable)
         return lora.write_peft_adapter(directory, tensors, config)
+
+    def export_pretrained(self, directory, *, lora: str = "merge", max_shard_size=DEFAULT_MAX_SHARD_SIZE) -> Path:
+        """Write the tuned model as a Hugging Face model directory that
+        `transformers.AutoModelForCausalLM.from_pretrained(directory)` (or the model's Auto class)
+        loads: config.json and generation_config.json as compiled, the state_dict in safetensors
+        files of at most max_shard_size (bytes, or "5GB", "500MB"; with model.safetensors.index.json
+        when there are several), int8 weights dequantized. lora="merge" merges LoRA adapters into
+        their weights; lora="peft" writes the base weights unmerged and the adapters as PEFT's
+        adapter_model.safetensors and adapter_config.json beside them (see
+        pock_mlir/runtime/export.py). The weights stream from the device one tensor at a time;
+        `directory` must be new, empty or an earlier export, which it replaces atomically."""
+        return export_pretrained(
+            directory, self.signature, self._fetch, self.hf_files, mode=lora, max_shard_size=max_shard_size
+        )
 
     def load_state_dict(self, state: dict, strict: bool = True) -> None:
         """Replace parameters and buffers by state_dict key (the keys state_dict() returns). strict

@@ -1,0 +1,167 @@
+"""Trainer.export_pretrained (#62): the tuned model as a Hugging Face directory that
+transformers' from_pretrained loads, with transformers and PEFT as the oracles: the loaded model's
+logits equal the trained program's evaluate() and those of the same model trained by torch.optim;
+sharded files load as one; LoRA adapters merged, or as PEFT adapters that PeftModel loads; an int8
+base dequantized; directories that are not exports are refused.
+One tiny LLaMA (width 32, 2 layers) compiled twice (full, LoRA over int8), shared by module fixtures."""
+
+import json
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+from oracle import assert_trajectory_close
+
+import pock_mlir as pock
+from pock_mlir.files import OutputError
+from pock_mlir.runtime.export import INDEX, WEIGHTS, ExportError
+
+transformers = pytest.importorskip("transformers")
+peft = pytest.importorskip("peft")
+
+VOCAB, SEQ, STEPS = 61, 12, 3
+OPTIMIZER = pock.AdamW(lr=0.01)
+LORA = {"quantize": {"frozen": "int8"}, "model.layers.*.self_attn.*_proj": "lora:r=4,alpha=8", "*norm": "full"}
+
+
+def next_token_loss(out, y):
+    return F.cross_entropy(out.logits.flatten(0, 1), y.flatten())
+
+
+def llama():
+    torch.manual_seed(0)
+    config = transformers.LlamaConfig(
+        vocab_size=VOCAB,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=32,
+        tie_word_embeddings=True,
+    )
+    return transformers.LlamaForCausalLM(config).eval()
+
+
+def llama_with(state):
+    model = llama()
+    model.load_state_dict(state)
+    return model.eval()
+
+
+def token_batch():
+    ids = torch.randint(0, VOCAB, (2, SEQ + 1), generator=torch.Generator().manual_seed(1))
+    return ids[:, :-1], ids[:, 1:]
+
+
+def logits(model, x) -> np.ndarray:
+    with torch.no_grad():
+        return model(x).logits.numpy()
+
+
+def trained(program, x, y):
+    """A trainer of `program` after STEPS steps on the batch, and their losses."""
+    trainer = program.trainer()
+    return trainer, [trainer.step(x, y) for _ in range(STEPS)]
+
+
+@pytest.fixture(scope="module")
+def full():
+    """A fully trained LLaMA: its program (one module of every function, as a bundle holds it), a
+    trainer after STEPS AdamW steps on one batch and their losses."""
+    x, y = token_batch()
+    program = pock.compile_training(llama(), x, y, loss=next_token_loss, optimizer=OPTIMIZER, functions="all")
+    return program, *trained(program, x, y)
+
+
+@pytest.fixture(scope="module")
+def qlora():
+    """LoRA on the attention projections over an int8 base, the norms in full."""
+    x, y = token_batch()
+    program = pock.compile_training(llama(), x, y, loss=next_token_loss, optimizer=OPTIMIZER, sparse=LORA)
+    return trained(program, x, y)[0]
+
+
+def test_the_export_loads_with_from_pretrained_and_equals_evaluate_and_torch_optim(full, tmp_path):
+    program, trainer, losses = full
+    x, y = token_batch()
+    exported = trainer.export_pretrained(tmp_path / "tuned")
+    assert sorted(p.name for p in exported.iterdir()) == ["config.json", "generation_config.json", WEIGHTS]
+    loaded = transformers.AutoModelForCausalLM.from_pretrained(exported).eval()
+    assert type(loaded) is transformers.LlamaForCausalLM and loaded.dtype == torch.float32
+    np.testing.assert_allclose(logits(loaded, x), trainer.evaluate(x), rtol=1e-5, atol=1e-5)
+    # the oracle: the loaded weights are those of the same steps by torch.optim
+    state = {key: value.numpy() for key, value in loaded.state_dict().items()}
+    assert_trajectory_close(losses, state, llama(), x, y, OPTIMIZER, STEPS, loss=next_token_loss, what="exported")
+    assert not np.allclose(logits(loaded, x), logits(llama(), x), atol=1e-3)  # trained
+    config = json.loads((exported / "config.json").read_text())
+    assert config["architectures"] == ["LlamaForCausalLM"] and config["dtype"] == "float32"
+
+
+def test_a_sharded_export_loads_as_one(full, tmp_path):
+    _, trainer, _ = full
+    x, _ = token_batch()
+    exported = trainer.export_pretrained(tmp_path / "sharded", max_shard_size="20KB")
+    index = json.loads((exported / INDEX).read_text())
+    files = sorted(set(index["weight_map"].values()))
+    assert len(files) > 2 and files == sorted(p.name for p in exported.glob("model-*.safetensors"))
+    assert not (exported / WEIGHTS).exists()
+    sizes = {}
+    for key, file in index["weight_map"].items():
+        sizes.setdefault(file, []).append(trainer.state_dict()[key].nbytes)
+    # save_pretrained's rule: a file closes before the tensor that would take it over the limit
+    assert all(sum(s) <= 20_000 or len(s) == 1 for s in sizes.values())
+    assert index["metadata"]["total_size"] == sum(v.nbytes for v in trainer.merged_state_dict().values())
+    loaded = transformers.AutoModelForCausalLM.from_pretrained(exported).eval()
+    np.testing.assert_allclose(logits(loaded, x), trainer.evaluate(x), rtol=1e-5, atol=1e-5)
+
+
+def test_lora_merged_over_an_int8_base_equals_evaluate(qlora, tmp_path):
+    x, _ = token_batch()
+    exported = qlora.export_pretrained(tmp_path / "merged")
+    loaded = transformers.AutoModelForCausalLM.from_pretrained(exported).eval()
+    np.testing.assert_allclose(logits(loaded, x), qlora.evaluate(x), rtol=1e-5, atol=1e-5)
+    merged = qlora.merged_state_dict()  # the int8 weights dequantized, the adapters merged
+    assert sorted(loaded.state_dict()) == sorted(merged)
+    for key, value in loaded.state_dict().items():
+        np.testing.assert_array_equal(value.numpy(), merged[key], err_msg=key)
+
+
+def test_lora_as_peft_adapters_loads_with_peft_and_with_from_pretrained(qlora, tmp_path):
+    x, _ = token_batch()
+    exported = qlora.export_pretrained(tmp_path / "peft", lora="peft")
+    assert {"adapter_config.json", "adapter_model.safetensors", WEIGHTS} <= {p.name for p in exported.iterdir()}
+    # the oracle: PEFT's LoRA layers over the base the directory holds (the dequantized int8 weights)
+    from safetensors.torch import load_file
+
+    base = llama()
+    base.load_state_dict(load_file(exported / WEIGHTS))
+    adapted = peft.PeftModel.from_pretrained(llama_with(base.state_dict()), exported).eval()
+    np.testing.assert_allclose(logits(adapted, x), qlora.evaluate(x), rtol=1e-4, atol=1e-5)
+    assert not np.allclose(logits(base, x), qlora.evaluate(x), atol=1e-3)  # the adapters count
+    # transformers loads the adapters embedded beside the base on its own
+    loaded = transformers.AutoModelForCausalLM.from_pretrained(exported).eval()
+    np.testing.assert_allclose(logits(loaded, x), qlora.evaluate(x), rtol=1e-4, atol=1e-5)
+
+
+def test_an_export_replaces_an_earlier_one_and_refuses_anything_else(full, tmp_path):
+    _, trainer, _ = full
+    target = tmp_path / "out"
+    trainer.export_pretrained(target, max_shard_size="20KB")
+    trainer.export_pretrained(target)  # an earlier export: replaced whole
+    assert sorted(p.name for p in target.iterdir()) == ["config.json", "generation_config.json", WEIGHTS]
+    own = tmp_path / "own"
+    own.mkdir()
+    (own / "config.json").write_text("{}")  # someone's model, not an export
+    with pytest.raises(OutputError, match="not an earlier export"):
+        trainer.export_pretrained(own)
+    assert [p.name for p in own.iterdir()] == ["config.json"]
+    (tmp_path / "file").write_text("")
+    with pytest.raises(OutputError, match="not a directory"):
+        trainer.export_pretrained(tmp_path / "file")
+    with pytest.raises(ExportError, match="max_shard_size"):
+        trainer.export_pretrained(tmp_path / "new", max_shard_size="lots")
+    with pytest.raises(ExportError, match="'merge'"):
+        trainer.export_pretrained(tmp_path / "new", lora="fold")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["file", "out", "own"]  # no staging left behind
