@@ -2,7 +2,7 @@
 transformers' from_pretrained loads, with transformers and PEFT as the oracles: the loaded model's
 logits equal the trained program's evaluate() and those of the same model trained by torch.optim;
 sharded files load as one; LoRA adapters merged, or as PEFT adapters that PeftModel loads; an int8
-base dequantized; directories that are not exports are refused.
+base dequantized; pock-train --export-pretrained; directories that are not exports are refused.
 One tiny LLaMA (width 32, 2 layers) compiled twice (full, LoRA over int8), shared by module fixtures."""
 
 import json
@@ -165,3 +165,45 @@ def test_an_export_replaces_an_earlier_one_and_refuses_anything_else(full, tmp_p
     with pytest.raises(ExportError, match="'merge'"):
         trainer.export_pretrained(tmp_path / "new", lora="fold")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["file", "out", "own"]  # no staging left behind
+
+
+def test_pock_train_exports_a_bundle_as_a_pretrained_directory(full, tmp_path, capsys):
+    """The bundle carries the model's config (hf/); pock-train --export-pretrained writes the weights
+    --export writes, as a directory from_pretrained loads; a directory that is not an export is
+    refused before training, in one line."""
+    from safetensors.numpy import load_file
+
+    from pock_mlir.bundle import write_bundle
+    from pock_mlir.runtime.bundle import load_bundle
+    from pock_mlir.tools import pock_train
+
+    program, _, _ = full
+    x, y = token_batch()
+    bundle = write_bundle(program, tmp_path / "bundle", example_inputs=x, example_target=y, loss=next_token_loss)
+    assert load_bundle(bundle).hf_files == program.hf_files
+    assert json.loads((bundle / "hf" / "config.json").read_text())["model_type"] == "llama"
+    tokens = np.random.default_rng(0).integers(0, VOCAB, 4 * SEQ + 1)
+    np.savez(tmp_path / "text.npz", tokens_train=tokens)
+
+    def train(*extra) -> int:
+        return pock_train.main(
+            [str(bundle), "--data", str(tmp_path / "text.npz"), "--max-steps", "2", *map(str, extra)]
+        )
+
+    exported, state = tmp_path / "hf", tmp_path / "tuned.safetensors"
+    assert train("--export", state, "--export-pretrained", exported, "--max-shard-size", "30KB") == 0
+    loaded = transformers.AutoModelForCausalLM.from_pretrained(exported)
+    assert (exported / INDEX).is_file()
+    expected = load_file(state)
+    assert sorted(loaded.state_dict()) == sorted(expected)
+    for key, value in loaded.state_dict().items():
+        np.testing.assert_array_equal(value.numpy(), expected[key], err_msg=key)
+
+    capsys.readouterr()
+    (tmp_path / "notes").mkdir()
+    (tmp_path / "notes" / "todo.txt").write_text("mine")
+    assert train("--export", tmp_path / "t2.safetensors", "--export-pretrained", tmp_path / "notes") == 1
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and "not an earlier export" in err and not (tmp_path / "t2.safetensors").exists()
+    assert train("--export", tmp_path / "t2.safetensors", "--export-lora", "peft") == 1
+    assert "need --export-pretrained" in capsys.readouterr().err

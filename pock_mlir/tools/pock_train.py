@@ -2,7 +2,8 @@
 
     pock-train BUNDLE --data DATA.npz [--epochs N] [--batch-size B] [--device local-task|local-sync|vulkan|cuda]
                [--checkpoint PATH [--resume] [--checkpoint-every N]] [--max-steps N] [--seed S] [--export PATH]
-               [--export-adapters DIR] [--on-nonfinite stop|skip]
+               [--export-adapters DIR] [--export-pretrained DIR [--export-lora merge|peft]
+               [--max-shard-size SIZE]] [--on-nonfinite stop|skip]
 
 DATA.npz (numpy.savez) holds, first dimension = samples:
     x_train, y_train   the training inputs and targets
@@ -31,7 +32,11 @@ training, resumed runs included. The tuned weights are exported as a PyTorch sta
 (--export, default BUNDLE/tuned.safetensors): model.load_state_dict(safetensors.torch.load_file(PATH)).
 A bundle with LoRA adapters exports its weights with the adapters merged in (PEFT's
 merge_and_unload); --export-adapters DIR also writes the adapters in PEFT's own format, which
-peft.PeftModel.from_pretrained(model, DIR) loads onto the original model.
+peft.PeftModel.from_pretrained(model, DIR) loads onto the original model. A bundle of a
+transformers model (it carries the model's config.json) also exports as a Hugging Face model
+directory with --export-pretrained DIR, which AutoModelForCausalLM.from_pretrained(DIR) loads:
+safetensors files of at most --max-shard-size (default 50GB), LoRA adapters merged, or with
+--export-lora peft beside the base in PEFT's format (pock_mlir/runtime/export.py).
 
 Input that does not fit (data, bundle, device, checkpoint, output paths) is reported, naming what
 differs, with exit code 1 before anything is written; class labels are checked against the
@@ -64,6 +69,7 @@ from pock_mlir.data import DataError, Split, batch_order, evaluate, load_data
 from pock_mlir.files import OutputError, atomic_write, check_writable
 from pock_mlir.runtime import InputError, ModuleError, NonFiniteLossError, Trainer
 from pock_mlir.runtime.bundle import Bundle, BundleError, load_bundle
+from pock_mlir.runtime.export import DEFAULT_MAX_SHARD_SIZE, MODES, ExportError, check_export
 from pock_mlir.targets import DRIVERS, TargetError
 from pock_mlir.tools.cli import run_tool, tool_parser
 
@@ -145,6 +151,25 @@ def build_parser() -> argparse.ArgumentParser:
         "adapter_config.json) into DIR, for peft.PeftModel.from_pretrained",
     )
     parser.add_argument(
+        "--export-pretrained",
+        metavar="DIR",
+        help="also write the tuned model as a Hugging Face directory (config.json, safetensors) that "
+        "from_pretrained loads; new, empty or an earlier export, which it replaces",
+    )
+    parser.add_argument(
+        "--export-lora",
+        choices=MODES,
+        default="merge",
+        help="--export-pretrained: LoRA adapters merged into their weights (default), or in PEFT's "
+        "format beside the base weights",
+    )
+    parser.add_argument(
+        "--max-shard-size",
+        default=DEFAULT_MAX_SHARD_SIZE,
+        metavar="SIZE",
+        help=f"--export-pretrained: the largest safetensors file, e.g. 5GB or 500MB (default {DEFAULT_MAX_SHARD_SIZE})",
+    )
+    parser.add_argument(
         "--on-nonfinite",
         choices=("stop", "skip"),
         default="stop",
@@ -168,6 +193,7 @@ def main(argv: list[str] | None = None) -> int:
             ModuleError,
             NonFiniteLossError,
             lora.LoraError,
+            ExportError,
             OSError,
         ),
     )
@@ -196,10 +222,12 @@ def export_state_dict(state: dict[str, np.ndarray], path: Path) -> None:
     atomic_write(path, save(state, metadata={"format": "pt"}))
 
 
-def _export(trainer: Trainer, path: Path, adapters: str | None) -> None:
+def _export(trainer: Trainer, path: Path, args) -> None:
     export_state_dict(trainer.merged_state_dict(), path)
-    if adapters:
-        trainer.export_adapters(adapters)
+    if args.export_adapters:
+        trainer.export_adapters(args.export_adapters)
+    if args.export_pretrained:
+        trainer.export_pretrained(args.export_pretrained, lora=args.export_lora, max_shard_size=args.max_shard_size)
 
 
 def _export_path(args, bundle: Bundle) -> Path:
@@ -234,6 +262,10 @@ def _check_arguments(args, bundle: Bundle) -> None:
         signature = bundle.signature
         lora.check_exportable([p.name for p in signature.params], signature.adapters, signature.trainable)
         lora.check_adapter_directory(args.export_adapters)
+    if args.export_pretrained:
+        check_export(args.export_pretrained, bundle.signature, bundle.hf_files, args.export_lora, args.max_shard_size)
+    elif args.export_lora != "merge" or args.max_shard_size != DEFAULT_MAX_SHARD_SIZE:
+        raise ExportError("--export-lora and --max-shard-size need --export-pretrained DIR")
 
 
 def _resume(args, bundle: Bundle, train: Split) -> tuple[dict | None, dict]:
@@ -292,7 +324,7 @@ def _run(args) -> int:
     checkpoint, progress = _resume(args, bundle, train)
     export = _export_path(args, bundle)
     # Everything is checked: from here on files are written, by this run alone.
-    locks = [hold_lock(path) for path in (args.checkpoint, export) if path]
+    locks = [hold_lock(path) for path in (args.checkpoint, export, args.export_pretrained) if path]
     try:
         return _train(args, bundle, device, train, val, checkpoint, progress, export)
     finally:
@@ -370,7 +402,7 @@ def _train(
             epoch += 1
             write_checkpoint(epoch, 0)
         try:
-            _export(trainer, export, args.export_adapters)
+            _export(trainer, export, args)
         except OSError as e:
             raise OutputError(f"{e}; {_where_the_state_is(args, saved_at, export)}") from None
     except KeyboardInterrupt:
@@ -380,7 +412,7 @@ def _train(
             flush=True,
         )
         try:
-            _export(trainer, export, args.export_adapters)
+            _export(trainer, export, args)
             weights = f"the tuned weights of step {steps} are in {export}"
         except KeyboardInterrupt:
             weights = f"the weights were not exported ({export} is as it was)"
