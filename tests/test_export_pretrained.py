@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
+from docs_blocks import doc_python
 from oracle import assert_trajectory_close
 
 import pock_mlir as pock
@@ -207,3 +208,12 @@ def test_pock_train_exports_a_bundle_as_a_pretrained_directory(full, tmp_path, c
     assert err.count("\n") == 0 and "not an earlier export" in err and not (tmp_path / "t2.safetensors").exists()
     assert train("--export", tmp_path / "t2.safetensors", "--export-lora", "peft") == 1
     assert "need --export-pretrained" in capsys.readouterr().err
+
+
+def test_the_guides_block_runs_as_written(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    exec(
+        compile(doc_python("docs/llm-fine-tuning.md", "## Exporting the tuned model"), "llm-fine-tuning.md", "exec"), {}
+    )
+    assert (tmp_path / "llama-tuned" / WEIGHTS).is_file() and (tmp_path / "llama-peft" / INDEX).is_file()
+    assert (tmp_path / "llama-peft" / "adapter_config.json").is_file()
