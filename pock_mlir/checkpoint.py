@@ -9,23 +9,28 @@ metadata  format, module_sha256     the bundle module the state belongs to
           progress                  JSON: where in the data the run was (epoch, batch, seed, ...)
 
 Files are replaced atomically (pock_mlir/files.py): a crash, a kill or Ctrl-C at any moment leaves
-either the previous file or the new one, never a mix.
+either the previous file or the new one, never a mix. Both ways the tensors stream: written one at a
+time from the device (twice: first for the checksum the header holds), read as views of the file
+mapped into memory, so the host never holds a copy of the model and its optimizer state beside
+the device's (bench/export_memory.py measures it).
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import math
+import mmap
 import stat
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
-from safetensors import SafetensorError
-from safetensors.numpy import load, save
+from safetensors import SafetensorError, safe_open
 
 from pock_mlir.abi import STEP_COUNT
-from pock_mlir.files import atomic_write
+from pock_mlir.files import atomic_file
+from pock_mlir.runtime.export import SAFETENSORS_DTYPES, write_safetensors
 
 FORMAT = "pock-checkpoint-2"
 # Its "model/" tensors were the parameters and buffers by name (non-persistent buffers included,
@@ -38,11 +43,20 @@ class CheckpointError(ValueError):
     pass
 
 
+NUMPY_DTYPES = {code: np.dtype(name) for name, code in SAFETENSORS_DTYPES.items() if name != "bfloat16"}
+
+
+def _hash_tensor(digest, name: str, value: np.ndarray) -> np.ndarray:
+    value = np.require(value, requirements="C")
+    digest.update(name.encode())
+    digest.update(memoryview(value).cast("B"))
+    return value
+
+
 def _tensors_sha256(tensors: dict[str, np.ndarray]) -> str:
     digest = hashlib.sha256()
     for name in sorted(tensors):
-        digest.update(name.encode())
-        digest.update(np.require(tensors[name], requirements="C").tobytes())
+        _hash_tensor(digest, name, tensors[name])
     return digest.hexdigest()
 
 
@@ -58,22 +72,35 @@ class Checkpoint:
 
 
 def save_checkpoint(path, trainer, progress: dict, module_sha256: str) -> None:
-    tensors = {f"model/{n}": v for n, v in trainer.state_dict().items()}
-    tensors.update({f"optimizer/{n}": v for n, v in trainer.optimizer_state().items()})
-    tensors = {n: np.require(v, requirements="C") for n, v in tensors.items()}
+    tensors = [replace(t, key=f"model/{t.key}") for t in trainer.state_tensors()]
+    tensors += [replace(t, key=f"optimizer/{t.key}") for t in trainer.optimizer_tensors()]
+    digest = hashlib.sha256()
+    for t in sorted(tensors, key=lambda t: t.key):  # the header comes first: the checksum is read apart
+        _hash_tensor(digest, t.key, t.value())
     metadata = {
         "format": FORMAT,
         "module_sha256": module_sha256,
-        "tensors_sha256": _tensors_sha256(tensors),
+        "tensors_sha256": digest.hexdigest(),
         "progress": json.dumps(progress),
     }
-    atomic_write(path, save(tensors, metadata=metadata))
+    with atomic_file(path) as f:
+        write_safetensors(f, tensors, metadata)
 
 
-def _metadata(data: bytes) -> dict[str, str]:
-    """The safetensors header's __metadata__ (safetensors.numpy.load drops it)."""
-    header_length = int.from_bytes(data[:8], "little")
-    return json.loads(data[8 : 8 + header_length]).get("__metadata__") or {}
+def _views(data: mmap.mmap, header: dict) -> dict[str, np.ndarray]:
+    """The tensors of a safetensors file (its header already validated by safetensors), as
+    read-only arrays over its mapped bytes."""
+    start = 8 + int.from_bytes(data[:8], "little")
+    views = {}
+    for name, entry in header.items():
+        if name == "__metadata__":
+            continue
+        if entry["dtype"] not in NUMPY_DTYPES:
+            raise ValueError(f"{name} has dtype {entry['dtype']}, which no checkpoint holds")
+        begin, _ = entry["data_offsets"]
+        dtype, count = NUMPY_DTYPES[entry["dtype"]], math.prod(entry["shape"])
+        views[name] = np.frombuffer(data, dtype, count, start + begin).reshape(entry["shape"])
+    return views
 
 
 def load_checkpoint(path, bundle) -> Checkpoint:
@@ -82,17 +109,27 @@ def load_checkpoint(path, bundle) -> Checkpoint:
     try:
         if not stat.S_ISREG(path.stat().st_mode):
             raise CheckpointError(f"{path} is not a regular file, so not a checkpoint")
-        data = path.read_bytes()
+        with open(path, "rb") as file:
+            data = mmap.mmap(file.fileno(), 0, access=mmap.ACCESS_READ) if file.seek(0, 2) else b""
     except OSError as e:
         raise CheckpointError(f"cannot read checkpoint {path}: {e.strerror}") from None
     header_length = int.from_bytes(data[:8], "little")
     if len(data) < 8 or header_length > min(MAX_HEADER_BYTES, len(data) - 8):
         raise CheckpointError(f"{path} is corrupt or not a checkpoint (its header claims {header_length} bytes)")
     try:
-        tensors = load(data)
-        metadata = _metadata(data)
+        with safe_open(path, framework="numpy"):  # validates the header: offsets, dtypes, sizes
+            pass
+        header = json.loads(data[8 : 8 + header_length])
+        tensors, metadata = _views(data, header), header.get("__metadata__") or {}
         progress = json.loads(metadata.get("progress", "{}"))
-    except (SafetensorError, ValueError, UnicodeDecodeError, RecursionError) as e:  # JSONDecodeError is a ValueError
+    except (
+        SafetensorError,
+        ValueError,
+        KeyError,
+        TypeError,
+        UnicodeDecodeError,
+        RecursionError,
+    ) as e:  # JSONDecodeError: a ValueError
         raise CheckpointError(f"{path} is corrupt or not a checkpoint (unreadable safetensors: {e})") from None
     if metadata.get("format") not in (FORMAT, FORMAT_BY_NAME):
         raise CheckpointError(

@@ -14,6 +14,7 @@ a socket) and a directory to be written over any of them are refused.
 
 from __future__ import annotations
 
+import contextlib
 import io
 import os
 import stat
@@ -89,10 +90,32 @@ def atomic_write(path, data: bytes | str) -> None:
     check_writable(path)
     if _special_kind(path) in WRITTEN_THROUGH and _write_through(path, data):
         return
+    with _replacing(path) as f:
+        f.write(data)
+
+
+@contextlib.contextmanager
+def atomic_file(path):
+    """A binary file whose contents replace `path` as atomic_write's data does when the block ends,
+    for what is written piece by piece without holding it whole; nothing changes at `path` if the
+    block raises. A character device or FIFO is written through at the end, from memory."""
+    path = check_writable(Path(path))
+    if _special_kind(path) in WRITTEN_THROUGH:
+        buffer = io.BytesIO()
+        yield buffer
+        atomic_write(path, buffer.getvalue())
+        return
+    with _replacing(path) as f:
+        yield f
+
+
+@contextlib.contextmanager
+def _replacing(path: Path):
+    """A temporary file beside `path` to write, fsynced and renamed over `path` when the block ends."""
     fd, staged = tempfile.mkstemp(prefix=f"{TEMPORARY_PREFIX}{path.name}.", dir=path.parent)
     try:
         with os.fdopen(fd, "wb") as f:
-            f.write(data)
+            yield f
             f.flush()
             os.fchmod(f.fileno(), 0o666 & ~_umask())
             os.fsync(f.fileno())

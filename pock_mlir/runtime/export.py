@@ -160,9 +160,10 @@ def shards(tensors: list[Tensor], limit: int) -> list[list[Tensor]]:
     return cut
 
 
-def write_safetensors(path: Path, tensors: list[Tensor], metadata: dict[str, str]) -> None:
-    """Write a safetensors file tensor by tensor: the header (offsets from the shapes), then each
-    value as it is fetched, checked against its declared dtype and shape; fsynced."""
+def safetensors_header(tensors: list[Tensor], metadata: dict[str, str]) -> bytes:
+    """A safetensors file's first bytes, for `tensors` laid out in order after it: the header's
+    length, then its JSON (offsets from the shapes), padded so that the data starts 8-byte aligned
+    as safetensors writes it."""
     header, offset = {}, 0
     for t in tensors:
         header[t.key] = {
@@ -172,25 +173,32 @@ def write_safetensors(path: Path, tensors: list[Tensor], metadata: dict[str, str
         }
         offset += t.nbytes
     encoded = json.dumps({"__metadata__": metadata, **header}, separators=(",", ":")).encode()
-    encoded += b" " * (-len(encoded) % 8)  # the data starts 8-byte aligned, as safetensors writes it
+    encoded += b" " * (-len(encoded) % 8)
+    return len(encoded).to_bytes(8, "little") + encoded
+
+
+def write_safetensors(file, tensors: list[Tensor], metadata: dict[str, str]) -> None:
+    """Write a safetensors file into the binary `file` tensor by tensor: the header, then each
+    value as it is fetched, checked against its declared shape and size."""
+    file.write(safetensors_header(tensors, metadata))
+    for t in tensors:
+        value = np.require(t.value(), requirements="C")
+        if tuple(value.shape) != t.shape or value.nbytes != t.nbytes:
+            raise ExportError(f"{t.key}: the device holds shape {value.shape}, the signature says {t.shape}")
+        file.write(memoryview(value).cast("B"))
+        del value
+
+
+def _write_file(path: Path, write) -> None:
+    """A new file in the staged directory, written by write(file) and fsynced."""
     with open(path, "xb") as f:
-        f.write(len(encoded).to_bytes(8, "little"))
-        f.write(encoded)
-        for t in tensors:
-            value = np.require(t.value(), requirements="C")
-            if tuple(value.shape) != t.shape or value.nbytes != t.nbytes:
-                raise ExportError(f"{t.key}: the device holds shape {value.shape}, the signature says {t.shape}")
-            f.write(memoryview(value).cast("B"))
-            del value
+        write(f)
         f.flush()
         os.fsync(f.fileno())
 
 
 def _write_json(path: Path, content: dict) -> None:
-    with open(path, "x") as f:
-        f.write(json.dumps(content, indent=2, sort_keys=False) + "\n")
-        f.flush()
-        os.fsync(f.fileno())
+    _write_file(path, lambda f: f.write((json.dumps(content, indent=2) + "\n").encode()))
 
 
 def _header_metadata(path: Path) -> dict:
@@ -297,7 +305,7 @@ def export_pretrained(
             else [f"model-{i + 1:05d}-of-{len(cut):05d}.safetensors" for i in range(len(cut))]
         )
         for name, shard in zip(names, cut):
-            write_safetensors(staged / name, shard, metadata)
+            _write_file(staged / name, partial(write_safetensors, tensors=shard, metadata=metadata))
         if len(cut) > 1:
             index = {
                 "metadata": {"total_size": sum(t.nbytes for t in tensors), "exported_by": EXPORTED_BY},
@@ -308,9 +316,7 @@ def export_pretrained(
             _write_json(staged / name, content)
         if mode == "peft":
             adapter, config = lora.peft_adapter(ModelParams(signature, fetch), signature.adapters, signature.trainable)
-            with open(staged / ADAPTER_WEIGHTS, "xb") as f:
-                f.write(save(adapter, metadata={"format": "pt"}))
-                os.fsync(f.fileno())
+            _write_file(staged / ADAPTER_WEIGHTS, lambda f: f.write(save(adapter, metadata={"format": "pt"})))
             _write_json(staged / ADAPTER_CONFIG, config)
         _put_in_place(staged, destination)
     except BaseException:

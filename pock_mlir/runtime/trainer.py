@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 import sys
+from functools import partial
 from pathlib import Path
 
 import iree.runtime as rt
@@ -21,6 +22,7 @@ from pock_mlir.abi import (
     GRADIENTS,
     LOSS,
     LOSS_TRAIN,
+    STEP_COUNT,
     TRAIN_STEP_INTO,
     TensorSpec,
     layout,
@@ -28,7 +30,7 @@ from pock_mlir.abi import (
 )
 from pock_mlir.runtime.artifact import TRAINER_MODULES, TrainingArtifact, trainer_module
 from pock_mlir.runtime.bundle import Bundle, load_bundle
-from pock_mlir.runtime.export import DEFAULT_MAX_SHARD_SIZE, ModelParams, export_pretrained
+from pock_mlir.runtime.export import DEFAULT_MAX_SHARD_SIZE, ModelParams, Tensor, export_pretrained
 from pock_mlir.runtime.memory import release_freed_memory, retain_freed_memory
 from pock_mlir.runtime.workspace import ModuleFunctions, Workspace
 
@@ -383,6 +385,13 @@ class Trainer:
         weights by name, copied to the host."""
         return self.signature.keyed_state(self._held())
 
+    def state_tensors(self) -> list[Tensor]:
+        """state_dict()'s entries, each copied to the host only when its value() is called: for
+        writers that stream them one at a time (pock_mlir/checkpoint.py)."""
+        return [
+            Tensor(key, s.dtype, s.shape, partial(self._fetch, s.name)) for key, s in self.signature.keyed_specs.items()
+        ]
+
     def merged_state_dict(self) -> dict[str, np.ndarray]:
         """The PyTorch model's state_dict, exactly its keys: LoRA adapters merged into their base
         weights (PEFT's merge_and_unload), int8 weights dequantized."""
@@ -456,6 +465,11 @@ class Trainer:
         state = {spec.name: self._host(value) for spec, value in zip(self.signature.state, self._state)}
         state["step"] = self._host(self._step)
         return state
+
+    def optimizer_tensors(self) -> list[Tensor]:
+        """optimizer_state()'s entries as state_tensors() gives state_dict()'s."""
+        specs, values = [*self.signature.state, STEP_COUNT], [*self._state, self._step]
+        return [Tensor(s.name, s.dtype, s.shape, partial(self._host, v)) for s, v in zip(specs, values)]
 
     def load_optimizer_state(self, state: dict) -> None:
         """Replace the whole optimizer state (the entries optimizer_state() returns)."""
