@@ -9,7 +9,9 @@ the peak of the host allocations Python and numpy make (tracemalloc: what the op
 to the host; the device's own buffers and the file pages a checkpoint maps are not allocations).
 The resident set is not the measure here: a Trainer keeps freed memory mapped for reuse
 (pock_mlir/runtime/memory.py), so one operation's peak hides the next one's. Prints one markdown
-table; the model's bytes are its float32 parameters, the checkpoint's its file size.
+table; the model's bytes are its float32 parameters, the checkpoint's its file size. The last row
+writes the same state_dict file as pock-train --export does, from a dict held whole (as it did
+before it streamed), for comparison.
 """
 
 from __future__ import annotations
@@ -24,9 +26,12 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 import transformers
+from safetensors.numpy import save
 
 import pock_mlir as pock
 from pock_mlir.checkpoint import load_checkpoint, save_checkpoint
+from pock_mlir.files import atomic_write
+from pock_mlir.tools.pock_train import export_state_dict
 
 
 def next_token_loss(out, y):
@@ -84,6 +89,12 @@ def main() -> None:
                 lambda: _resume(trainer, load_checkpoint(checkpoint, bundle))
             ),
             "export_pretrained": measure(lambda: trainer.export_pretrained(Path(directory) / "hf")),
+            "pock-train --export (export_state_dict)": measure(
+                lambda: export_state_dict(trainer, Path(directory) / "tuned.safetensors")
+            ),
+            "for comparison, whole: save(merged_state_dict())": measure(
+                lambda: atomic_write(Path(directory) / "old.safetensors", save(trainer.merged_state_dict()))
+            ),
         }
         checkpoint_bytes = os.path.getsize(checkpoint)
     print(

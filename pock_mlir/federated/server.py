@@ -195,7 +195,7 @@ def federate(grid: Grid, run) -> None:
     final = from_wire(bundle, evaluator.state_dict(), arrays_of(result.arrays) if len(result.arrays) else initial)
     evaluator.load_state_dict(final, strict=False)
     state = evaluator.state_dict()
-    export_state_dict(evaluator.merged_state_dict(), out / EXPORT)
+    export_state_dict(evaluator, out / EXPORT)
     write_trained_bundle(bundle, state, out / BUNDLE)
     results["finished"] = True
     atomic_write(out / RESULTS, json.dumps(results, indent=1) + "\n")

@@ -30,7 +30,7 @@ from pock_mlir.abi import (
 )
 from pock_mlir.runtime.artifact import TRAINER_MODULES, TrainingArtifact, trainer_module
 from pock_mlir.runtime.bundle import Bundle, load_bundle
-from pock_mlir.runtime.export import DEFAULT_MAX_SHARD_SIZE, ModelParams, Tensor, export_pretrained
+from pock_mlir.runtime.export import DEFAULT_MAX_SHARD_SIZE, ModelParams, Tensor, export_pretrained, model_tensors
 from pock_mlir.runtime.memory import release_freed_memory, retain_freed_memory
 from pock_mlir.runtime.workspace import ModuleFunctions, Workspace
 
@@ -396,6 +396,11 @@ class Trainer:
         """The PyTorch model's state_dict, exactly its keys: LoRA adapters merged into their base
         weights (PEFT's merge_and_unload), int8 weights dequantized."""
         return lora.torch_state_dict(self.signature, self._held())
+
+    def merged_state_tensors(self) -> list[Tensor]:
+        """merged_state_dict()'s entries as state_tensors() gives state_dict()'s, each merged or
+        dequantized when fetched."""
+        return model_tensors(self.signature, self._fetch, merge=True)
 
     def _fetch(self, name: str) -> np.ndarray:
         """One parameter or buffer, copied to the host."""

@@ -61,15 +61,14 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
-from safetensors.numpy import save
 
 from pock_mlir import lora
 from pock_mlir.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
 from pock_mlir.data import DataError, Split, batch_order, evaluate, load_data
-from pock_mlir.files import OutputError, atomic_write, check_writable
+from pock_mlir.files import OutputError, atomic_file, check_writable
 from pock_mlir.runtime import InputError, ModuleError, NonFiniteLossError, Trainer
 from pock_mlir.runtime.bundle import Bundle, BundleError, load_bundle
-from pock_mlir.runtime.export import DEFAULT_MAX_SHARD_SIZE, MODES, ExportError, check_export
+from pock_mlir.runtime.export import DEFAULT_MAX_SHARD_SIZE, MODES, ExportError, check_export, write_safetensors
 from pock_mlir.targets import DRIVERS, TargetError
 from pock_mlir.tools.cli import run_tool, tool_parser
 
@@ -216,14 +215,15 @@ def interrupt_after():
         raise KeyboardInterrupt
 
 
-def export_state_dict(state: dict[str, np.ndarray], path: Path) -> None:
-    """Write `state` (a Trainer.merged_state_dict(): the PyTorch model's state_dict) atomically:
-    model.load_state_dict(safetensors.torch.load_file(path))."""
-    atomic_write(path, save(state, metadata={"format": "pt"}))
+def export_state_dict(trainer: Trainer, path: Path) -> None:
+    """Write the trainer's merged_state_dict() (the PyTorch model's state_dict) atomically, one
+    tensor at a time from the device: model.load_state_dict(safetensors.torch.load_file(path))."""
+    with atomic_file(path) as f:
+        write_safetensors(f, trainer.merged_state_tensors(), {"format": "pt"})
 
 
 def _export(trainer: Trainer, path: Path, args) -> None:
-    export_state_dict(trainer.merged_state_dict(), path)
+    export_state_dict(trainer, path)
     if args.export_adapters:
         trainer.export_adapters(args.export_adapters)
     if args.export_pretrained:
