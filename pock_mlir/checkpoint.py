@@ -30,13 +30,12 @@ from safetensors import SafetensorError, safe_open
 
 from pock_mlir.abi import STEP_COUNT
 from pock_mlir.files import atomic_file
-from pock_mlir.runtime.export import SAFETENSORS_DTYPES, write_safetensors
+from pock_mlir.runtime.export import MAX_HEADER_BYTES, SAFETENSORS_DTYPES, write_safetensors
 
 FORMAT = "pock-checkpoint-2"
 # Its "model/" tensors were the parameters and buffers by name (non-persistent buffers included,
 # a tied weight under its first key only): read and given the model's keys.
 FORMAT_BY_NAME = "pock-checkpoint-1"
-MAX_HEADER_BYTES = 100 << 20  # safetensors' own limit: a larger header is not a checkpoint
 
 
 class CheckpointError(ValueError):

@@ -114,6 +114,31 @@ def test_checkpoint_layout(bundle, data, tmp_path):
     assert trainer.steps_taken == 4
 
 
+def test_a_checkpoint_streamed_from_the_device_holds_the_trainers_state_exactly(bundle, tmp_path):
+    """save_checkpoint writes tensor by tensor from the device: safetensors' own reader finds
+    state_dict() and optimizer_state() in it, bit for bit, and load_checkpoint's views of the file
+    hold the same."""
+    from pock_mlir.checkpoint import load_checkpoint, save_checkpoint
+
+    loaded = load_bundle(bundle)
+    trainer = Trainer.from_bundle(loaded)
+    g = np.random.default_rng(2)
+    trainer.step(g.normal(size=(BATCH, 32)).astype(np.float32), g.integers(0, 10, BATCH))
+    save_checkpoint(tmp_path / "c.ckpt", trainer, {"epoch": 0}, loaded.module_sha256)
+    expected = {f"model/{k}": v for k, v in trainer.state_dict().items()}
+    expected |= {f"optimizer/{k}": v for k, v in trainer.optimizer_state().items()}
+    written = load_file(tmp_path / "c.ckpt")
+    assert written.keys() == expected.keys()
+    checkpoint = load_checkpoint(tmp_path / "c.ckpt", loaded)
+    read = {f"model/{k}": v for k, v in checkpoint.state_dict.items()}
+    read |= {f"optimizer/{k}": v for k, v in checkpoint.optimizer_state.items()}
+    for name, value in expected.items():
+        assert written[name].dtype == value.dtype and read[name].dtype == value.dtype, name
+        np.testing.assert_array_equal(written[name], value, err_msg=name)
+        np.testing.assert_array_equal(read[name], value, err_msg=name)
+    assert checkpoint.progress == {"epoch": 0} and checkpoint.steps == 1
+
+
 def start_train(*arguments, command=(VENV_BIN / "pock-train",)) -> subprocess.Popen:
     """pock-train in a process that Ctrl-C reaches: a shell that ran the tests in the background
     (`make test &`) makes its children ignore SIGINT, which Python then leaves ignored."""

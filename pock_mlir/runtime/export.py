@@ -50,6 +50,7 @@ ADAPTER_WEIGHTS, ADAPTER_CONFIG = "adapter_model.safetensors", "adapter_config.j
 EXPORTED_BY = "pock-mlir"  # every weights file's and the index's metadata: an export to replace
 MODES = ("merge", "peft")
 DEFAULT_MAX_SHARD_SIZE = "50GB"  # save_pretrained's
+MAX_HEADER_BYTES = 100 << 20  # safetensors' own limit: a larger header is not a safetensors file
 SAFETENSORS_DTYPES = {
     "float32": "F32",
     "float16": "F16",
@@ -204,7 +205,7 @@ def _write_json(path: Path, content: dict) -> None:
 def _header_metadata(path: Path) -> dict:
     with open(path, "rb") as f:
         length = int.from_bytes(f.read(8), "little")
-        if not 0 < length <= 100 << 20:
+        if not 0 < length <= MAX_HEADER_BYTES:
             return {}
         return json.loads(f.read(length)).get("__metadata__") or {}
 
