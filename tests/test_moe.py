@@ -1,5 +1,5 @@
 """Mixture-of-experts decoders from Hugging Face transformers (#61), tiny random configs (nothing is
-downloaded): Qwen3-MoE, Mixtral and OLMoE with 4 experts, top-2 routing, d=32, 2 layers, in the
+downloaded): Qwen3-MoE, Mixtral and OLMoE with 4 experts, top-2 routing, d=32, 1 layer, in the
 library's default experts implementation (grouped_mm: tokens sorted by expert, counted with histc,
 a grouped matmul that torch.export records as transformers' custom op) and in batched_mm (each
 token's expert weights gathered, bmm). Gradients against torch.autograd, steps against
@@ -31,7 +31,7 @@ OPTIMIZER = pock.SGD(lr=0.1, momentum=0.9)
 COMMON = dict(
     vocab_size=VOCAB,
     hidden_size=32,
-    num_hidden_layers=2,
+    num_hidden_layers=1,  # a layer has every op a deeper stack repeats; each one more costs compile time
     num_attention_heads=4,
     num_key_value_heads=2,
     max_position_embeddings=32,
