@@ -266,6 +266,45 @@ def _publish(staged: Path, manifest: dict, destination: Path) -> None:
     _replace_directory(staged, destination)
 
 
+SAFETENSORS_DTYPES = {
+    "float32": "F32",
+    "float16": "F16",
+    "float64": "F64",
+    "int8": "I8",
+    "uint8": "U8",
+    "int16": "I16",
+    "int32": "I32",
+    "int64": "I64",
+    "bool": "BOOL",
+}
+
+
+def write_safetensors(file, specs: list[TensorSpec], values):
+    """Write the safetensors format into `file` one tensor at a time: the header from `specs`,
+    then each of `values` (an iterable, in the specs' order), yielding each once written
+    (safetensors' own writers take every tensor at once)."""
+    header, offset = {}, 0
+    for spec in specs:
+        size = int(np.prod(spec.shape, dtype=np.int64)) * np.dtype(spec.dtype).itemsize
+        header[spec.name] = {
+            "dtype": SAFETENSORS_DTYPES[spec.dtype],
+            "shape": list(spec.shape),
+            "data_offsets": [offset, offset + size],
+        }
+        offset += size
+    text = json.dumps(header, separators=(",", ":")).encode()
+    text += b" " * (-len(text) % 8)  # the data starts 8-byte aligned, as safetensors writes it
+    file.write(len(text).to_bytes(8, "little") + text)
+    for spec, value in zip(specs, values, strict=True):
+        value = np.require(value, requirements="C")
+        if value.shape != tuple(spec.shape) or value.dtype != np.dtype(spec.dtype):
+            raise BundleError(
+                f"{spec.name}: the value is {value.dtype}{list(value.shape)}, not {spec.dtype}{list(spec.shape)}"
+            )
+        file.write(value.reshape(-1).view(np.uint8))
+        yield value
+
+
 def write_bundle(program, directory, *, example_inputs, example_target, loss, model_file=None, sparse=None) -> Path:
     """Write `program` as a device bundle into `directory` (see the module docstring).
 
@@ -284,19 +323,33 @@ def write_bundle(program, directory, *, example_inputs, example_target, loss, mo
     batch["target"] = _as_array(example_target, sig.target)
     if any(spec.name == SEED_INPUT for spec in sig.inputs):
         batch[SEED_INPUT] = np.zeros((), np.int32)  # the first step's dropout masks
-    state = {**program.initial_params, **program.initial_buffers}
     optimizer_state = {s.name: np.zeros(s.shape, np.float32) for s in sig.state} | {"step": np.zeros((), np.float32)}
+    arguments = {}  # train_step's argument files, by group and name
+    for argument in manifest["functions"][TRAIN_STEP]["arguments"]:
+        group, name = argument["path"].split("/", 1)
+        arguments.setdefault(group, {})[name.removesuffix(".npy")] = argument["path"]
 
     with _staged_bundle(destination) as staged:
         (staged / MODULE).write_bytes(program.vmfb)
-        (staged / PARAMS).write_bytes(save({n: np.require(v, requirements="C") for n, v in state.items()}))
+        for path in arguments.values():
+            for file in path.values():
+                (staged / ARGS / file).parent.mkdir(parents=True, exist_ok=True)
+        # One tensor at a time, each where it goes: a program compiled with weights= reads each
+        # from its checkpoint when asked (pock_mlir/weights.py), and the host holds no copy of all.
+        state = [("params", spec, program.initial_params) for spec in sig.params] + [
+            ("buffers", spec, program.initial_buffers) for spec in sig.buffers
+        ]
+        values = (held[spec.name] for _, spec, held in state)
+        with open(staged / PARAMS, "wb") as file:
+            written = write_safetensors(file, [spec for _, spec, _ in state], values)
+            for (group, spec, _), value in zip(state, written):
+                if spec.name in arguments.get(group, {}):
+                    np.save(staged / ARGS / arguments[group][spec.name], value)
         (staged / OPTIMIZER).write_bytes(save(optimizer_state))
-        values = {"params": state, "buffers": state, "optimizer": optimizer_state, "batch": batch}
-        for argument in manifest["functions"][TRAIN_STEP]["arguments"]:
-            group, name = argument["path"].split("/", 1)
-            path = staged / ARGS / argument["path"]
-            path.parent.mkdir(parents=True, exist_ok=True)
-            np.save(path, values[group][name.removesuffix(".npy")])
+        values = {"optimizer": optimizer_state, "batch": batch}
+        for group, files in arguments.items():
+            for name, file in files.items() if group in values else ():
+                np.save(staged / ARGS / file, values[group][name])
         (staged / RUN_STEP).write_text(run_step_script(manifest))
         (staged / RUN_STEP).chmod(0o755)
         for name, content in program.hf_files.items():
