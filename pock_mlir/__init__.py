@@ -15,6 +15,7 @@ _EXPORTS = {
     "CompileError": "pock_mlir.compiler",
     "STAGES": "pock_mlir.stages",
     "FrontendError": "pock_mlir.frontend",
+    "WeightsError": "pock_mlir.weights",
     "SGD": "pock_mlir.optim",
     "AdamW": "pock_mlir.optim",
     "TrainingProgram": "pock_mlir.program",

@@ -23,6 +23,7 @@ from pock_mlir.stages import STAGE_PIPELINES
 from pock_mlir.targets import resolve_target
 from pock_mlir.training import build_training_functions
 from pock_mlir.tuning import UNCHOSEN, BackendChoices
+from pock_mlir.weights import Weights
 
 
 class CompileError(RuntimeError):
@@ -49,6 +50,7 @@ def compile_training(
     output=None,
     cache=True,
     functions=("step", "loss", "evaluate"),
+    weights=None,
 ) -> TrainingProgram:
     """Compile one training step of `model` (forward, loss, backward and optimizer) with IREE.
 
@@ -81,6 +83,13 @@ def compile_training(
         repeats the backward and which training does not call, is left out of it unless asked for
         now (one module of both compiles faster than two). "all" compiles one module of every
         function, as a bundle (pock_mlir.bundle) holds it: for a program written as a bundle.
+    weights: the weights to start from, read from files instead of the model: a Hugging Face model
+        directory (config.json and model.safetensors or its shards) or one .safetensors file. The
+        model may then be on the meta device (built from its config alone); bfloat16 and float16
+        files convert to the parameters' float32; each tensor is read from the memory-mapped files
+        when the Trainer or a bundle takes it, so the host holds no copy of the model (see
+        pock_mlir/weights.py). WeightsError names a tensor the files lack, hold beyond the model or
+        hold in another shape, before any work.
     """
     optimizer = optimizer or SGD(lr=0.01)
     if functions != "all" and not (isinstance(functions, (tuple, list)) and set(functions) <= set(METHODS)):
@@ -94,6 +103,7 @@ def compile_training(
         )
     stage_pipelines = {**STAGE_PIPELINES, **(pipelines or {})}
     resolved_target = resolve_target(target)
+    checked = None if weights is None else Weights(weights, model)
     context = make_context()
     stages: dict[str, str] = {}
     timings: dict[str, float] = {}
@@ -120,7 +130,9 @@ def compile_training(
             raise ValueError(f"every parameter is frozen ({why}): there is nothing to train")
         quantized = frozen_weights(model, scheme.policies, scheme.quantize) if scheme.quantize else []
         timings["sparse scheme"] = time.perf_counter() - start
-        imported = import_model(model, example_inputs, example_target, loss, context, output, adapters, quantized)
+        imported = import_model(
+            model, example_inputs, example_target, loss, context, output, adapters, quantized, checked
+        )
         stages["imported"] = str(imported.module)
         timings.update({f"import: {step}": seconds for step, seconds in imported.timings.items()})
         log(f"imported {len(imported.params)} parameters in {time.perf_counter() - start:.1f}s")

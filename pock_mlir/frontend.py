@@ -46,7 +46,9 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 import torch.nn.functional as F
+from torch._subclasses.fake_tensor import FakeTensorMode
 from torch.func import functional_call
+from torch.fx.experimental.symbolic_shapes import ShapeEnv
 from torch_mlir import ir
 from torch_mlir.extras.fx_decomp_util import get_decomposition_table
 from torch_mlir.extras.fx_importer import FxImporter
@@ -173,8 +175,14 @@ class Rewrites:
         ones, then the adapters' initial values."""
         result = {name: value for name, value in params.items() if name not in {w.weight for w in self.quantized}}
         for weight in self.quantized:
-            result.update({n: torch.from_numpy(v) for n, v in weight.quantize(params[weight.weight].numpy()).items()})
-        result.update({n: torch.from_numpy(v) for n, v in layers.initial_adapter_values(list(self.adapters)).items()})
+            value = params[weight.weight]
+            # on meta (weights= files): the stored tensors' shapes and dtypes, from a zero weight
+            # (the values are quantized from the files later, one tensor at a time: weights.py)
+            stored = weight.quantize(np.zeros(value.shape, np.float32) if value.is_meta else value.numpy())
+            result.update({n: torch.from_numpy(v).to(value.device) for n, v in stored.items()})
+        device = "meta" if any(v.is_meta for v in params.values()) else "cpu"
+        adapters = layers.initial_adapter_values(list(self.adapters))
+        result.update({n: torch.from_numpy(v).to(device) for n, v in adapters.items()})
         return result
 
     @contextlib.contextmanager
@@ -606,6 +614,23 @@ def _eval_output_equals(
     return evaluated.shape == output.shape and bool(torch.equal(evaluated, output))
 
 
+def _faked(mode: FakeTensorMode, tensors: dict) -> dict:
+    """Each tensor as a fake CPU tensor of `mode`, of its shape and dtype."""
+    with mode:
+        return {k: torch.empty(t.shape, dtype=t.dtype, device="cpu") for k, t in tensors.items()}
+
+
+def _updated_on_fake(model: torch.nn.Module, copies: dict[str, torch.Tensor]) -> list[str]:
+    """The buffers a probe of the model on fake tensors updated: those an in-place op wrote (their
+    version counters moved), and train-mode BatchNorm's running statistics, which native_batch_norm
+    writes without moving them (the eager probe compares values instead, which fakes have none of)."""
+    written = {n for n, copy in copies.items() if copy._version > 0}
+    for prefix, module in model.named_modules():
+        if isinstance(module, torch.nn.modules.batchnorm._BatchNorm) and module.training and module.track_running_stats:
+            written |= {f"{prefix}.{n}" if prefix else n for n in ("running_mean", "running_var")}
+    return [n for n in copies if n in written]
+
+
 def import_model(
     model: torch.nn.Module,
     example_inputs,
@@ -615,11 +640,15 @@ def import_model(
     output_selector=None,
     adapters: list[lora.Adapter] = (),
     quantized: list[quantize.QuantizedWeight] = (),
+    weights=None,
 ) -> ImportedModel:
     """output_selector: which entry of a structured model output `evaluate` returns (see
     select_output); the loss always receives the model's output as it is. adapters: LoRA
     adapters traced into the forward pass, as parameters after the model's own; quantized: the
-    layers whose weights are int8 parameters instead (see Rewrites)."""
+    layers whose weights are int8 parameters instead (see Rewrites). weights: a
+    pock_mlir.weights.Weights, the checkpoint the parameters start from instead of the model's
+    own values: the model is traced on fake tensors (no memory, no values) and the initial
+    parameters are read from the files one at a time when the Trainer or a bundle takes them."""
     if not isinstance(model, torch.nn.Module):
         raise FrontendError(f"model must be a torch.nn.Module, got {type(model).__name__}")
     rewrites = Rewrites(tuple(adapters), tuple(quantized))
@@ -630,20 +659,33 @@ def import_model(
     inputs, target = tuple(device_dtype(t) for t in user_inputs), device_dtype(user_target)
     loss_fn = resolve_loss(loss)
 
-    params = rewrites.initial_values({n: p.detach() for n, p in model.named_parameters()})
-    buffers = {n: b.detach() for n, b in model.named_buffers()}
+    from_files = weights is not None
+    own = {n: p.detach().to("meta") if from_files else p.detach() for n, p in model.named_parameters()}
+    params = rewrites.initial_values(own)
+    buffers = dict(weights.buffers) if from_files else {n: b.detach() for n, b in model.named_buffers()}
     if not params:
         raise FrontendError("the model has no parameters to train")
     described = [f"input {i}" for i in range(len(user_args))] + [f"keyword input {k!r}" for k in user_kwargs]
     _check_dtypes_and_sizes(params, buffers, dict(zip(described, inputs)), target)
     _check_modules(model)
     names = list(params) + list(buffers)
+    real_buffers, probing = buffers, contextlib.nullcontext()
+    if from_files:
+        # Fake CPU tensors (shapes and dtypes, no memory): the model traces as on the CPU, and
+        # Hugging Face skips its data-dependent checks, as it does under torch.export.
+        probing = FakeTensorMode(allow_non_fake_inputs=True, shape_env=ShapeEnv())
+        params, buffers = _faked(probing, params), _faked(probing, buffers)
+        inputs, user_inputs = (
+            tuple(_faked(probing, dict(enumerate(inputs))).values()),
+            tuple(_faked(probing, dict(enumerate(user_inputs))).values()),
+        )
+        target, user_target = _faked(probing, {0: target})[0], _faked(probing, {0: user_target})[0]
     state = tuple(params.values()) + tuple(buffers.values())
 
     # The check runs on copies of the buffers so that it leaves the user's model as it was; the
     # copies whose values changed are the buffers the step updates (by value, because
     # native_batch_norm writes running statistics without bumping their version counters).
-    with _tensor_attributes_kept(model):
+    with _tensor_attributes_kept(model), probing:
         copies = {n: b.clone() for n, b in buffers.items()}
         dropout_probe = SeededDropout(torch.zeros((), dtype=torch.int32))
         with torch.no_grad():
@@ -659,17 +701,21 @@ def import_model(
         output_path, evaluated = _selected(output, selector=output_selector)
         if not isinstance(loss_value, torch.Tensor) or loss_value.dim() != 0:
             raise FrontendError("the loss must return a scalar tensor (use a mean or sum reduction)")
-        updated = [n for n, copy in copies.items() if not torch.equal(copy, buffers[n])]
         seeded = dropout_probe.calls > 0
-        modes_differ = (
-            seeded
-            or bool(updated)
-            or not _eval_output_equals(
-                model, params, buffers, user_inputs, by_keyword, rewrites, output_selector, evaluated
+        if from_files:
+            updated = _updated_on_fake(model, copies)
+            modes_differ = True  # no values to compare the modes' outputs by: export both
+        else:
+            updated = [n for n, copy in copies.items() if not torch.equal(copy, buffers[n])]
+            modes_differ = (
+                seeded
+                or bool(updated)
+                or not _eval_output_equals(
+                    model, params, buffers, user_inputs, by_keyword, rewrites, output_selector, evaluated
+                )
             )
-        )
         if seeded:
-            inputs += (torch.zeros((), dtype=torch.int32),)
+            inputs += (torch.zeros((), dtype=torch.int32),)  # a fake one while probing fakes
             input_names.append(SEED_INPUT)
 
         dtypes = [t.dtype for t in user_inputs] + ([torch.int32] if seeded else [])
@@ -698,8 +744,10 @@ def import_model(
         inputs=[spec_of(name, t) for name, t in zip(input_names, inputs)],
         target=spec_of("target", target),
         output=spec_of(output_path, evaluated),
-        initial_params={n: t.numpy().copy() for n, t in params.items()},
-        initial_buffers={n: t.numpy().copy() for n, t in buffers.items()},
+        initial_params=(
+            weights.initial_params(rewrites) if from_files else {n: t.numpy().copy() for n, t in params.items()}
+        ),
+        initial_buffers={n: t.numpy().copy() for n, t in real_buffers.items()},
         vocabularies=embedding_vocabularies(forward_loss, len(state), input_names),
         state_dict=state_dict_sources(model),
         eval_function=eval_function,
