@@ -1,6 +1,7 @@
 """pock-compile: compile a model file's training step into a device bundle.
 
     pock-compile MODEL.py [--sparse CONFIG] [--optimizer sgd:lr=0.01,momentum=0.9] [--target aarch64] -o bundle/
+    pock-compile HF_DIR --task causal-lm --seq-len 128 [--batch 1] [--sparse ...] -o bundle/
 
 MODEL.py is a Python file defining, at module level:
     model()          -> the torch.nn.Module to train (with the weights to start from)
@@ -12,9 +13,20 @@ MODEL.py is a Python file defining, at module level:
                      receiving the model's output as it is (a tensor, tuple, dict, dataclass, ModelOutput)
     OUTPUT           optional, for a model returning a structure: the entry evaluate returns (a key,
                      attribute or index; by default `logits` where there is one, else the first entry)
+    WEIGHTS          optional: a Hugging Face model directory or .safetensors file (relative to the
+                     model file's directory) the weights start from; model() may then build the model
+                     on the meta device (compile_training's weights=, pock_mlir/weights.py)
 It is run with its own directory on sys.path, so it can import modules next to it. examples/ has
-ready ones. The bundle's layout is described in pock_mlir/runtime/bundle.py; run_step.sh in it runs one
-step with the stock iree-run-module. Errors print one message and exit with code 1.
+ready ones.
+
+HF_DIR, a Hugging Face model directory (config.json and model.safetensors or its shards), with
+--task causal-lm: the model is transformers' AutoModelForCausalLM built from config.json on the
+meta device, its weights read from the directory's files one tensor at a time (bfloat16 and float16
+ones as float32); the batch is --batch sequences of --seq-len token ids (input_ids), the target the
+next token at each position, the loss token cross-entropy (causal_lm_loss).
+
+The bundle's layout is described in pock_mlir/runtime/bundle.py; run_step.sh in it runs one step
+with the stock iree-run-module. Errors print one message and exit with code 1.
 """
 
 from __future__ import annotations
@@ -45,6 +57,46 @@ class ModelFile(NamedTuple):
     target: object
     loss: object
     output: object  # OUTPUT, None when absent
+    weights: object = None  # WEIGHTS, None when absent
+
+
+TASKS = ("causal-lm",)
+
+
+def causal_lm_loss(output, target):
+    """Next-token cross-entropy: the logits (B, T, V) against the next token (B, T) at each position."""
+    import torch.nn.functional as F
+
+    return F.cross_entropy(output.logits.flatten(0, 1), target.flatten().long())
+
+
+def load_checkpoint_directory(path: str, task: str | None, batch: int, seq_len: int | None) -> ModelFile:
+    """A Hugging Face model directory as --task builds it (see the module docstring)."""
+    directory = Path(path)
+    if task is None:
+        raise ModelFileError(
+            f"{path} is a directory: give --task {'/'.join(TASKS)} to build its model from config.json"
+        )
+    if not (directory / "config.json").is_file():
+        raise ModelFileError(f"{path} has no config.json: give a Hugging Face model directory")
+    if seq_len is None or seq_len < 1 or batch < 1:
+        raise ModelFileError(
+            f"--task {task}: give --seq-len (and --batch, default 1), the shape of the batches to train on"
+        )
+    import torch
+    import transformers
+
+    try:
+        config = transformers.AutoConfig.from_pretrained(directory)
+        with torch.device("meta"):
+            # float32 whatever config.json's dtype (that of the files): pock-mlir trains float32
+            model = transformers.AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+    except (ValueError, OSError, KeyError) as e:
+        raise ModelFileError(f"{path}/config.json: transformers cannot build a causal LM from it ({e})") from None
+    if hasattr(model.config, "use_cache"):
+        model.config.use_cache = False  # a training step returns no key/value cache
+    ids = torch.zeros((batch, seq_len), dtype=torch.int64)
+    return ModelFile(model, {"input_ids": ids}, ids.clone(), causal_lm_loss, None, directory)
 
 
 def load_model_file(path: str) -> ModelFile:
@@ -77,14 +129,25 @@ def load_model_file(path: str) -> ModelFile:
         raise ModelFileError(f"{path} failed: {type(e).__name__}: {e} ({where.filename}:{where.lineno})") from None
     if not (isinstance(batch, (tuple, list)) and len(batch) == 2):
         raise ModelFileError(f"{path}: example_batch() must return (inputs, target), got {type(batch).__name__}")
+    weights = getattr(module, "WEIGHTS", None)
     return ModelFile(
-        model, batch[0], batch[1], getattr(module, "LOSS", "cross_entropy"), getattr(module, "OUTPUT", None)
+        model,
+        batch[0],
+        batch[1],
+        getattr(module, "LOSS", "cross_entropy"),
+        getattr(module, "OUTPUT", None),
+        None if weights is None else file.resolve().parent / weights,
     )
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = tool_parser("pock-compile", __doc__)
-    parser.add_argument("model", help="the model file (MODEL.py)")
+    parser.add_argument("model", help="the model file (MODEL.py), or a Hugging Face model directory with --task")
+    parser.add_argument(
+        "--task", choices=TASKS, default=None, help="for a model directory: the model to build from its config.json"
+    )
+    parser.add_argument("--seq-len", type=int, default=None, help="with --task: the tokens of each sequence")
+    parser.add_argument("--batch", type=int, default=1, help="with --task: the sequences of each batch (default 1)")
     parser.add_argument(
         "-o", "--output", required=True, help="the bundle directory to write (replaced if it is a bundle)"
     )
@@ -130,7 +193,12 @@ def _run(args) -> int:
     except (ValueError, TypeError) as e:
         raise ValueError(f"--optimizer {args.optimizer}: {e}") from None
     kept = kept_files(check_destination(args.output))
-    file = load_model_file(args.model)
+    if args.task is not None and not Path(args.model).is_dir():
+        raise ModelFileError(f"--task {args.task} takes a Hugging Face model directory; {args.model} is none")
+    if Path(args.model).is_dir():
+        file = load_checkpoint_directory(args.model, args.task, args.batch, args.seq_len)
+    else:
+        file = load_model_file(args.model)
 
     from pock_mlir.compiler import compile_training
 
@@ -147,6 +215,7 @@ def _run(args) -> int:
         cache=not args.no_cache,
         verbose=args.verbose or sys.stderr.isatty(),
         functions="all",
+        weights=file.weights,
     )
     bundle = write_bundle(
         program,
