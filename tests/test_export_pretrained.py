@@ -208,6 +208,14 @@ def test_pock_train_exports_a_bundle_as_a_pretrained_directory(full, tmp_path, c
     assert err.count("\n") == 0 and "not an earlier export" in err and not (tmp_path / "t2.safetensors").exists()
     assert train("--export", tmp_path / "t2.safetensors", "--export-lora", "peft") == 1
     assert "need --export-pretrained" in capsys.readouterr().err
+    # a bundle without the config (written before bundles carried it): still trains, cannot export so
+    manifest = json.loads((bundle / "manifest.json").read_text())
+    del manifest["hf_files"]
+    (bundle / "manifest.json").write_text(json.dumps(manifest))
+    assert load_bundle(bundle).hf_files == {}
+    assert train("--export", tmp_path / "t3.safetensors", "--export-pretrained", tmp_path / "new") == 1
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and "without a Hugging Face config" in err and not (tmp_path / "new").exists()
 
 
 def test_the_guides_block_runs_as_written(tmp_path, monkeypatch):
