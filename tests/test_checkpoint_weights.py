@@ -165,11 +165,12 @@ def test_pock_compile_names_what_a_checkpoint_directory_lacks(checkpoints, tmp_p
     assert message in err and len(err.strip().splitlines()) == 1, err
 
 
-def test_int8_weights_are_quantized_tensor_by_tensor_from_the_files(pretrained, checkpoints):
+@pytest.mark.parametrize("quantize", ["int8", "int4:group=16"])
+def test_quantized_weights_are_quantized_tensor_by_tensor_from_the_files(pretrained, checkpoints, quantize):
     model = meta_model()
     shapes = {n: tuple(p.shape) for n, p in model.named_parameters()}
-    scheme = resolve_sparse({"quantize": {"frozen": "int8"}, "model.norm": "full"}, model, shapes)
-    quantized = frozen_weights(model, scheme.policies)
+    scheme = resolve_sparse({"quantize": {"frozen": quantize}, "model.norm": "full"}, model, shapes)
+    quantized = frozen_weights(model, scheme.policies, scheme.quantize)
     assert quantized
     initial = Weights(checkpoints / "float32", model).initial_params(Rewrites(quantized=tuple(quantized)))
     weights = dict(pretrained.named_parameters())
@@ -177,7 +178,10 @@ def test_int8_weights_are_quantized_tensor_by_tensor_from_the_files(pretrained, 
         want = QuantizedWeight.quantize(weight, weights[weight.weight].detach().numpy())
         for name in (weight.values, weight.scale):
             np.testing.assert_array_equal(initial[name], want[name])
-    assert set(initial) >= {"model.norm.weight", "model.embed_tokens.weight"}
+    # int4 stores the (tied) embedding too; int8 keeps it float32
+    unquantized = {"model.norm.weight"} | ({"model.embed_tokens.weight"} if quantize == "int8" else set())
+    assert set(initial) >= unquantized
+    assert not set(initial) & {w.weight for w in quantized}
 
 
 def _single_file(pretrained, path, change):
