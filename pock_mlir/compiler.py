@@ -12,6 +12,7 @@ from pock_mlir.context import make_context
 from pock_mlir.frontend import import_model, parameter_shapes
 from pock_mlir.hf_model import hf_files
 from pock_mlir.layers import frozen_weights
+from pock_mlir.onnx_frontend import import_onnx, is_onnx_model, load_onnx, onnx_parameter_shapes
 from pock_mlir.optim import SGD
 from pock_mlir.passes import run_pipeline
 from pock_mlir.passes.pipeline import split_top_level
@@ -54,6 +55,8 @@ def compile_training(
 ) -> TrainingProgram:
     """Compile one training step of `model` (forward, loss, backward and optimizer) with IREE.
 
+    model: a torch.nn.Module, or an ONNX inference model (an .onnx path or onnx.ModelProto), whose
+        float initializers are the parameters, under their names (docs/onnx.md).
     example_inputs: the batch to train on (torch or numpy tensors of its shape), as the model is
         called: a tensor, a tuple of them (model(*inputs)), a dict of them (model(**inputs), a
         tokenizer's or collator's batch: input_ids, attention_mask, decoder_input_ids, ...), or a
@@ -103,6 +106,8 @@ def compile_training(
         )
     stage_pipelines = {**STAGE_PIPELINES, **(pipelines or {})}
     resolved_target = resolve_target(target)
+    if weights is not None and is_onnx_model(model):
+        raise ValueError("weights=: an ONNX model holds its weights as initializers; give the .onnx file alone")
     checked = None if weights is None else Weights(weights, model)
     context = make_context()
     stages: dict[str, str] = {}
@@ -118,8 +123,11 @@ def compile_training(
         start = time.perf_counter()
         # The scheme is resolved on the model's parameters before tracing: LoRA adapters and
         # int8 weights change the traced forward pass.
-        adapters = lora_adapters(sparse, model)
-        scheme = resolve_sparse(sparse, model, parameter_shapes(model, adapters))
+        onnx_model = load_onnx(model) if is_onnx_model(model) else None
+        torch_model = None if onnx_model is not None else model
+        adapters = lora_adapters(sparse, torch_model)
+        shapes = parameter_shapes(model, adapters) if onnx_model is None else onnx_parameter_shapes(onnx_model)
+        scheme = resolve_sparse(sparse, torch_model, shapes)
         if scheme.policies and all(p.kind == "frozen" for p in scheme.policies.values()):
             by_model = len(scheme.not_requiring_grad) == len(scheme.policies)
             why = (
@@ -128,11 +136,16 @@ def compile_training(
                 else f"by the sparse scheme {scheme.source!r}"
             )
             raise ValueError(f"every parameter is frozen ({why}): there is nothing to train")
+        if scheme.quantize and onnx_model is not None:
+            raise ValueError("quantize: int8 weights need the PyTorch model; compile the ONNX model without quantize")
         quantized = frozen_weights(model, scheme.policies, scheme.quantize) if scheme.quantize else []
         timings["sparse scheme"] = time.perf_counter() - start
-        imported = import_model(
-            model, example_inputs, example_target, loss, context, output, adapters, quantized, checked
-        )
+        if onnx_model is None:
+            imported = import_model(
+                model, example_inputs, example_target, loss, context, output, adapters, quantized, checked
+            )
+        else:
+            imported = import_onnx(onnx_model, example_inputs, example_target, loss, context, output)
         stages["imported"] = str(imported.module)
         timings.update({f"import: {step}": seconds for step, seconds in imported.timings.items()})
         log(f"imported {len(imported.params)} parameters in {time.perf_counter() - start:.1f}s")

@@ -221,6 +221,21 @@ def mm(b, g, out, x, w):
     return b.aten.mm(g, b.transpose(w)), b.aten.mm(b.transpose(x), g)
 
 
+@defrule("aten.matmul", flops=matmul_flops)
+def matmul(b, g, out, x, w):
+    """torch.matmul as ONNX's MatMul lowers to it (the FX import decomposes it to mm and bmm): a
+    1-D operand is a row (x) or column (w) matrix, batch dimensions broadcast."""
+    xs, ws = b.shape(x), b.shape(w)
+    x2 = b.reshape(x, (1, *xs)) if len(xs) == 1 else x
+    w2 = b.reshape(w, (*ws, 1)) if len(ws) == 1 else w
+    out2 = b.shape(out)
+    out2 = out2[:-1] + (1,) + out2[-1:] if len(xs) == 1 else out2
+    g2 = b.reshape(g, out2 + (1,) if len(ws) == 1 else out2)
+    gx = b.sum_to(b.aten.matmul(g2, b.transpose(w2)), b.shape(x2))
+    gw = b.sum_to(b.aten.matmul(b.transpose(x2), g2), b.shape(w2))
+    return b.reshape(gx, xs), b.reshape(gw, ws)
+
+
 @defrule("aten.addmm")
 def addmm(b, g, out, bias, x, w, beta, alpha):
     gx = b.aten.mm(g, b.transpose(w))
@@ -261,6 +276,7 @@ def t(b, g, out, x):
     "aten.reshape",
     "aten._unsafe_view",
     "prims.squeeze",
+    "prims.collapse",
     "aten.squeeze.dim",
     "aten.squeeze.dims",
     "aten.squeeze",
@@ -273,9 +289,9 @@ def reshape_like(b, g, out, x, *shape_args):
     return (b.reshape(g, b.shape(x)),) + (None,) * len(shape_args)
 
 
-@defrule("aten.expand", slices=expand_slices, free=True)
-def expand(b, g, out, x, size, implicit):
-    return b.sum_to(g, b.shape(x)), None, None
+@defrule("aten.expand", "aten.broadcast_to", slices=expand_slices, free=True)
+def expand(b, g, out, x, size, *implicit):  # broadcast_to (ONNX's Expand) has no `implicit`
+    return (b.sum_to(g, b.shape(x)), None) + (None,) * len(implicit)
 
 
 @defrule("aten.clone", "aten.alias", "aten.contiguous")
@@ -323,4 +339,3 @@ def gather(b, g, out, x, dim, index, sparse_grad):
 
 # Fills the backward emits (no derivative rule needed): no FLOPs in the cost model.
 declare("aten.full", "aten.zeros", "aten.ones", "aten.empty.memory_format", "aten.scalar_tensor", free=True)
-declare("aten.matmul", flops=matmul_flops)  # decomposed before autodiff; counted when FLOPs are asked of it

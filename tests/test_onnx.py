@@ -1,0 +1,191 @@
+"""ONNX models in: files torch.onnx.export writes train as the PyTorch models they came from
+(oracle: torch.autograd and torch.optim on that model)."""
+
+from __future__ import annotations
+
+import io
+import warnings
+
+import numpy as np
+import onnx
+import pytest
+import torch
+import torch.nn as nn
+from oracle import assert_close_to_norm, assert_trajectory_close, torch_gradients
+
+import pock_mlir as pock
+from pock_mlir.frontend import FrontendError
+
+B = 4
+
+
+def perturbed(model: nn.Module, seed: int) -> nn.Module:
+    """The model with every parameter and buffer moved off its initial value: torch's exporter
+    stores equal initializers once (a fresh norm's weight of ones and its running variance), which
+    ties them in the file."""
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for name, t in model.named_buffers():
+            if name.endswith("running_var"):
+                t.uniform_(0.5, 2.0, generator=g)
+            elif name.endswith("running_mean"):
+                t.uniform_(-0.5, 0.5, generator=g)
+        for p in model.parameters():
+            p.add_(0.1 * torch.randn(p.shape, generator=g))
+    return model.eval()
+
+
+def exported(model: nn.Module, x: torch.Tensor, dynamic_batch: bool = False, **options) -> onnx.ModelProto:
+    f = io.BytesIO()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.onnx.export(
+            model,
+            (x,),
+            f,
+            dynamo=False,
+            input_names=["x"],
+            output_names=["y"],
+            dynamic_axes={"x": {0: "batch"}, "y": {0: "batch"}} if dynamic_batch else None,
+            **options,
+        )
+    return onnx.load_from_string(f.getvalue())
+
+
+class Encoder(nn.Module):
+    """A BERT-style encoder layer on token ids, mean-pooled into a classifier."""
+
+    def __init__(self):
+        super().__init__()
+        self.embed = nn.Embedding(11, 16)
+        self.layer = nn.TransformerEncoderLayer(16, 2, 32, dropout=0.0, batch_first=True, activation="gelu")
+        self.head = nn.Linear(16, 3)
+
+    def forward(self, ids):
+        return self.head(self.layer(self.embed(ids)).mean(1))
+
+
+def mlp():
+    torch.manual_seed(0)
+    return perturbed(nn.Sequential(nn.Linear(6, 16), nn.ReLU(), nn.Linear(16, 3)), 1)
+
+
+def cnn():
+    torch.manual_seed(0)
+    layers = [nn.Conv2d(3, 4, 3, padding=1), nn.BatchNorm2d(4), nn.ReLU(), nn.AdaptiveAvgPool2d(1), nn.Flatten()]
+    return perturbed(nn.Sequential(*layers, nn.Linear(4, 3)), 2)
+
+
+def encoder():
+    torch.manual_seed(0)
+    return perturbed(Encoder(), 3)
+
+
+@pytest.fixture(scope="module")
+def batch():
+    g = torch.Generator().manual_seed(4)
+    return torch.randn(B, 6, generator=g), torch.randint(0, 3, (B,), generator=g)
+
+
+@pytest.fixture(scope="module")
+def mlp_file(tmp_path_factory, batch):
+    model, path = mlp(), tmp_path_factory.mktemp("onnx") / "mlp.onnx"
+    onnx.save(exported(model, batch[0], dynamic_batch=True), path)
+    return model, path
+
+
+@pytest.fixture(scope="module")
+def mlp_program(mlp_file, batch):
+    _, path = mlp_file
+    x, y = batch
+    return pock.compile_training(
+        str(path), x, y, optimizer=pock.SGD(lr=0.1, momentum=0.9), sparse={"default": "full", "0.bias": "frozen"}
+    )
+
+
+def test_onnx_file_trains_as_its_pytorch_model(mlp_file, mlp_program, batch):
+    """The file's initializers are the parameters under their names, a sparse scheme freezes by
+    name, and the steps follow torch.optim on the model the file was exported from."""
+    model, _ = mlp_file
+    x, y = batch
+    assert [p.name for p in mlp_program.signature.params] == ["0.weight", "0.bias", "2.weight", "2.bias"]
+    assert mlp_program.signature.trainable == ["0.weight", "2.weight", "2.bias"]
+    trainer = mlp_program.trainer()
+    losses = [trainer.step(x, y) for _ in range(4)]
+    trainable = set(mlp_program.signature.trainable)
+    assert_trajectory_close(
+        losses, trainer.state_dict(), model, x, y, pock.SGD(lr=0.1, momentum=0.9), 4, trainable=trainable
+    )
+
+
+@pytest.mark.parametrize("make", [cnn, encoder], ids=["conv-bn-relu", "encoder"])
+def test_exported_models_have_autograd_gradients(make):
+    """Conv-BatchNorm(inference)-ReLU and an attention encoder (MatMul, Softmax,
+    LayerNormalization, Gelu, Expand and shape arithmetic folded for the batch)."""
+    model = make()
+    g = torch.Generator().manual_seed(5)
+    x = torch.randn(2, 3, 8, 8, generator=g) if make is cnn else torch.randint(0, 11, (2, 5), generator=g)
+    y = torch.tensor([0, 2])
+    program = pock.compile_training(exported(model, x, do_constant_folding=False), x, y, functions=("gradients",))
+    state = dict(model.named_parameters())
+    assert [p.name for p in program.signature.params] == list(state)
+    if make is cnn:
+        assert [b.name for b in program.signature.buffers] == ["1.running_mean", "1.running_var"]
+    loss, grads = program.trainer().gradients(x, y)
+    want_loss, want = torch_gradients(model, x, y)
+    assert loss == pytest.approx(want_loss, rel=1e-5)
+    for name in want:
+        assert_close_to_norm(grads[name], want[name], 1e-4, name)
+
+
+def test_callable_loss_on_an_onnx_output(mlp_file, batch):
+    _, path = mlp_file
+    x, _ = batch
+    target = torch.randn(B, 3, generator=torch.Generator().manual_seed(6))
+
+    def loss(output, t):
+        return ((output - t) ** 2).sum(1).mean()
+
+    program = pock.compile_training(path, x, target, loss=loss, functions=("gradients",))
+    got_loss, grads = program.trainer().gradients(x, target)
+    model, _ = mlp_file
+    want_loss, want = torch_gradients(model, x, target, loss=loss)
+    assert got_loss == pytest.approx(want_loss, rel=1e-5)
+    for name in want:
+        assert_close_to_norm(grads[name], want[name], 1e-4, name)
+
+
+def test_bad_onnx_inputs_get_one_line(mlp_file, batch, tmp_path):
+    _, path = mlp_file
+    x, y = batch
+    cases = [
+        (tmp_path / "missing.onnx", x, "no such ONNX file"),
+        (path, torch.randn(B, 5), r"input 'x' has shape \(4, 5\); the ONNX graph takes \(batch, 6\)"),
+        (path, (x, x), "2 inputs given; the ONNX graph takes 1: x"),
+        (path, {"ids": x}, "keyword input\\(s\\) ids: the ONNX graph's inputs are x"),
+        (path, x.double(), "input 'x' is float64; the ONNX graph takes float32"),
+    ]
+    for model, inputs, message in cases:
+        with pytest.raises(FrontendError, match=message) as caught:
+            pock.compile_training(model, inputs, y)
+        assert "\n" not in str(caught.value)
+
+
+def test_an_op_torch_mlir_cannot_lower_is_named_by_its_node(batch):
+    x, y = batch
+    graph = onnx.helper.make_graph(
+        [
+            onnx.helper.make_node("MatMul", ["x", "w"], ["h"], name="project"),
+            onnx.helper.make_node("Unknown", ["h"], ["y"], name="mystery", domain="example.custom"),
+        ],
+        "g",
+        [onnx.helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [B, 6])],
+        [onnx.helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [B, 3])],
+        [onnx.numpy_helper.from_array(np.ones((6, 3), np.float32), "w")],
+    )
+    model = onnx.helper.make_model(
+        graph, opset_imports=[onnx.helper.make_opsetid("", 17), onnx.helper.make_opsetid("example.custom", 1)]
+    )
+    with pytest.raises(FrontendError, match="mystery") as caught:
+        pock.compile_training(model, x, y)
+    assert "\n" not in str(caught.value)
