@@ -1,5 +1,7 @@
 """ONNX models in: files torch.onnx.export writes train as the PyTorch models they came from
-(oracle: torch.autograd and torch.optim on that model)."""
+(oracle: torch.autograd and torch.optim on that model), the tuned model goes back into the .onnx
+file (oracle: ONNX Runtime's inference on it), and ONNX Runtime's training recipe trains alike in
+onnxruntime-training 1.19.2 and in pock-mlir."""
 
 from __future__ import annotations
 
@@ -116,6 +118,34 @@ def test_onnx_file_trains_as_its_pytorch_model(mlp_file, mlp_program, batch):
     assert_trajectory_close(
         losses, trainer.state_dict(), model, x, y, pock.SGD(lr=0.1, momentum=0.9), 4, trainable=trainable
     )
+
+
+def test_export_onnx_gives_onnx_runtime_the_tuned_model(mlp_file, mlp_program, batch, tmp_path):
+    import onnxruntime
+
+    model, path = mlp_file
+    x, y = batch
+    trainer = mlp_program.trainer()
+    for _ in range(3):
+        trainer.step(x, y)
+    written = trainer.export_onnx(tmp_path / "tuned.onnx", str(path))
+    session = onnxruntime.InferenceSession(str(written), providers=["CPUExecutionProvider"])
+    got = session.run(None, {"x": x.numpy()})[0]
+    np.testing.assert_allclose(got, trainer.evaluate(x), rtol=1e-5, atol=1e-6)
+    # the dynamic batch axis of the source is kept: ONNX Runtime runs the tuned file on any batch
+    assert session.run(None, {"x": np.zeros((7, 6), np.float32)})[0].shape == (7, 3)
+    tuned = {i.name: onnx.numpy_helper.to_array(i) for i in onnx.load(written).graph.initializer}
+    np.testing.assert_array_equal(tuned["0.bias"], model[0].bias.detach().numpy())  # frozen by the scheme
+    assert not np.array_equal(tuned["2.weight"], model[2].weight.detach().numpy())
+
+
+def test_export_onnx_refuses_another_model(mlp_program, tmp_path, batch):
+    from pock_mlir.runtime.onnx_export import OnnxExportError
+
+    other = exported(nn.Sequential(nn.Linear(6, 2)), batch[0])
+    with pytest.raises(OnnxExportError, match="no initializer 2.bias, 2.weight: give the .onnx model"):
+        mlp_program.trainer().export_onnx(tmp_path / "out.onnx", other)
+    assert not (tmp_path / "out.onnx").exists()
 
 
 @pytest.mark.parametrize("make", [cnn, encoder], ids=["conv-bn-relu", "encoder"])

@@ -32,6 +32,7 @@ from pock_mlir.runtime.artifact import TRAINER_MODULES, TrainingArtifact, traine
 from pock_mlir.runtime.bundle import Bundle, load_bundle
 from pock_mlir.runtime.export import DEFAULT_MAX_SHARD_SIZE, ModelParams, Tensor, export_pretrained, model_tensors
 from pock_mlir.runtime.memory import release_freed_memory, retain_freed_memory
+from pock_mlir.runtime.onnx_export import write_onnx
 from pock_mlir.runtime.workspace import ModuleFunctions, Workspace
 
 CALLED = tuple(f for module in TRAINER_MODULES for f in module)  # the module functions the Trainer calls
@@ -428,6 +429,12 @@ class Trainer:
         return export_pretrained(
             directory, self.signature, self._fetch, self.hf_files, mode=lora, max_shard_size=max_shard_size
         )
+
+    def export_onnx(self, path, source) -> Path:
+        """Write the ONNX model `source` (the .onnx path or onnx.ModelProto the program was compiled
+        from) to `path` with the trained parameters and buffers as its initializers: an inference
+        model for ONNX Runtime (needs the onnx package; pock_mlir/runtime/onnx_export.py)."""
+        return write_onnx(path, source, self._held())
 
     def load_state_dict(self, state: dict, strict: bool = True) -> None:
         """Replace parameters and buffers by state_dict key (the keys state_dict() returns). strict
