@@ -2,7 +2,8 @@
 
 A training step in pock IR marks its trainable parameters (`pock.param`), asks for the
 gradient of a scalar loss (`pock.grad`, expanded by `pock-autodiff`) and applies optimizer
-updates (`pock.sgd`, `pock.sgd_momentum`, `pock.adamw`, lowered by `pock-lower-optimizers`).
+updates (`pock.sgd`, `pock.sgd_momentum`, `pock.adamw`, `pock.ort_adamw`, lowered by
+`pock-lower-optimizers`).
 Channel-sparse updates read and write a leading slice of output channels
 (`pock.channel_slice`, `pock.channel_update`).
 
@@ -238,6 +239,44 @@ class SGDMomentumOp(_Verified, name="sgd_momentum"):
 
 class AdamWOp(_Verified, name="adamw"):
     """AdamW as torch.optim.AdamW computes it; `step` counts the steps taken before this one."""
+
+    param: ext.Operand[Any]
+    grad: ext.Operand[Any]
+    exp_avg: ext.Operand[Any]
+    exp_avg_sq: ext.Operand[Any]
+    step: ext.Operand[Any]
+    lr: ir.FloatAttr
+    beta1: ir.FloatAttr
+    beta2: ir.FloatAttr
+    eps: ir.FloatAttr
+    weight_decay: ir.FloatAttr
+    new_param: ext.Result[Any]
+    new_exp_avg: ext.Result[Any]
+    new_exp_avg_sq: ext.Result[Any]
+
+    def verify_rules(self) -> bool:
+        return (
+            self.check_float_tensor("param", self.param)
+            and self.check_same_types(
+                [
+                    ("param", self.param),
+                    ("grad", self.grad),
+                    ("exp_avg", self.exp_avg),
+                    ("exp_avg_sq", self.exp_avg_sq),
+                    ("new_param", self.new_param),
+                    ("new_exp_avg", self.new_exp_avg),
+                    ("new_exp_avg_sq", self.new_exp_avg_sq),
+                ]
+            )
+            and self.check_step(self.step)
+            and self.check_hyperparameters()
+        )
+
+
+class OrtAdamWOp(_Verified, name="ort_adamw"):
+    """AdamW as ONNX Runtime training computes it (its adam_mode 1, Hugging Face's AdamW): the bias
+    corrections scale the learning rate, eps is added to sqrt(exp_avg_sq), and the weight decays
+    after the update; `step` counts the steps taken before this one."""
 
     param: ext.Operand[Any]
     grad: ext.Operand[Any]

@@ -14,15 +14,15 @@ from torch_mlir import ir
 from torch_mlir.dialects import func
 
 from pock_mlir.context import make_context
-from pock_mlir.optim import OPTIMIZERS, SGD, UPDATE_OPS, AdamW, parse_optimizer
+from pock_mlir.optim import OPTIMIZERS, SGD, UPDATE_OPS, AdamW, OrtAdamW, parse_optimizer
 
 TENSOR = "!torch.vtensor<[4,3],f32>"
 
 
 @pytest.mark.parametrize(
     "optimizer",
-    [SGD(lr=0.1), SGD(lr=0.1, momentum=0.9, nesterov=True), AdamW(lr=1e-3)],
-    ids=["sgd", "sgd_momentum", "adamw"],
+    [SGD(lr=0.1), SGD(lr=0.1, momentum=0.9, nesterov=True), AdamW(lr=1e-3), OrtAdamW(lr=1e-3)],
+    ids=["sgd", "sgd_momentum", "adamw", "ort_adamw"],
 )
 def test_each_update_op_is_registered_with_its_slots_and_lowers(optimizer):
     slots = len(optimizer.state_slots)
@@ -44,10 +44,12 @@ def test_each_update_op_is_registered_with_its_slots_and_lowers(optimizer):
 
 
 def test_parse_optimizer_knows_every_registered_optimizer():
-    assert set(OPTIMIZERS) == {"sgd", "adamw"}
+    assert set(OPTIMIZERS) == {"sgd", "adamw", "ort_adamw"}
     assert parse_optimizer("sgd:lr=0.5,momentum=0.9") == SGD(lr=0.5, momentum=0.9)
     assert parse_optimizer("adamw:lr=1e-3,betas=0.8/0.9") == AdamW(lr=1e-3, betas=(0.8, 0.9))
-    with pytest.raises(ValueError, match="unknown optimizer 'rmsprop'; use sgd:lr=... or adamw:lr=..."):
+    with pytest.raises(
+        ValueError, match="unknown optimizer 'rmsprop'; use sgd:lr=... or adamw:lr=... or ort_adamw:lr=..."
+    ):
         parse_optimizer("rmsprop:lr=1")
 
 
@@ -62,9 +64,9 @@ def update_op_text(optimizer_class, **hyperparameters) -> str:
         return f"{name} = {literal} : f64"
 
     step = "!torch.vtensor<[],f32>"
-    if optimizer_class is AdamW:
+    if optimizer_class in (AdamW, OrtAdamW):
         fields["beta1"], fields["beta2"] = fields["betas"]
-        name, operands, results = "pock.adamw", 4, 3
+        name, operands, results = "pock.adamw" if optimizer_class is AdamW else "pock.ort_adamw", 4, 3
         attributes = [f64(n) for n in ("lr", "beta1", "beta2", "eps", "weight_decay")]
     elif fields["momentum"]:
         name, operands, results = "pock.sgd_momentum", 3, 2
@@ -110,6 +112,8 @@ def verifier_errors(text: str) -> list[str]:
         (AdamW, dict(betas=(1.0, 0.999))),
         (AdamW, dict(betas=(0.9, -0.5))),
         (AdamW, dict(weight_decay=-0.01)),
+        (OrtAdamW, dict(eps=0.0)),
+        (OrtAdamW, dict(betas=(0.9, 1.0))),
     ],
     ids=lambda v: v.__name__ if isinstance(v, type) else ",".join(f"{k}={x}" for k, x in v.items()),
 )

@@ -9,6 +9,19 @@ from pock_mlir.dialects.pock import AdamWOp
 from .registry import attribute, check_fields, f64, optimizer, update_op
 
 
+def check_adam(adam) -> None:
+    """The checks of an Adam adam's lr, betas, eps and weight_decay (AdamW's, OrtAdamW's)."""
+    check_fields(adam)
+    kind = type(adam).__name__
+    for name in ("lr", "eps"):  # torch.optim.AdamW takes 0 too: a step that changes nothing, or divides by 0
+        if getattr(adam, name) <= 0:
+            raise ValueError(f"{kind} {name} must be > 0, got {getattr(adam, name)}")
+    if not all(0 <= b < 1 for b in adam.betas):
+        raise ValueError(f"{kind} betas must be in [0, 1), got {adam.betas}")
+    if adam.weight_decay < 0:
+        raise ValueError(f"{kind} weight_decay must be >= 0, got {adam.weight_decay}")
+
+
 @optimizer("adamw")
 @dataclass(frozen=True)
 class AdamW:
@@ -18,14 +31,7 @@ class AdamW:
     weight_decay: float = 1e-2
 
     def __post_init__(self):
-        check_fields(self)
-        for name in ("lr", "eps"):  # torch.optim.AdamW takes 0 too: a step that changes nothing, or divides by 0
-            if getattr(self, name) <= 0:
-                raise ValueError(f"AdamW {name} must be > 0, got {getattr(self, name)}")
-        if not all(0 <= b < 1 for b in self.betas):
-            raise ValueError(f"AdamW betas must be in [0, 1), got {self.betas}")
-        if self.weight_decay < 0:
-            raise ValueError(f"AdamW weight_decay must be >= 0, got {self.weight_decay}")
+        check_adam(self)
 
     state_slots = ("exp_avg", "exp_avg_sq")
 
