@@ -18,12 +18,14 @@ _EXPORTS = {
     "WeightsError": "pock_mlir.weights",
     "SGD": "pock_mlir.optim",
     "AdamW": "pock_mlir.optim",
+    "OrtAdamW": "pock_mlir.optim",
     "TrainingProgram": "pock_mlir.program",
     "SparseUpdate": "pock_mlir.sparse",
     "SparseConfigError": "pock_mlir.sparse",
     "Budget": "pock_mlir.search",
     "search_sparse": "pock_mlir.search",
     "SearchError": "pock_mlir.search",
+    "from_ort_recipe": "pock_mlir.ort_recipe",
 }
 
 __all__ = list(_EXPORTS)

@@ -219,3 +219,76 @@ def test_an_op_torch_mlir_cannot_lower_is_named_by_its_node(batch):
     with pytest.raises(FrontendError, match="mystery") as caught:
         pock.compile_training(model, x, y)
     assert "\n" not in str(caught.value)
+
+
+ORT_STEPS = 4
+ORT_RECIPES = {  # loss, optimizer, requires_grad; frozen_params (the rest stays a graph constant there)
+    "cross_entropy-adamw": ("CrossEntropyLoss", "AdamW", ["0.bias", "2.weight", "2.bias"], ["0.weight"]),
+    "mse-sgd": ("MSELoss", "SGD", ["0.weight", "0.bias", "2.weight", "2.bias"], []),
+    "bce_with_logits-adamw": ("BCEWithLogitsLoss", "AdamW", ["0.weight", "2.weight"], ["0.bias"]),
+    "l1-sgd": ("L1Loss", "SGD", ["2.weight", "2.bias"], []),
+}
+
+
+def ort_training(model_proto, recipe, x, y, lr, directory):
+    """(losses, final parameters) of ONNX Runtime training: generate_artifacts, then the
+    train_step, Optimizer.step, lazy_reset_grad loop of its on-device API."""
+    from onnxruntime.training import api, artifacts
+
+    loss, optimizer, requires_grad, frozen = recipe
+    artifacts.generate_artifacts(
+        model_proto,
+        requires_grad=requires_grad,
+        frozen_params=frozen,
+        loss=artifacts.LossType[loss],
+        optimizer=artifacts.OptimType[optimizer],
+        artifact_directory=directory,
+    )
+    state = api.CheckpointState.load_checkpoint(str(directory / "checkpoint"))
+    module = api.Module(str(directory / "training_model.onnx"), state)
+    ort_optimizer = api.Optimizer(str(directory / "optimizer_model.onnx"), module)
+    ort_optimizer.set_learning_rate(lr)
+    module.train()
+    losses = []
+    for _ in range(ORT_STEPS):
+        losses.append(float(module(x.numpy(), y.numpy())))
+        ort_optimizer.step()
+        module.lazy_reset_grad()
+    return losses, {name: state.parameters[name].data for name in requires_grad + frozen}
+
+
+@pytest.mark.parametrize("recipe", list(ORT_RECIPES))
+def test_ort_recipe_trains_as_onnx_runtime_training(recipe, batch, tmp_path):
+    """The same .onnx trained by onnxruntime-training 1.19.2 and by pock.from_ort_recipe with the
+    same arguments: the same losses and weights (float32 rounding apart)."""
+    x, labels = batch
+    loss, optimizer, requires_grad, frozen = ORT_RECIPES[recipe]
+    y = labels if loss == "CrossEntropyLoss" else torch.rand(B, 3, generator=torch.Generator().manual_seed(7))
+    proto = exported(mlp(), x, training=torch.onnx.TrainingMode.TRAINING, do_constant_folding=False)
+    want_losses, want = ort_training(proto, ORT_RECIPES[recipe], x, y, 0.05, tmp_path)
+    program = pock.from_ort_recipe(
+        proto, x, y, requires_grad=requires_grad, frozen_params=frozen, loss=loss, optimizer=optimizer, lr=0.05
+    )
+    assert program.signature.trainable == [p.name for p in program.signature.params if p.name in requires_grad]
+    trainer = program.trainer()
+    losses = [trainer.step(x, y) for _ in range(ORT_STEPS)]
+    np.testing.assert_allclose(losses, want_losses, rtol=2e-6)
+    assert losses[-1] < losses[0]
+    state = trainer.state_dict()
+    for name, value in want.items():
+        np.testing.assert_allclose(state[name], value, rtol=1e-5, atol=1e-6, err_msg=name)
+
+
+def test_ort_recipe_refuses_what_generate_artifacts_refuses(mlp_file, batch):
+    _, path = mlp_file
+    x, y = batch
+    cases = [
+        (dict(requires_grad=["0.weight"], frozen_params=["0.weight"]), "cannot be frozen and require gradient"),
+        (dict(requires_grad=["0.wieght"]), "0.wieght: no initializer of the ONNX model has this name"),
+        (dict(requires_grad=[]), "requires_grad names no initializer: there is nothing to train"),
+        (dict(requires_grad=["0.weight"], loss="HingeLoss"), "loss='HingeLoss': ONNX Runtime's are CrossEntropyLoss"),
+        (dict(requires_grad=["0.weight"], optimizer="Adam"), "optimizer='Adam': ONNX Runtime's are AdamW, SGD"),
+    ]
+    for options, message in cases:
+        with pytest.raises(ValueError, match=message):
+            pock.from_ort_recipe(path, x, y, **options)
