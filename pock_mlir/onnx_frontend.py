@@ -372,6 +372,42 @@ def _static_output_shape(graph_proto, which: int) -> tuple[int, ...]:
     return tuple(dims)
 
 
+def example_batch(model, input_shapes: dict[str, tuple[int, ...]], loss: str, output_selector=None):
+    """Zero inputs of the graph's input shapes (the file's static dimensions, or `input_shapes` by
+    input name) and a zero target for the string loss `loss` on the selected output: class indices
+    for cross_entropy (the output's shape less its class dimension 1), the output's shape for mse.
+    What pock-compile compiles an .onnx file with."""
+    import onnx
+
+    proto = load_onnx(model)
+    inputs = graph_inputs(proto)
+    names = [i.name for i in inputs]
+    unknown = [n for n in input_shapes if n not in names]
+    if unknown:
+        raise FrontendError(f"--input-shape {unknown[0]}: the ONNX graph's inputs are {', '.join(names)}")
+    batch = {}
+    for value_info in inputs:
+        dims = input_shapes.get(value_info.name, _dims(value_info))
+        if not all(isinstance(d, int) and d > 0 for d in dims):
+            shown = "x".join(map(str, dims))
+            raise FrontendError(
+                f"input {value_info.name!r} has shape {shown} in the file; give its size: "
+                f"--input-shape {value_info.name}={'x'.join(str(d) if isinstance(d, int) and d > 0 else 'N' for d in dims)}"
+            )
+        dtype = onnx.helper.tensor_dtype_to_np_dtype(value_info.type.tensor_type.elem_type)
+        batch[value_info.name] = torch.from_numpy(np.zeros(dims, dtype))
+    params, buffers = _initializer_roles(proto)
+    which = _output_index(proto, output_selector)
+    shape = _static_output_shape(_graph_for_import(proto, params, buffers, _batch_by_input(proto, batch)), which)
+    if loss == "cross_entropy":
+        target = torch.zeros(shape[:1] + shape[2:], dtype=torch.int64)
+    elif loss == "mse":
+        target = torch.zeros(shape)
+    else:
+        raise FrontendError(f"loss {loss!r}: an .onnx file compiles with cross_entropy or mse")
+    return tuple(batch.values()), target
+
+
 def import_onnx(
     model, example_inputs, example_target, loss, context: ir.Context, output_selector=None
 ) -> ImportedModel:

@@ -6,14 +6,20 @@ onnxruntime-training 1.19.2 and in pock-mlir."""
 from __future__ import annotations
 
 import io
+import os
+import subprocess
+import sys
 import warnings
+from pathlib import Path
 
 import numpy as np
 import onnx
 import pytest
 import torch
 import torch.nn as nn
+from docs_blocks import doc_commands, doc_python
 from oracle import assert_close_to_norm, assert_trajectory_close, torch_gradients
+from safetensors.numpy import load_file
 
 import pock_mlir as pock
 from pock_mlir.frontend import FrontendError
@@ -97,55 +103,69 @@ def mlp_file(tmp_path_factory, batch):
 
 
 @pytest.fixture(scope="module")
-def mlp_program(mlp_file, batch):
-    _, path = mlp_file
-    x, y = batch
-    return pock.compile_training(
-        str(path), x, y, optimizer=pock.SGD(lr=0.1, momentum=0.9), sparse={"default": "full", "0.bias": "frozen"}
-    )
+def guide(tmp_path_factory):
+    """docs/onnx.md's Python block, run as written in a directory of its own: its names, and the
+    directory, which holds the model.onnx and tuned.onnx it wrote."""
+    directory = tmp_path_factory.mktemp("guide")
+    here = os.getcwd()
+    os.chdir(directory)
+    try:
+        names: dict = {}
+        exec(doc_python("docs/onnx.md", "## In Python"), names)
+    finally:
+        os.chdir(here)
+    return names, directory
 
 
-def test_onnx_file_trains_as_its_pytorch_model(mlp_file, mlp_program, batch):
+def test_guide_trains_the_file_as_its_pytorch_model(guide):
     """The file's initializers are the parameters under their names, a sparse scheme freezes by
     name, and the steps follow torch.optim on the model the file was exported from."""
-    model, _ = mlp_file
-    x, y = batch
-    assert [p.name for p in mlp_program.signature.params] == ["0.weight", "0.bias", "2.weight", "2.bias"]
-    assert mlp_program.signature.trainable == ["0.weight", "2.weight", "2.bias"]
-    trainer = mlp_program.trainer()
-    losses = [trainer.step(x, y) for _ in range(4)]
-    trainable = set(mlp_program.signature.trainable)
-    assert_trajectory_close(
-        losses, trainer.state_dict(), model, x, y, pock.SGD(lr=0.1, momentum=0.9), 4, trainable=trainable
-    )
+    names, _ = guide
+    model, x, y, trainer = names["model"], names["x"], names["y"], names["trainer"]
+    assert [p.name for p in trainer.signature.params] == ["0.weight", "0.bias", "2.weight", "2.bias"]
+    assert trainer.signature.trainable == ["0.weight", "2.weight", "2.bias"]
+    optimizer = pock.SGD(lr=0.1, momentum=0.9)
+    trainable = set(trainer.signature.trainable)
+    assert_trajectory_close(names["losses"], trainer.state_dict(), model, x, y, optimizer, 5, trainable=trainable)
 
 
-def test_export_onnx_gives_onnx_runtime_the_tuned_model(mlp_file, mlp_program, batch, tmp_path):
+def test_export_onnx_gives_onnx_runtime_the_tuned_model(guide):
     import onnxruntime
 
-    model, path = mlp_file
-    x, y = batch
-    trainer = mlp_program.trainer()
-    for _ in range(3):
-        trainer.step(x, y)
-    written = trainer.export_onnx(tmp_path / "tuned.onnx", str(path))
-    session = onnxruntime.InferenceSession(str(written), providers=["CPUExecutionProvider"])
-    got = session.run(None, {"x": x.numpy()})[0]
-    np.testing.assert_allclose(got, trainer.evaluate(x), rtol=1e-5, atol=1e-6)
-    # the dynamic batch axis of the source is kept: ONNX Runtime runs the tuned file on any batch
-    assert session.run(None, {"x": np.zeros((7, 6), np.float32)})[0].shape == (7, 3)
-    tuned = {i.name: onnx.numpy_helper.to_array(i) for i in onnx.load(written).graph.initializer}
+    names, directory = guide
+    model, x, trainer = names["model"], names["x"], names["trainer"]
+    session = onnxruntime.InferenceSession(str(directory / "tuned.onnx"), providers=["CPUExecutionProvider"])
+    np.testing.assert_allclose(session.run(None, {"x": x.numpy()})[0], trainer.evaluate(x), rtol=1e-5, atol=1e-6)
+    # the source's dynamic batch axis is kept: ONNX Runtime runs the tuned file on any batch
+    assert session.run(None, {"x": np.zeros((3, 6), np.float32)})[0].shape == (3, 3)
+    tuned = {i.name: onnx.numpy_helper.to_array(i) for i in onnx.load(directory / "tuned.onnx").graph.initializer}
     np.testing.assert_array_equal(tuned["0.bias"], model[0].bias.detach().numpy())  # frozen by the scheme
+    np.testing.assert_array_equal(tuned["2.weight"], trainer.state_dict()["2.weight"])
     assert not np.array_equal(tuned["2.weight"], model[2].weight.detach().numpy())
 
 
-def test_export_onnx_refuses_another_model(mlp_program, tmp_path, batch):
+def test_export_onnx_refuses_another_model(guide, tmp_path):
     from pock_mlir.runtime.onnx_export import OnnxExportError
 
-    other = exported(nn.Sequential(nn.Linear(6, 2)), batch[0])
+    names, _ = guide
+    other = exported(nn.Sequential(nn.Linear(6, 2)), names["x"])
     with pytest.raises(OnnxExportError, match="no initializer 2.bias, 2.weight: give the .onnx model"):
-        mlp_program.trainer().export_onnx(tmp_path / "out.onnx", other)
+        names["trainer"].export_onnx(tmp_path / "out.onnx", other)
     assert not (tmp_path / "out.onnx").exists()
+
+
+def test_guide_command_line_block(guide):
+    """docs/onnx.md's commands on the model.onnx its Python block wrote."""
+    _, directory = guide
+    env = dict(os.environ, PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}")
+    for command in doc_commands("docs/onnx.md", "## From the command line"):
+        done = subprocess.run(
+            ["bash", "-c", command], cwd=directory, env=env, capture_output=True, text=True, timeout=600
+        )
+        assert done.returncode == 0 and "Traceback" not in done.stderr, f"{command}\n{done.stderr[-2000:]}"
+    assert "trained 16 steps in all" in done.stdout
+    tuned = load_file(directory / "onnx-bundle" / "tuned.safetensors")
+    assert sorted(tuned) == ["0.bias", "0.weight", "2.bias", "2.weight"]
 
 
 @pytest.mark.parametrize("make", [cnn, encoder], ids=["conv-bn-relu", "encoder"])
@@ -164,23 +184,6 @@ def test_exported_models_have_autograd_gradients(make):
     loss, grads = program.trainer().gradients(x, y)
     want_loss, want = torch_gradients(model, x, y)
     assert loss == pytest.approx(want_loss, rel=1e-5)
-    for name in want:
-        assert_close_to_norm(grads[name], want[name], 1e-4, name)
-
-
-def test_callable_loss_on_an_onnx_output(mlp_file, batch):
-    _, path = mlp_file
-    x, _ = batch
-    target = torch.randn(B, 3, generator=torch.Generator().manual_seed(6))
-
-    def loss(output, t):
-        return ((output - t) ** 2).sum(1).mean()
-
-    program = pock.compile_training(path, x, target, loss=loss, functions=("gradients",))
-    got_loss, grads = program.trainer().gradients(x, target)
-    model, _ = mlp_file
-    want_loss, want = torch_gradients(model, x, target, loss=loss)
-    assert got_loss == pytest.approx(want_loss, rel=1e-5)
     for name in want:
         assert_close_to_norm(grads[name], want[name], 1e-4, name)
 
@@ -222,11 +225,13 @@ def test_an_op_torch_mlir_cannot_lower_is_named_by_its_node(batch):
 
 
 ORT_STEPS = 4
-ORT_RECIPES = {  # loss, optimizer, requires_grad; frozen_params (the rest stays a graph constant there)
-    "cross_entropy-adamw": ("CrossEntropyLoss", "AdamW", ["0.bias", "2.weight", "2.bias"], ["0.weight"]),
+# loss, optimizer, requires_grad; frozen_params (the rest stays a graph constant there). BCE and L1
+# are callable losses, traced alone on the output's shape; CrossEntropyLoss with AdamW is the
+# migration guide's block (test_migration_guide_trains_as_onnx_runtime_training).
+ORT_RECIPES = {
     "mse-sgd": ("MSELoss", "SGD", ["0.weight", "0.bias", "2.weight", "2.bias"], []),
-    "bce_with_logits-adamw": ("BCEWithLogitsLoss", "AdamW", ["0.weight", "2.weight"], ["0.bias"]),
     "l1-sgd": ("L1Loss", "SGD", ["2.weight", "2.bias"], []),
+    "bce_with_logits-adamw": ("BCEWithLogitsLoss", "AdamW", ["0.weight", "2.weight"], ["0.bias"]),
 }
 
 
@@ -292,3 +297,38 @@ def test_ort_recipe_refuses_what_generate_artifacts_refuses(mlp_file, batch):
     for options, message in cases:
         with pytest.raises(ValueError, match=message):
             pock.from_ort_recipe(path, x, y, **options)
+
+
+def test_pock_compile_errors_are_one_line(tmp_path, mlp_file, capsys):
+    from pock_mlir.tools.pock_compile import main
+
+    _, path = mlp_file
+    for argv, message in [
+        ([str(path)], "input 'x' has shape batchx6 in the file; give its size: --input-shape x=Nx6"),
+        ([str(path), "--input-shape", "x=8"], "input 'x' has shape (8,); the ONNX graph takes (batch, 6)"),
+        ([str(path), "--input-shape", "ids=8x6"], "--input-shape ids: the ONNX graph's inputs are x"),
+        ([str(path), "--input-shape", "x=8xsix"], "--input-shape x=8xsix: give NAME=DIMS"),
+    ]:
+        assert main([*argv, "-o", str(tmp_path / "bundle")]) == 1
+        err = capsys.readouterr().err
+        assert message in err and err.count("\n") == 1, err
+    assert not (tmp_path / "bundle").exists()
+
+
+def test_migration_guide_trains_as_onnx_runtime_training(tmp_path, monkeypatch):
+    """docs/coming-from-onnx-runtime.md's block against ONNX Runtime training on its model.onnx."""
+    import onnxruntime
+
+    monkeypatch.chdir(tmp_path)
+    names: dict = {}
+    exec(doc_python("docs/coming-from-onnx-runtime.md", "## The recipe, moved"), names)
+    x, y, trainer = names["x"], names["y"], names["trainer"]
+    recipe = ("CrossEntropyLoss", "AdamW", ["0.bias", "2.weight", "2.bias"], ["0.weight"])
+    (tmp_path / "ort").mkdir()
+    want_losses, want = ort_training(onnx.load("model.onnx"), recipe, x, y, 0.05, tmp_path / "ort")
+    np.testing.assert_allclose(names["losses"], want_losses, rtol=2e-6)
+    state = trainer.state_dict()
+    for name, value in want.items():
+        np.testing.assert_allclose(state[name], value, rtol=1e-5, atol=1e-6, err_msg=name)
+    session = onnxruntime.InferenceSession("inference.onnx", providers=["CPUExecutionProvider"])
+    np.testing.assert_allclose(session.run(None, {"x": x.numpy()})[0], trainer.evaluate(x), rtol=1e-5, atol=1e-6)

@@ -321,7 +321,6 @@ def test_compile_errors_are_one_message(tmp_path, capsys, model_text, arguments,
     "tool, name, kind",
     [
         ("pock-compile", "model.txt", "a .txt file"),
-        ("pock-compile", "model.onnx", "a .onnx file"),
         ("pock-search", "model.onnx", "a .onnx file"),
         ("pock-compile", "model", "a file without the .py suffix"),
     ],
@@ -337,6 +336,17 @@ def test_a_model_file_of_another_kind_is_one_line(tmp_path, tool, name, kind):
     assert result.returncode == 1 and result.stderr.count("\n") == 1, result.stderr
     assert f"{tmp_path / name} is {kind}; a model file is Python source named MODEL.py" in result.stderr
     assert sorted(p.name for p in tmp_path.iterdir()) == [name]  # nothing written
+
+
+def test_compile_says_an_onnx_file_it_cannot_read_in_one_line(tmp_path):
+    """pock-compile takes MODEL.onnx (docs/onnx.md); a file that is no ONNX model is one line."""
+    (tmp_path / "model.onnx").write_bytes(b"\x08\x07onnx")
+    result = subprocess.run(
+        [VENV_BIN / "pock-compile", tmp_path / "model.onnx", "-o", tmp_path / "out"], capture_output=True, text=True
+    )
+    assert result.returncode == 1 and result.stderr.count("\n") == 1, result.stderr
+    assert f"{tmp_path / 'model.onnx'}: not a readable ONNX model" in result.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["model.onnx"]  # nothing written
 
 
 def test_compile_refuses_to_replace_a_directory_that_is_not_a_bundle(tmp_path, capsys):

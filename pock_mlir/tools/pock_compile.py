@@ -25,6 +25,10 @@ meta device, its weights read from the directory's files one tensor at a time (b
 ones as float32); the batch is --batch sequences of --seq-len token ids (input_ids), the target the
 next token at each position, the loss token cross-entropy (causal_lm_loss).
 
+MODEL.onnx, an ONNX inference model, compiles as it is: its float initializers are the
+parameters (a sparse config names them), the batch has the file's input shapes or --input-shape's,
+the target suits --loss on the graph's first output or --output-name's (docs/onnx.md).
+
 The bundle's layout is described in pock_mlir/runtime/bundle.py; run_step.sh in it runs one step
 with the stock iree-run-module. Errors print one message and exit with code 1.
 """
@@ -140,9 +144,35 @@ def load_model_file(path: str) -> ModelFile:
     )
 
 
+def _input_shapes(values: list[str]) -> dict[str, tuple[int, ...]]:
+    shapes = {}
+    for value in values:
+        name, equals, dims = value.partition("=")
+        try:
+            shape = tuple(int(d) for d in dims.split("x"))
+        except ValueError:
+            shape = ()
+        if not equals or not name or not shape or min(shape) <= 0:
+            raise ModelFileError(f"--input-shape {value}: give NAME=DIMS, e.g. x=4x3x32x32")
+        shapes[name] = shape
+    return shapes
+
+
+def load_onnx_file(args) -> ModelFile:
+    """An .onnx model with a zero batch of its input shapes and a target for --loss."""
+    from pock_mlir.onnx_frontend import example_batch
+
+    if not Path(args.model).is_file():
+        raise ModelFileError(f"{args.model}: no such file")
+    inputs, target = example_batch(args.model, _input_shapes(args.input_shape), args.loss, args.output_name)
+    return ModelFile(args.model, inputs, target, args.loss, args.output_name)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = tool_parser("pock-compile", __doc__)
-    parser.add_argument("model", help="the model file (MODEL.py), or a Hugging Face model directory with --task")
+    parser.add_argument(
+        "model", help="the model file (MODEL.py or MODEL.onnx), or a Hugging Face model directory with --task"
+    )
     parser.add_argument(
         "--task", choices=TASKS, default=None, help="for a model directory: the model to build from its config.json"
     )
@@ -163,6 +193,19 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         help="which parameters to train: a YAML/JSON sparse-update config or a preset (full, the default; "
         "bias-only, last-K, mobilenet-last-K, transformer-last-K); see pock_mlir/sparse.py",
+    )
+    parser.add_argument(
+        "--input-shape",
+        action="append",
+        default=[],
+        metavar="NAME=4x3x32x32",
+        help="MODEL.onnx: the batch shape of a graph input whose file shape is not static (repeat per input)",
+    )
+    parser.add_argument(
+        "--loss", choices=("cross_entropy", "mse"), default="cross_entropy", help="MODEL.onnx: the loss"
+    )
+    parser.add_argument(
+        "--output-name", default=None, help="MODEL.onnx: the graph output to train on (default: the first)"
     )
     parser.add_argument(
         "--no-cache",
@@ -197,6 +240,8 @@ def _run(args) -> int:
         raise ModelFileError(f"--task {args.task} takes a Hugging Face model directory; {args.model} is none")
     if Path(args.model).is_dir():
         file = load_checkpoint_directory(args.model, args.task, args.batch, args.seq_len)
+    elif args.model.endswith(".onnx"):
+        file = load_onnx_file(args)
     else:
         file = load_model_file(args.model)
 
