@@ -28,6 +28,7 @@ from torch_mlir.dialects import func
 
 from pock_mlir.abi import EVALUATE, EVALUATE_TRAIN, FORWARD_LOSS, TensorSpec, positional_input_name
 from pock_mlir.frontend import (
+    EVAL_FORWARD_LOSS,
     FrontendError,
     ImportedModel,
     _add_evaluate,
@@ -43,6 +44,7 @@ from pock_mlir.torch_builder import TorchBuilder
 from pock_mlir.torch_types import TensorType, parse_tensor_type
 
 GRAPH_FUNCTION = "onnx_graph"  # the imported graph, called by forward_loss, inlined by the autodiff stage
+EVAL_GRAPH_FUNCTION = "onnx_graph_eval"  # the graph in eval mode, where it updates statistics (in_eval_mode)
 LOSS_FUNCTION = "onnx_loss"
 # The ONNX ops' lowering, then torch-mlir's decompositions of the composite ops it emits
 # (aten.batch_norm, layer_norm, softmax.int, ...) into the ops pock-autodiff has rules for, as the
@@ -159,22 +161,56 @@ def _batch_by_input(proto, example_inputs) -> dict[str, torch.Tensor]:
     return {n: batch[n] for n in names}
 
 
-def _graph_for_import(proto, params: list[str], buffers: list[str], batch: dict[str, torch.Tensor]):
+def updated_statistics(proto, buffers: list[str]) -> dict[str, str]:
+    """{buffer: the graph value holding its new value} for the running statistics a
+    BatchNormalization in training mode (training_mode=1) updates, in buffer order."""
+    found = {}
+    for node in proto.graph.node:
+        training = any(a.name == "training_mode" and a.i for a in node.attribute)
+        if node.op_type == "BatchNormalization" and training:
+            for buffer, value in zip(node.input[3:5], node.output[1:3]):
+                if buffer in buffers and value:
+                    found[buffer] = value
+    return {b: found[b] for b in buffers if b in found}
+
+
+def in_eval_mode(proto):
+    """The graph with every BatchNormalization in inference mode (on its running statistics), as
+    model.eval() runs the PyTorch model."""
+    import onnx
+
+    copy = onnx.ModelProto()
+    copy.CopyFrom(proto)
+    for node in copy.graph.node:
+        if node.op_type == "BatchNormalization":
+            kept = [a for a in node.attribute if a.name != "training_mode"]
+            del node.attribute[:]
+            node.attribute.extend(kept)
+            del node.output[1:]
+    return copy
+
+
+def _graph_for_import(
+    proto, params: list[str], buffers: list[str], batch: dict[str, torch.Tensor], name: str = GRAPH_FUNCTION
+):
     """A copy of the graph whose inputs are the parameters, the buffers, then its own inputs (the
-    batch's shapes), its initializers the other ones, with ONNX's shapes inferred."""
+    batch's shapes), its initializers the other ones, and whose outputs are its own, then the new
+    values of the statistics it updates (updated_statistics), with ONNX's shapes inferred."""
     import onnx
 
     graph_proto = onnx.ModelProto()
     graph_proto.CopyFrom(proto)
     graph = graph_proto.graph
+    for value in updated_statistics(proto, buffers).values():
+        graph.output.append(onnx.helper.make_empty_tensor_value_info(value))
     lifted = {n: i for i in graph.initializer if (n := i.name) in set(params) | set(buffers)}
     kept = [i for i in graph.initializer if i.name not in lifted]
     del graph.initializer[:]
     graph.initializer.extend(kept)
     own = [i for i in graph.input if i.name in batch]
     del graph.input[:]
-    for name in [*params, *buffers]:
-        graph.input.append(onnx.helper.make_tensor_value_info(name, lifted[name].data_type, list(lifted[name].dims)))
+    for state in [*params, *buffers]:
+        graph.input.append(onnx.helper.make_tensor_value_info(state, lifted[state].data_type, list(lifted[state].dims)))
     for value_info in own:
         tensor = batch[value_info.name]
         elem_type = value_info.type.tensor_type.elem_type
@@ -182,7 +218,7 @@ def _graph_for_import(proto, params: list[str], buffers: list[str], batch: dict[
     for output in graph.output:  # inferred anew for the batch's shapes
         output.type.tensor_type.ClearField("shape")
     del graph.value_info[:]
-    graph.name = GRAPH_FUNCTION
+    graph.name = name
     return _fold_shape_computations(graph_proto, set(params) | set(buffers))
 
 
@@ -250,10 +286,30 @@ def _fold_shape_computations(graph_proto, state: set[str]):
         del graph.value_info[:]
 
 
-# Random ops draw anew each run.
-_UNFOLDED = frozenset(
-    {"RandomNormal", "RandomNormalLike", "RandomUniform", "RandomUniformLike", "Multinomial", "Bernoulli", "Dropout"}
-)
+_RANDOM = ("RandomNormal", "RandomNormalLike", "RandomUniform", "RandomUniformLike", "Multinomial", "Bernoulli")
+_UNFOLDED = frozenset({*_RANDOM, "Dropout"})  # they draw anew each run
+
+
+def _reject_random_nodes(graph_proto) -> None:
+    """A node that draws random numbers (Dropout in training mode among them) is refused by name:
+    a compiled step cannot reproduce its draws, and dropping it would train another model."""
+    from onnx import numpy_helper
+
+    constants = {i.name: numpy_helper.to_array(i) for i in graph_proto.graph.initializer}
+    for node in graph_proto.graph.node:
+        training = node.op_type == "Dropout" and len(node.input) > 2 and node.input[2]
+        if training and (node.input[2] not in constants or bool(constants[node.input[2]])):
+            raise FrontendError(
+                f"ONNX node {node.name!r} is a Dropout in training mode, whose random masks a compiled step "
+                f"cannot reproduce: export the model in eval mode (torch.onnx.export(..., training="
+                f"torch.onnx.TrainingMode.EVAL)), which leaves Dropout out, or compile its PyTorch model, "
+                f"whose dropout pock-mlir draws reproducibly"
+            )
+        if node.op_type in _RANDOM:
+            raise FrontendError(
+                f"ONNX node {node.name!r} ({node.op_type}) draws random numbers, which a compiled step cannot "
+                f"reproduce: draw them outside the model and pass them as an input"
+            )
 
 
 def _unconverted(module: ir.Module) -> list[str]:
@@ -271,13 +327,15 @@ def _unconverted(module: ir.Module) -> list[str]:
     return found
 
 
-def _import_graph(graph_proto, context: ir.Context) -> ir.Module:
+def _import_graphs(graph_protos: list, context: ir.Context) -> ir.Module:
+    """One module of the graphs, each a private function named as its graph, in the torch dialect."""
     from torch_mlir.extras import onnx_importer
 
+    module = ir.Module.create(ir.Location.unknown(context))
     try:
-        info = onnx_importer.ModelInfo(graph_proto)
-        module = info.create_module(context=context)
-        onnx_importer.NodeImporter.define_function(info.main_graph, module.operation, private=True).import_all()
+        for graph_proto in graph_protos:
+            info = onnx_importer.ModelInfo(graph_proto)
+            onnx_importer.NodeImporter.define_function(info.main_graph, module.operation, private=True).import_all()
     except onnx_importer.OnnxImportError as e:
         raise FrontendError(f"torch-mlir's ONNX importer cannot import the model: {e}") from None
     try:
@@ -325,19 +383,28 @@ def _vtensor(shape, dtype: torch.dtype) -> ir.Type:
     return ir.Type.parse(TensorType.of(tuple(shape), dtype).asm())
 
 
-def _add_forward_loss(module: ir.Module, n_state: int, inputs: list[torch.Tensor], target: torch.Tensor, which: int):
-    """forward_loss(params..., buffers..., inputs..., target) -> (loss, output): the graph on the
-    state and the widened inputs, output `which` of it, the loss of that and the target."""
-    graph = function_named(module.operation, GRAPH_FUNCTION)
+def _add_forward_loss(
+    module: ir.Module,
+    name: str,
+    graph_name: str,
+    n_state: int,
+    inputs: list[torch.Tensor],
+    target: torch.Tensor,
+    which: int,
+    n_outputs: int,
+):
+    """name(params..., buffers..., inputs..., target) -> (loss, updated buffers..., output): the
+    graph on the state and the widened inputs, the loss of its output `which` and the target; the
+    updated buffers are the graph's results after its own `n_outputs`."""
+    graph = function_named(module.operation, graph_name)
     loss = function_named(module.operation, LOSS_FUNCTION)
     graph_type = ir.FunctionType(graph.type)
     state_types = list(graph_type.inputs[:n_state])
     argument_types = state_types + [_vtensor(t.shape, t.dtype) for t in inputs] + [_vtensor(target.shape, target.dtype)]
-    output_type = graph_type.results[which]
-    loc = ir.Location.name(FORWARD_LOSS)
+    result_types = [ir.FunctionType(loss.type).results[0], *graph_type.results[n_outputs:], graph_type.results[which]]
+    loc = ir.Location.name(name)
     with loc, ir.InsertionPoint(module.body):
-        forward_loss = func.FuncOp(FORWARD_LOSS, (argument_types, [ir.FunctionType(loss.type).results[0], output_type]))
-        block = forward_loss.add_entry_block()
+        block = func.FuncOp(name, (argument_types, result_types)).add_entry_block()
     with loc, ir.InsertionPoint(block) as ip:
         b = TorchBuilder(ip, loc)
         arguments = list(block.arguments)
@@ -347,7 +414,7 @@ def _add_forward_loss(module: ir.Module, n_state: int, inputs: list[torch.Tensor
         ]
         outputs = func.CallOp(graph, arguments[:n_state] + widened).results
         value = func.CallOp(loss, [outputs[which], arguments[-1]]).results[0]
-        func.ReturnOp([value, outputs[which]])
+        func.ReturnOp([value, *list(outputs)[n_outputs:], outputs[which]])
 
 
 def _output_index(proto, selector) -> int:
@@ -422,21 +489,29 @@ def import_onnx(
     batch = _batch_by_input(proto, example_inputs)
     user_target = as_tensor(example_target)
     which = _output_index(proto, output_selector)
-    graph_proto = _graph_for_import(proto, params, buffers, batch)
+    updated = updated_statistics(proto, buffers)
+    graph_protos = [_graph_for_import(proto, params, buffers, batch)]
+    if updated:  # evaluate and the validation loss run the model as model.eval() does
+        graph_protos.append(_graph_for_import(in_eval_mode(proto), params, buffers, batch, EVAL_GRAPH_FUNCTION))
+    _reject_random_nodes(graph_protos[0])
     timings["ONNX shape inference"] = time.perf_counter() - start
-    output_shape = _static_output_shape(graph_proto, which)
+    output_shape = _static_output_shape(graph_protos[0], which)
 
     start = time.perf_counter()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        module = _import_graph(graph_proto, context)
+        module = _import_graphs(graph_protos, context)
     timings["ONNX import and lowering to torch"] = time.perf_counter() - start
     output = torch.zeros(output_shape)
     _import_loss(module, loss, output, user_target, timings)
     inputs = [device_dtype(t) for t in batch.values()]
     target = device_dtype(user_target)
-    _add_forward_loss(module, len(params) + len(buffers), inputs, target, which)
-    _add_evaluate(module, EVALUATE, FORWARD_LOSS)
+    n_state, n_outputs = len(params) + len(buffers), len(proto.graph.output)
+    _add_forward_loss(module, FORWARD_LOSS, GRAPH_FUNCTION, n_state, inputs, target, which, n_outputs)
+    eval_function = EVAL_FORWARD_LOSS if updated else FORWARD_LOSS
+    if updated:
+        _add_forward_loss(module, EVAL_FORWARD_LOSS, EVAL_GRAPH_FUNCTION, n_state, inputs, target, which, n_outputs)
+    _add_evaluate(module, EVALUATE, eval_function)
     _add_evaluate(module, EVALUATE_TRAIN, FORWARD_LOSS)
 
     values = {i.name: i for i in proto.graph.initializer}
@@ -447,14 +522,14 @@ def import_onnx(
         module=module,
         params=[TensorSpec(n, initial[n].shape, "float32") for n in params],
         buffers=[TensorSpec(n, initial[n].shape, "float32") for n in buffers],
-        updated_buffers=[],
+        updated_buffers=list(updated),
         inputs=[spec_of(positional_input_name(i), t) for i, t in enumerate(inputs)],
         target=spec_of("target", target),
         output=TensorSpec(proto.graph.output[which].name, output_shape, "float32"),
         initial_params={n: initial[n] for n in params},
         initial_buffers={n: initial[n] for n in buffers},
         state_dict={n: n for n in params + buffers},
-        eval_function=FORWARD_LOSS,
+        eval_function=eval_function,
         timings=timings,
         by_keyword=0,
     )

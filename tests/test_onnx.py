@@ -5,6 +5,7 @@ onnxruntime-training 1.19.2 and in pock-mlir."""
 
 from __future__ import annotations
 
+import copy
 import io
 import os
 import subprocess
@@ -17,6 +18,7 @@ import onnx
 import pytest
 import torch
 import torch.nn as nn
+import torch.nn.functional as F
 from docs_blocks import doc_commands, doc_python
 from oracle import assert_close_to_norm, assert_trajectory_close, torch_gradients
 from safetensors.numpy import load_file
@@ -332,3 +334,54 @@ def test_migration_guide_trains_as_onnx_runtime_training(tmp_path, monkeypatch):
         np.testing.assert_allclose(state[name], value, rtol=1e-5, atol=1e-6, err_msg=name)
     session = onnxruntime.InferenceSession("inference.onnx", providers=["CPUExecutionProvider"])
     np.testing.assert_allclose(session.run(None, {"x": x.numpy()})[0], trainer.evaluate(x), rtol=1e-5, atol=1e-6)
+
+
+def test_training_mode_batch_norm_updates_its_statistics_as_onnx_runtime_does(tmp_path):
+    """A file exported in training mode: BatchNormalization normalizes by the batch's statistics
+    (the steps follow torch.optim) and updates its running statistics as ONNX Runtime computes
+    them (ONNX's biased batch variance; PyTorch's running_var is unbiased); evaluate runs the
+    eval-mode graph on them."""
+    import onnxruntime
+
+    model = cnn().train()
+    g = torch.Generator().manual_seed(8)
+    x, y = torch.randn(4, 3, 8, 8, generator=g), torch.tensor([0, 2, 1, 0])
+    proto = exported(model, x, training=torch.onnx.TrainingMode.TRAINING, do_constant_folding=False)
+    program = pock.compile_training(proto, x, y, optimizer=pock.SGD(lr=0.1))
+    assert program.signature.updated_buffers == ["1.running_mean", "1.running_var"]
+    trainer = program.trainer()
+    with_statistics = onnx.ModelProto()
+    with_statistics.CopyFrom(proto)
+    (norm,) = [n for n in proto.graph.node if n.op_type == "BatchNormalization"]
+    with_statistics.graph.output.extend(onnx.helper.make_empty_tensor_value_info(v) for v in norm.output[1:3])
+    session = onnxruntime.InferenceSession(with_statistics.SerializeToString(), providers=["CPUExecutionProvider"])
+    _, mean, var = session.run(None, {"x": x.numpy()})
+    reference = copy.deepcopy(model)  # the exporter's trace ran it: its statistics are the file's
+    optimizer = torch.optim.SGD(reference.parameters(), lr=0.1)
+    for step in range(3):
+        optimizer.zero_grad()
+        want = F.cross_entropy(reference(x), y)
+        want.backward()
+        optimizer.step()
+        assert trainer.step(x, y) == pytest.approx(want.item(), rel=1e-5)
+        if step == 0:
+            state = trainer.state_dict()
+            np.testing.assert_allclose(state["1.running_mean"], mean, rtol=1e-5, atol=1e-7)
+            np.testing.assert_allclose(state["1.running_var"], var, rtol=1e-5, atol=1e-7)
+    state = trainer.state_dict()
+    for name, value in reference.named_parameters():
+        assert_close_to_norm(state[name], value.detach().numpy(), 1e-5, name)
+    from pock_mlir.onnx_frontend import in_eval_mode
+
+    trainer.export_onnx(tmp_path / "eval.onnx", in_eval_mode(proto))
+    session = onnxruntime.InferenceSession(str(tmp_path / "eval.onnx"), providers=["CPUExecutionProvider"])
+    np.testing.assert_allclose(session.run(None, {"x": x.numpy()})[0], trainer.evaluate(x), rtol=1e-5, atol=1e-6)
+
+
+def test_training_mode_dropout_is_refused_by_its_node(batch):
+    x, y = batch
+    model = nn.Sequential(nn.Linear(6, 8), nn.Dropout(0.5), nn.Linear(8, 3)).train()
+    proto = exported(model, x, training=torch.onnx.TrainingMode.TRAINING, do_constant_folding=False)
+    with pytest.raises(FrontendError, match="ONNX node '/1/Dropout' is a Dropout in training mode") as caught:
+        pock.compile_training(proto, x, y)
+    assert "\n" not in str(caught.value)

@@ -309,7 +309,7 @@ def detach(b, g, out, x):
     return (None,)
 
 
-@defrule("prims.convert_element_type", "aten._to_copy")
+@defrule("prims.convert_element_type", "aten._to_copy", "aten.to.dtype")  # to.dtype: from ONNX's lowering
 def convert(b, g, out, x, *rest):
     return (b.cast(g, b.type_of(x).dtype),) + (None,) * len(rest)
 
