@@ -475,6 +475,31 @@ def example_batch(model, input_shapes: dict[str, tuple[int, ...]], loss: str, ou
     return tuple(batch.values()), target
 
 
+# Ops that pass every id of an integer tensor on unchanged: ids reaching a Gather through them are
+# all the input's ids (as frontend._IDS_KEPT for the FX graph).
+_IDS_KEPT = frozenset({"Cast", "Identity", "Reshape", "Unsqueeze", "Squeeze", "Flatten", "Transpose", "Expand"})
+
+
+def embedding_vocabularies(proto, params: list[str], input_names: dict[str, str]) -> dict[str, int]:
+    """For each graph input whose ids index a parameter's rows (Gather on axis 0, through casts and
+    views only), the fewest rows they index: the ids the runtime accepts, checked on the host (the
+    device would read out of bounds). input_names: graph input -> its name in the signature."""
+    rows = {i.name: i.dims[0] for i in proto.graph.initializer if i.name in set(params) and i.dims}
+    producer = {out: node for node in proto.graph.node for out in node.output}
+    vocabularies: dict[str, int] = {}
+    for node in proto.graph.node:
+        axis = next((a.i for a in node.attribute if a.name == "axis"), 0)
+        if node.op_type != "Gather" or axis != 0 or node.input[0] not in rows:
+            continue
+        ids = node.input[1]
+        while ids in producer and producer[ids].op_type in _IDS_KEPT:
+            ids = producer[ids].input[0]
+        if ids in input_names:
+            name = input_names[ids]
+            vocabularies[name] = min(rows[node.input[0]], vocabularies.get(name, rows[node.input[0]]))
+    return vocabularies
+
+
 def import_onnx(
     model, example_inputs, example_target, loss, context: ir.Context, output_selector=None
 ) -> ImportedModel:
@@ -529,6 +554,7 @@ def import_onnx(
         initial_params={n: initial[n] for n in params},
         initial_buffers={n: initial[n] for n in buffers},
         state_dict={n: n for n in params + buffers},
+        vocabularies=embedding_vocabularies(proto, params, {n: positional_input_name(i) for i, n in enumerate(batch)}),
         eval_function=eval_function,
         timings=timings,
         by_keyword=0,
