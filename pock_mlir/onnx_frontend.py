@@ -88,17 +88,19 @@ def _is_float(dtype_code: int) -> bool:
 
 def _initializer_roles(proto) -> tuple[list[str], list[str]]:
     """(parameters, buffers): the float initializers of rank >= 1 the graph reads, BatchNormalization's
-    mean and variance (its inputs 3 and 4) the buffers."""
+    mean and variance (its inputs 3 and 4) the buffers. Such initializers in float64 or float16 are
+    refused: pock-mlir trains float32."""
     import onnx
 
     graph = proto.graph
+    used = {name for node in graph.node for name in node.input}
     for initializer in graph.initializer:
-        if initializer.data_type in (onnx.TensorProto.DOUBLE, onnx.TensorProto.FLOAT16, onnx.TensorProto.BFLOAT16):
+        wide_or_half = (onnx.TensorProto.DOUBLE, onnx.TensorProto.FLOAT16, onnx.TensorProto.BFLOAT16)
+        if initializer.data_type in wide_or_half and len(initializer.dims) > 0 and initializer.name in used:
             raise FrontendError(
                 f"initializer {initializer.name!r} is {onnx.TensorProto.DataType.Name(initializer.data_type).lower()}; "
                 f"pock-mlir trains float32 models: export the model in float32"
             )
-    used = {name for node in graph.node for name in node.input}
     statistics = {name for node in graph.node if node.op_type == "BatchNormalization" for name in node.input[3:5]}
     floats = [i.name for i in graph.initializer if _is_float(i.data_type) and len(i.dims) > 0 and i.name in used]
     return [n for n in floats if n not in statistics], [n for n in floats if n in statistics]
