@@ -363,8 +363,8 @@ def lora_adapters(sparse, model: nn.Module | None) -> list[Adapter]:
     rules = [(pattern, policy) for pattern, policy in rules if policy is not None]
     if rules and not isinstance(model, nn.Module):
         raise SparseConfigError(
-            "LoRA policies add adapters to the PyTorch model: compile with compile_training or "
-            "pock-compile (pock-opt on bare IR takes patterns without LoRA)"
+            "LoRA policies add adapters to the PyTorch model: compile its nn.Module with compile_training or "
+            "pock-compile (an ONNX model, or pock-opt on bare IR, takes patterns without LoRA)"
         )
     if not rules:
         return []

@@ -209,6 +209,12 @@ def test_bad_onnx_inputs_get_one_line(mlp_file, batch, tmp_path):
         with pytest.raises(FrontendError, match=message) as caught:
             pock.compile_training(model, inputs, y)
         assert "\n" not in str(caught.value)
+    with pytest.raises(ValueError, match=r"LoRA policies add adapters to the PyTorch model.*\(an ONNX model"):
+        pock.compile_training(path, x, y, sparse={"0": "lora"})
+    with pytest.raises(ValueError, match="int8 weights need the PyTorch model"):
+        pock.compile_training(
+            path, x, y, sparse={"default": "full", "0.bias": "frozen", "quantize": {"frozen": "int8"}}
+        )
 
 
 def test_an_op_torch_mlir_cannot_lower_is_named_by_its_node(batch):
