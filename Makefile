@@ -11,10 +11,15 @@ STAMP := $(VENV)/.installed
 # and transformers import in every script run in the venv, as the guides' examples are written.
 TORCHVISION_PTH := tools/torchvision_without_ops.pth
 
-$(STAMP): pyproject.toml $(TORCHVISION_PTH)
+# jax2onnx needs a newer onnx than the venv's: it goes to a directory of its own, which only
+# examples/jax_via_onnx.py's converter process puts on its path (that file says why).
+JAX2ONNX_REQUIREMENTS := examples/jax2onnx-requirements.txt
+
+$(STAMP): pyproject.toml $(TORCHVISION_PTH) $(JAX2ONNX_REQUIREMENTS)
 	test -x $(PY) || python3 -m venv $(VENV)
 	$(VENV)/bin/pip install --quiet --upgrade pip
 	$(VENV)/bin/pip install --quiet -e '.[dev]'
+	$(VENV)/bin/pip install --quiet --no-deps --upgrade --target $(VENV)/jax2onnx -r $(JAX2ONNX_REQUIREMENTS)
 	$(PY) -c 'import torchvision' 2>/dev/null || \
 	    cp $(TORCHVISION_PTH) "$$($(PY) -c 'import sysconfig; print(sysconfig.get_path("purelib"))')"
 	$(PY) -c 'import torchvision, timm, transformers'
