@@ -1,0 +1,121 @@
+"""A Keras model fine-tuned by pock-mlir through ONNX, step for step against Keras' own training.
+
+    python examples/keras_via_onnx.py --steps 5 --out keras_mlp.onnx
+
+A Keras Sequential MLP is converted by tf2onnx, pock-mlir compiles a training step of the .onnx
+file (cross-entropy, SGD with momentum), and the same Keras model trains with keras.optimizers.SGD
+on the same batches; both losses are printed for each step, and the largest difference of the
+trained weights. Needs the `frameworks` extra (tensorflow-cpu, tf2onnx): docs/onnx.md, "Keras and JAX models".
+"""
+
+import argparse
+import importlib.util
+import sys
+import tempfile
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from examples.models.via_onnx import (  # noqa: E402
+    MODEL,
+    by_initializer,
+    framework_side,
+    make_batches,
+    pock_training,
+    report,
+    save_reference,
+)
+from pock_mlir.files import OutputError, atomic_write, check_writable  # noqa: E402
+
+BATCH, FEATURES, CLASSES = 16, 8, 3
+LR, MOMENTUM = 0.1, 0.9
+OPSET = 17
+
+
+def keras_model():
+    import keras
+
+    keras.utils.set_random_seed(0)
+    # Non-zero biases: TensorFlow's graph optimizer, which tf2onnx runs, drops the addition of a
+    # zero constant, so a Dense layer's zero-initialized bias would not reach the .onnx file.
+    dense = {"bias_initializer": keras.initializers.RandomNormal(stddev=0.1)}
+    return keras.Sequential(
+        [
+            keras.Input((FEATURES,)),
+            keras.layers.Dense(32, activation="relu", **dense),
+            keras.layers.Dense(CLASSES, **dense),
+        ]
+    )
+
+
+def weights(model) -> dict[str, np.ndarray]:
+    return {v.path: np.array(v.numpy()) for v in model.trainable_variables}
+
+
+def keras_side(directory: Path, steps: int) -> None:
+    """The child process: the model to DIRECTORY/model.onnx, then Keras' own training loop."""
+    import keras
+    import tensorflow as tf
+    import tf2onnx
+
+    model = keras_model()
+    # tf2onnx's from_keras does not take Keras 3 models; a tf.function of the call is the same graph.
+    call = tf.function(lambda x: model(x, training=False))
+    signature = (tf.TensorSpec((BATCH, FEATURES), tf.float32, name="x"),)
+    tf2onnx.convert.from_function(call, input_signature=signature, opset=OPSET, output_path=str(directory / MODEL))
+    names = by_initializer(directory / MODEL, weights(model))
+
+    batches = make_batches(steps, BATCH, FEATURES, CLASSES)
+    loss_fn = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+    optimizer = keras.optimizers.SGD(learning_rate=LR, momentum=MOMENTUM)
+    losses = []
+    for x, y in batches:
+        with tf.GradientTape() as tape:
+            loss = loss_fn(y, model(x, training=True))
+        optimizer.apply_gradients(zip(tape.gradient(loss, model.trainable_variables), model.trainable_variables))
+        losses.append(float(loss))
+    save_reference(directory, batches, losses, weights(model), names)
+
+
+def run(steps: int, out: str | None = None) -> dict:
+    """Keras' and pock-mlir's training from the same weights on the same batches:
+    {"framework": (losses, weights), "pock": (losses, weights)}, weights by initializer name."""
+    import pock_mlir as pock
+
+    with tempfile.TemporaryDirectory() as directory:
+        ref = framework_side(__file__, steps, directory, {"TF_CPP_MIN_LOG_LEVEL": "2"})
+        # pock-mlir's SGD is torch.optim's (b = m*b + g; w -= lr*b): Keras' steps (v = m*v - lr*g;
+        # w += v) at a constant learning rate.
+        ours = pock_training(Path(directory) / MODEL, ref["batches"], pock.SGD(lr=LR, momentum=MOMENTUM))
+        if out is not None:
+            atomic_write(out, (Path(directory) / MODEL).read_bytes())
+    return {"framework": (ref["losses"], ref["weights"]), "pock": ours}
+
+
+def main(argv=None) -> dict | None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--steps", type=int, default=5, help="training steps (default 5)")
+    parser.add_argument("--out", help="also write the converted model here (a .onnx file)")
+    parser.add_argument("--framework-side", metavar="DIR", type=Path, help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.steps < 1:
+        parser.error(f"--steps {args.steps}: give at least 1")
+    if args.framework_side is not None:
+        return keras_side(args.framework_side, args.steps)
+    if args.out is not None and not args.out.endswith(".onnx"):
+        parser.error(f"--out {args.out}: the converted model's file name must end in .onnx")
+    try:
+        if args.out is not None:
+            check_writable(args.out)
+    except OutputError as e:
+        parser.error(str(e))
+    if importlib.util.find_spec("tf2onnx") is None:
+        parser.error("tf2onnx is not installed: pip install -e '.[frameworks]' (docs/onnx.md)")
+    result = run(args.steps, args.out)
+    report("Keras", result)
+    return result
+
+
+if __name__ == "__main__":
+    main()
