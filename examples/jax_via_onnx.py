@@ -73,7 +73,7 @@ def jax_side(directory: Path, steps: int) -> None:
     # optax.adamw decays the weights as torch.optim.AdamW does (w -= lr * (adam + wd * w)).
     optimizer = optax.adamw(LR, weight_decay=WEIGHT_DECAY)
     state = optimizer.init(params)
-    batches, losses = make_batches(steps, BATCH, FEATURES, CLASSES), []
+    batches, losses = make_batches(steps, (BATCH, FEATURES), CLASSES), []
     for x, y in batches:
         loss, grads = jax.value_and_grad(loss_fn)(params, x, y)
         updates, state = optimizer.update(grads, state, params)

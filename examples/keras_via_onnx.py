@@ -2,7 +2,7 @@
 
     python examples/keras_via_onnx.py --steps 5 --out keras_mlp.onnx
 
-A Keras Sequential MLP is converted by tf2onnx, pock-mlir compiles a training step of the .onnx
+A Keras Sequential CNN (Conv2D, Dense) is converted by tf2onnx, pock-mlir compiles a training step of the .onnx
 file (cross-entropy, SGD with momentum), and the same Keras model trains with keras.optimizers.SGD
 on the same batches; both losses are printed for each step, and the largest difference of the
 trained weights. Needs the `frameworks` extra (tensorflow-cpu, tf2onnx): docs/onnx.md, "Keras and JAX models".
@@ -28,7 +28,7 @@ from examples.models.via_onnx import (  # noqa: E402
 )
 from pock_mlir.files import OutputError, atomic_write, check_writable  # noqa: E402
 
-BATCH, FEATURES, CLASSES = 16, 8, 3
+BATCH, IMAGE, CLASSES = 16, (6, 6, 2), 3  # IMAGE: height, width, channels (Keras' layout)
 LR, MOMENTUM = 0.1, 0.9
 OPSET = 17
 
@@ -38,19 +38,25 @@ def keras_model():
 
     keras.utils.set_random_seed(0)
     # Non-zero biases: TensorFlow's graph optimizer, which tf2onnx runs, drops the addition of a
-    # zero constant, so a Dense layer's zero-initialized bias would not reach the .onnx file.
-    dense = {"bias_initializer": keras.initializers.RandomNormal(stddev=0.1)}
+    # zero constant, so a layer's zero-initialized bias would not reach the .onnx file.
+    biases = {"bias_initializer": keras.initializers.RandomNormal(stddev=0.1)}
     return keras.Sequential(
         [
-            keras.Input((FEATURES,)),
-            keras.layers.Dense(32, activation="relu", **dense),
-            keras.layers.Dense(CLASSES, **dense),
+            keras.Input(IMAGE),
+            keras.layers.Conv2D(4, 3, activation="relu", **biases),
+            keras.layers.Flatten(),
+            keras.layers.Dense(CLASSES, **biases),
         ]
     )
 
 
 def weights(model) -> dict[str, np.ndarray]:
-    return {v.path: np.array(v.numpy()) for v in model.trainable_variables}
+    """The trainable weights as the .onnx file holds them: tf2onnx writes a Conv2D kernel (height,
+    width, in, out) in ONNX's layout (out, in, height, width)."""
+    return {
+        v.path: np.array(v.numpy() if v.ndim != 4 else v.numpy().transpose(3, 2, 0, 1))
+        for v in model.trainable_variables
+    }
 
 
 def keras_side(directory: Path, steps: int) -> None:
@@ -62,11 +68,11 @@ def keras_side(directory: Path, steps: int) -> None:
     model = keras_model()
     # tf2onnx's from_keras does not take Keras 3 models; a tf.function of the call is the same graph.
     call = tf.function(lambda x: model(x, training=False))
-    signature = (tf.TensorSpec((BATCH, FEATURES), tf.float32, name="x"),)
+    signature = (tf.TensorSpec((BATCH, *IMAGE), tf.float32, name="x"),)
     tf2onnx.convert.from_function(call, input_signature=signature, opset=OPSET, output_path=str(directory / MODEL))
     names = by_initializer(directory / MODEL, weights(model))
 
-    batches = make_batches(steps, BATCH, FEATURES, CLASSES)
+    batches = make_batches(steps, (BATCH, *IMAGE), CLASSES)
     loss_fn = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
     optimizer = keras.optimizers.SGD(learning_rate=LR, momentum=MOMENTUM)
     losses = []

@@ -19,12 +19,10 @@ import numpy as np
 MODEL, REFERENCE = "model.onnx", "reference.npz"
 
 
-def make_batches(steps: int, batch: int, features: int, classes: int, seed: int = 0) -> list:
+def make_batches(steps: int, shape: tuple[int, ...], classes: int, seed: int = 0) -> list:
+    """`steps` batches of random inputs of `shape` and class labels."""
     rng = np.random.default_rng(seed)
-    return [
-        (rng.standard_normal((batch, features), dtype=np.float32), rng.integers(0, classes, batch))
-        for _ in range(steps)
-    ]
+    return [(rng.standard_normal(shape, dtype=np.float32), rng.integers(0, classes, shape[0])) for _ in range(steps)]
 
 
 def by_initializer(onnx_path, weights: dict[str, np.ndarray]) -> dict[str, str]:
