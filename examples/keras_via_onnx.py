@@ -68,7 +68,8 @@ def keras_side(directory: Path, steps: int) -> None:
     model = keras_model()
     # tf2onnx's from_keras does not take Keras 3 models; a tf.function of the call is the same graph.
     call = tf.function(lambda x: model(x, training=False))
-    signature = (tf.TensorSpec((BATCH, *IMAGE), tf.float32, name="x"),)
+    # A dynamic batch axis, as models are usually exported: pock-mlir compiles for the batch's shape.
+    signature = (tf.TensorSpec((None, *IMAGE), tf.float32, name="x"),)
     tf2onnx.convert.from_function(call, input_signature=signature, opset=OPSET, output_path=str(directory / MODEL))
     names = by_initializer(directory / MODEL, weights(model))
 
