@@ -137,7 +137,9 @@ def compile_training(
             )
             raise ValueError(f"every parameter is frozen ({why}): there is nothing to train")
         if scheme.quantize and onnx_model is not None:
-            raise ValueError("quantize: int8 weights need the PyTorch model; compile the ONNX model without quantize")
+            raise ValueError(
+                f"quantize: {scheme.quantize} weights need the PyTorch model; compile the ONNX model without quantize"
+            )
         quantized = frozen_weights(model, scheme.policies, scheme.quantize) if scheme.quantize else []
         timings["sparse scheme"] = time.perf_counter() - start
         if onnx_model is None:

@@ -215,6 +215,8 @@ def test_bad_onnx_inputs_get_one_line(mlp_file, batch, tmp_path):
         pock.compile_training(
             path, x, y, sparse={"default": "full", "0.bias": "frozen", "quantize": {"frozen": "int8"}}
         )
+    with pytest.raises(ValueError, match="weights=: an ONNX model holds its weights as initializers"):
+        pock.compile_training(path, x, y, weights=tmp_path)
 
 
 def test_an_op_torch_mlir_cannot_lower_is_named_by_its_node(batch):
