@@ -27,7 +27,6 @@ import dataclasses
 import functools
 import json
 import os
-import statistics
 import sys
 import time
 
@@ -38,6 +37,7 @@ import torch.nn.functional as F
 from pock_mlir.conv_forms import CONV_OPS, FORM_NAMES, FORMS, GRADIENTS, ConvShape, Window
 from pock_mlir.files import atomic_write
 from pock_mlir.iree_flags import CPU_NAME, FLAG_SETS, IM2COL, INPUT_TORCH, flag
+from pock_mlir.runtime.timing import step_statistics, time_in_turns, time_interleaved
 from pock_mlir.runtime.workspace import ModuleFunctions
 from pock_mlir.targets import resolve_target
 from pock_mlir.tuning import own_table_path
@@ -138,24 +138,17 @@ def load_function(text: str, flags: tuple[str, ...], function="main"):
     return config, lambda *args: [np.asarray(r.to_host()) for r in functions(function, *args)]
 
 
-def time_interleaved(variants: dict, repeats=30) -> dict[str, float]:
-    """{name: (mlir text, flags, torch args)} -> {name: ms of the fastest of `repeats` calls}.
-    Calls of the variants alternate, so load from other jobs hits them alike, and the minimum is
-    what that load disturbs least."""
+def time_variants(variants: dict) -> dict[str, float]:
+    """{name: (mlir text, flags, torch args)} -> {name: ms of the fastest call}, timed interleaved
+    (pock_mlir.runtime.timing.time_interleaved)."""
     import iree.runtime as rt
 
-    loaded = {}
+    calls = {}
     for name, (text, flags, args) in variants.items():
         config, fn = load_function(text, tuple(flags))
-        loaded[name] = (fn, [rt.asdevicearray(config.device, np.require(a.numpy(), requirements="C")) for a in args])
-    best = {name: float("inf") for name in loaded}
-    for i in range(repeats + 3):
-        for name, (fn, device_args) in loaded.items():
-            start = time.perf_counter()
-            fn(*device_args)
-            if i >= 3:  # the first calls warm up
-                best[name] = min(best[name], time.perf_counter() - start)
-    return {name: 1000 * t for name, t in best.items()}
+        device_args = [rt.asdevicearray(config.device, np.require(a.numpy(), requirements="C")) for a in args]
+        calls[name] = functools.partial(fn, *device_args)
+    return time_interleaved(calls)
 
 
 def study_convs(flags: list[str], cases=CONV_CASES) -> list[dict]:
@@ -181,7 +174,7 @@ def study_convs(flags: list[str], cases=CONV_CASES) -> list[dict]:
                 variants[f"{op}/{form}"] = (text, flags, args)
                 if form == "direct" and IM2COL in flags:  # what IREE's global im2col flag is worth here
                     variants[f"{op}/direct-without-im2col-flag"] = (text, [f for f in flags if f != IM2COL], args)
-        row["ms"] = time_interleaved(variants)
+        row["ms"] = time_variants(variants)
         for key, ms in row["ms"].items():
             print(f"{shape.kind():34s} {key:40s} {ms:8.3f} ms", flush=True)
         rows.append(row)
@@ -210,26 +203,6 @@ def _reference(shape: ConvShape, op: str, g, x, w) -> list:
         mask,
     )
     return [grad for grad, wanted in zip(grads, mask) if wanted]
-
-
-STEPS_PER_TURN = 5
-
-
-def time_in_turns(steps_of: dict, steps: int) -> dict[str, list[float]]:
-    """Seconds of each of `steps` timed calls of each of `steps_of`'s functions (whole turns). They
-    take turns, so that load from other jobs hits them alike, each turn STEPS_PER_TURN calls back to
-    back after an untimed one, as training runs its steps: with the program's data in the caches
-    (timed one call a turn, each found the caches filled with the others' data, which hid much of
-    what data tiling gains a small program: docs/targets-and-deploying.md)."""
-    times = {label: [] for label in steps_of}
-    for _ in range(max(1, steps // STEPS_PER_TURN)):
-        for label, step in steps_of.items():
-            step()
-            for _ in range(STEPS_PER_TURN):
-                start = time.perf_counter()
-                step()
-                times[label].append(time.perf_counter() - start)
-    return times
 
 
 def study_flags(models: list[str], flag_sets=FLAG_SETS, steps=20) -> tuple[dict, dict]:
@@ -271,9 +244,7 @@ def study_flags(models: list[str], flag_sets=FLAG_SETS, steps=20) -> tuple[dict,
             {label: functools.partial(trainer.step, inputs, target) for label, trainer in trainers.items()}, steps
         )
         for label, measured in times.items():
-            results[name][label].update(
-                step_ms_min=1000 * min(measured), step_ms_median=1000 * statistics.median(measured)
-            )
+            results[name][label].update(step_statistics(measured))
         for label, result in results[name].items():
             print(name, label, result, flush=True)
     return results, programs

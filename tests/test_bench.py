@@ -248,12 +248,12 @@ def test_update_refuses_what_would_mix_runs_before_measuring(results, tmp_path, 
 def test_the_flag_study_times_each_variant_warm_in_turns():
     """Each turn is one variant's untimed step and then STEPS_PER_TURN timed ones back to back (its
     data in the caches, as in training), the variants alternating turn by turn."""
-    from bench import iree_study
+    from pock_mlir.runtime.timing import STEPS_PER_TURN, time_in_turns
 
     calls = []
-    times = iree_study.time_in_turns({"a": lambda: calls.append("a"), "b": lambda: calls.append("b")}, steps=10)
-    turn = iree_study.STEPS_PER_TURN + 1
-    assert calls == (["a"] * turn + ["b"] * turn) * (10 // iree_study.STEPS_PER_TURN)
+    times = time_in_turns({"a": lambda: calls.append("a"), "b": lambda: calls.append("b")}, steps=10)
+    turn = STEPS_PER_TURN + 1
+    assert calls == (["a"] * turn + ["b"] * turn) * (10 // STEPS_PER_TURN)
     assert {label: len(seconds) for label, seconds in times.items()} == {"a": 10, "b": 10}
 
 

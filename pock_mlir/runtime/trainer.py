@@ -33,7 +33,7 @@ from pock_mlir.runtime.bundle import Bundle, load_bundle
 from pock_mlir.runtime.export import DEFAULT_MAX_SHARD_SIZE, ModelParams, Tensor, export_pretrained, model_tensors
 from pock_mlir.runtime.memory import release_freed_memory, retain_freed_memory
 from pock_mlir.runtime.onnx_export import write_onnx
-from pock_mlir.runtime.workspace import ModuleFunctions, Workspace
+from pock_mlir.runtime.workspace import ModuleFunctions, Workspace, to_host
 
 CALLED = tuple(f for module in TRAINER_MODULES for f in module)  # the module functions the Trainer calls
 
@@ -231,27 +231,7 @@ class Trainer:
         )  # keeps rank 0, unlike ascontiguousarray
 
     def _host(self, array) -> np.ndarray:
-        # DeviceArray has no public accessor for its buffer.
-        buffer = array._buffer_view.get_buffer()
-        if buffer.allowed_usage() & int(rt.BufferUsage.MAPPING_SCOPED):
-            return np.array(array.to_host())  # CPU drivers: maps the buffer
-        # to_host() would import a numpy allocation into the driver, which lavapipe rejects
-        # (minImportedHostPointerAlignment 4096): copy through a staging buffer the driver allocates.
-        device = self._config.device
-        staging = device.allocator.allocate_buffer(
-            memory_type=int(rt.MemoryType.HOST_LOCAL | rt.MemoryType.DEVICE_VISIBLE),
-            allowed_usage=int(rt.BufferUsage.TRANSFER_TARGET | rt.BufferUsage.MAPPING_SCOPED),
-            allocation_size=buffer.byte_length(),
-        )
-        semaphore = device.create_semaphore(0)
-        device.queue_copy(
-            buffer,
-            staging,
-            wait_semaphores=rt.HalFence.create_at(semaphore, 0),
-            signal_semaphores=rt.HalFence.create_at(semaphore, 1),
-        )
-        rt.HalFence.create_at(semaphore, 1).wait()
-        return np.array(staging.map().asarray(array.shape, array.dtype))
+        return to_host(self._config.device, array)
 
     def _check(self, values, specs: list[TensorSpec], batch: bool = True) -> list[np.ndarray]:
         """Host arrays for `specs`, checked and uploaded. float64 becomes float32 and int64 int32

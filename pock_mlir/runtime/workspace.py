@@ -12,6 +12,7 @@ time). iree-run-module passes one as `--input="&<bytes>xi8"` (bundle run_step.sh
 from __future__ import annotations
 
 import iree.runtime as rt
+import numpy as np
 
 SIZE_KEY = "iree.abi.transients.size.constant"
 
@@ -81,3 +82,27 @@ class ModuleFunctions:
         results = rt.VmVariantList(8)
         self._context.vm_context.invoke(self._functions[name], arguments, results)
         return [rt.DeviceArray(self._device, results.get_as_object(i, rt.HalBufferView)) for i in range(results.size)]
+
+
+def to_host(device: rt.HalDevice, array: rt.DeviceArray) -> np.ndarray:
+    """A host copy of a device array."""
+    # DeviceArray has no public accessor for its buffer.
+    buffer = array._buffer_view.get_buffer()
+    if buffer.allowed_usage() & int(rt.BufferUsage.MAPPING_SCOPED):
+        return np.array(array.to_host())  # CPU drivers: maps the buffer
+    # to_host() would import a numpy allocation into the driver, which lavapipe rejects
+    # (minImportedHostPointerAlignment 4096): copy through a staging buffer the driver allocates.
+    staging = device.allocator.allocate_buffer(
+        memory_type=int(rt.MemoryType.HOST_LOCAL | rt.MemoryType.DEVICE_VISIBLE),
+        allowed_usage=int(rt.BufferUsage.TRANSFER_TARGET | rt.BufferUsage.MAPPING_SCOPED),
+        allocation_size=buffer.byte_length(),
+    )
+    semaphore = device.create_semaphore(0)
+    device.queue_copy(
+        buffer,
+        staging,
+        wait_semaphores=rt.HalFence.create_at(semaphore, 0),
+        signal_semaphores=rt.HalFence.create_at(semaphore, 1),
+    )
+    rt.HalFence.create_at(semaphore, 1).wait()
+    return np.array(staging.map().asarray(array.shape, array.dtype))
