@@ -34,12 +34,13 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from pock_mlir.conv_forms import CONV_OPS, FORM_NAMES, FORMS, GRADIENTS, ConvShape, Window
+from pock_mlir.conv_forms import CONV_OPS, FORM_NAMES, GRADIENTS, ConvShape, Window
 from pock_mlir.files import atomic_write
 from pock_mlir.iree_flags import CPU_NAME, FLAG_SETS, IM2COL, INPUT_TORCH, flag
 from pock_mlir.runtime.timing import step_statistics, time_in_turns, time_interleaved
 from pock_mlir.runtime.workspace import ModuleFunctions
 from pock_mlir.targets import resolve_target
+from pock_mlir.tune import form_function, program_matmul_flops
 from pock_mlir.tuning import own_table_path
 
 
@@ -79,50 +80,6 @@ CONV_CASES = [
     line(8, 40, 98, 64, 3, 1, 1),  # keyword spotter, first layer
     line(8, 64, 98, 64, 3, 2, 1),  # keyword spotter, strided
 ]
-
-
-def form_function(shape: ConvShape, op: str, form: str) -> str:
-    """One form of `op` as a torch-dialect function @main(g, x, w) (forward: (x, w)), emitted by
-    the function pock-backend-switch emits it with. GRADIENTS, form "<input>+<weight>": both
-    gradients of g * g, the elementwise producer a step's g always has."""
-    from torch_mlir import ir
-    from torch_mlir.dialects import func
-
-    from pock_mlir.context import make_context
-    from pock_mlir.torch_builder import TorchBuilder
-    from pock_mlir.torch_types import TensorType
-
-    def vtensor(dims):
-        return ir.Type.parse(TensorType(tuple(dims), "f32").asm())
-
-    arguments = [shape.input_shape(), shape.weight_shape()]
-    if op != "forward":
-        arguments.insert(0, shape.output_shape())
-    results = {
-        "forward": [shape.output_shape()],
-        "weight_grad": [shape.weight_shape()],
-        "input_grad": [shape.input_shape()],
-        GRADIENTS: [shape.input_shape(), shape.weight_shape()],
-    }[op]
-    with make_context(), ir.Location.unknown() as loc:
-        module = ir.Module.create()
-        with ir.InsertionPoint(module.body):
-            function = func.FuncOp("main", ([vtensor(a) for a in arguments], [vtensor(r) for r in results]))
-        entry = function.add_entry_block()
-        args = list(entry.arguments)
-        g, (x, w) = (None, args) if op == "forward" else (args[0], args[1:])
-        b = TorchBuilder(ir.InsertionPoint(entry), loc)
-        if op == GRADIENTS:
-            g = b.mul(g, g)
-            values = [
-                FORMS[name, part](b, shape, g, x, w)
-                for name, part in zip(("input_grad", "weight_grad"), form.split("+"))
-            ]
-        else:
-            values = [FORMS[op, form](b, shape, g, x, w)]
-        with ir.InsertionPoint(entry):
-            func.ReturnOp(values)
-        return str(module)
 
 
 @functools.cache  # the study checks a form's values, then times it
@@ -248,17 +205,6 @@ def study_flags(models: list[str], flag_sets=FLAG_SETS, steps=20) -> tuple[dict,
         for label, result in results[name].items():
             print(name, label, result, flush=True)
     return results, programs
-
-
-def program_matmul_flops(program) -> dict:
-    """What pock-backend-switch's per-program choices read of a program (its input: the sparse stage)."""
-    from pock_mlir.passes.pock_backend_switch import module_matmul_flops
-    from torch_mlir import ir
-
-    from pock_mlir.context import make_context
-
-    with make_context():
-        return dataclasses.asdict(module_matmul_flops(ir.Module.parse(program.ir("sparse")).operation))
 
 
 def _convs_with(parser, study: dict | None, forms: list[str], flags: list[str]) -> list[dict]:

@@ -9,7 +9,8 @@ aten.convolution_backward one of the forms of pock_mlir/conv_forms.py: "direct" 
 the input gradient of a dense stride-1 convolution, "flipped" (a forward convolution of g with the
 weight transposed and flipped).
 The choice comes from pock_mlir/tuning/<target>.json (the host's: this CPU's, see
-pock_mlir.tuning.table_path; or the file of the tuning option): the nearest measured shape class,
+pock_mlir.tuning.table_path; or the file of the tuning option, such as the table pock-tune measured
+for this very program on its device): the nearest measured shape class,
 timed by `python -m bench.iree_study convs` in the same forms; without measurements each op gets
 its baseline form (forward: direct; gradients: im2col, depthwise patches). A convolution whose two
 gradients are both used gets the pair of forms measured fastest together, from one producer of g,
@@ -167,8 +168,10 @@ class BackendSwitchPass(ModulePass):
     tuning: str = option(
         "",
         "a tuning table file to choose by instead of the target's, e.g. one measured on "
-        "another machine (python -m bench.iree_study writes them)",
+        "another machine (pock-tune and python -m bench.iree_study write them); a pock-tune table "
+        "measured for another target, CPU or IREE runtime is refused",
     )
+    tuning_any: bool = option(False, "use a pock-tune table measured for another target, CPU or IREE runtime")
     force: str = option("", f"use this form wherever it is implemented instead of choosing: {', '.join(FORM_NAMES)}")
     exclude: str = option(
         "",
@@ -208,7 +211,7 @@ class BackendSwitchPass(ModulePass):
                 elif op.name == "torch.aten.convolution_backward":
                     self._backward(op, paired, chosen_here)
             chosen[ir.StringAttr(func.attributes["sym_name"]).value] = tuple(chosen_here)
-        return BackendChoices(tiling, tails, fusion, chosen)
+        return BackendChoices(tiling, tails, fusion, chosen, self.measurements.applied(flops))
 
     def _choose(self, shape: ConvShape, op: str) -> Choice:
         forms = shape.forms(op)
@@ -250,7 +253,9 @@ class BackendSwitchPass(ModulePass):
     @functools.cached_property
     def measurements(self) -> Tuning:
         try:
-            return Tuning.from_file(self.tuning) if self.tuning else Tuning.of_target(self.target)
+            if self.tuning:
+                return Tuning.from_file(self.tuning, self.target, self.tuning_any)
+            return Tuning.of_target(self.target)
         except ValueError as e:
             raise PassError(str(e)) from None
 

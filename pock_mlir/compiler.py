@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import re
 import sys
 import time
+from pathlib import Path
 
 from torch_mlir import ir
 
@@ -23,7 +25,7 @@ from pock_mlir.sparse import lora_adapters, resolve_sparse
 from pock_mlir.stages import STAGE_PIPELINES
 from pock_mlir.targets import resolve_target
 from pock_mlir.training import build_training_functions
-from pock_mlir.tuning import UNCHOSEN, BackendChoices
+from pock_mlir.tuning import UNCHOSEN, BackendChoices, Tuning
 from pock_mlir.weights import Weights
 
 
@@ -34,6 +36,21 @@ class CompileError(RuntimeError):
 def _diagnostics(e: ir.MLIRError) -> str:
     lines = [str(d.message) for d in e.error_diagnostics] or [str(e)]
     return "\n".join(lines)
+
+
+SWITCH = "pock-backend-switch{target={target}"
+
+
+def _with_tuning(pipeline: str, tuning, target: str, tuning_any: bool) -> str:
+    """The lowered stage's pipeline with pock-backend-switch choosing by the table `tuning`, checked
+    first (Tuning.from_file: ValueError for one it cannot read or one measured elsewhere)."""
+    path = Path(tuning).resolve()
+    if re.search(r"[\s{}]", str(path)):
+        raise ValueError(f"tuning: {path} has a space or brace, which a pass pipeline cannot carry; move the table")
+    Tuning.from_file(str(path), target, tuning_any)
+    if SWITCH not in pipeline:
+        raise ValueError("tuning: the lowered pipeline given has no pock-backend-switch to choose by the table")
+    return pipeline.replace(SWITCH, f"{SWITCH} tuning={path} tuning_any={str(tuning_any).lower()}", 1)
 
 
 def compile_training(
@@ -52,6 +69,8 @@ def compile_training(
     cache=True,
     functions=("step", "loss", "evaluate"),
     weights=None,
+    tuning=None,
+    tuning_any=False,
 ) -> TrainingProgram:
     """Compile one training step of `model` (forward, loss, backward and optimizer) with IREE.
 
@@ -93,6 +112,9 @@ def compile_training(
         when the Trainer or a bundle takes it, so the host holds no copy of the model (see
         pock_mlir/weights.py). WeightsError names a tensor the files lack, hold beyond the model or
         hold in another shape, before any work.
+    tuning: a table pock-tune measured (docs/tuning-for-your-device.md), for pock-backend-switch
+        to choose by instead of the target's shipped one; one measured for another target, CPU or
+        IREE runtime is refused (ValueError) unless `tuning_any`.
     """
     optimizer = optimizer or SGD(lr=0.01)
     if functions != "all" and not (isinstance(functions, (tuple, list)) and set(functions) <= set(METHODS)):
@@ -109,6 +131,8 @@ def compile_training(
     if weights is not None and is_onnx_model(model):
         raise ValueError("weights=: an ONNX model holds its weights as initializers; give the .onnx file alone")
     checked = None if weights is None else Weights(weights, model)
+    if tuning is not None:
+        stage_pipelines["lowered"] = _with_tuning(stage_pipelines["lowered"], tuning, resolved_target.name, tuning_any)
     context = make_context()
     stages: dict[str, str] = {}
     timings: dict[str, float] = {}

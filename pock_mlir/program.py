@@ -304,8 +304,10 @@ class TrainingProgram:
 
     def backend_report(self, function: str = TRAIN_STEP) -> str:
         """What pock-backend-switch chose for each convolution of `function` and why (the
-        measurements in pock_mlir/tuning/<target>.json that decided it)."""
+        measurements that decided it: a pock-tune table, or pock_mlir/tuning/<target>.json, as
+        the last line says)."""
         chosen = self.backend.ops.get(function, ())
+        tuning = f"tuning: {self.backend.tuning}"
         program = [
             f"{what}: {choice.form} ({choice.reason})"
             for what, choice in (
@@ -316,10 +318,10 @@ class TrainingProgram:
         ]
         if not chosen:
             header = f"{function}: no convolutions, nothing for pock-backend-switch to choose per op"
-            return "\n".join([header, *program])
+            return "\n".join([header, *program, tuning])
         lines = [f"{function}: {len(chosen)} convolution op(s), implementation chosen per op for {self.target.name}"]
         lines += [f"  {c.choice.form:9s} {c.op}: {c.choice.reason}" for c in chosen]
-        return "\n".join([*lines, *program])
+        return "\n".join([*lines, *program, tuning])
 
     def artifact(self) -> TrainingArtifact:
         """What a Trainer runs: the modules compiled so far (those it compiles later, from

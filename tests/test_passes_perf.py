@@ -177,9 +177,10 @@ def test_every_form_bench_measures_is_the_convolution(name):
     each pair of gradient forms both gradients of g * g."""
     import iree.runtime as rt
 
-    from bench.iree_study import _reference, form_function, load_function
+    from bench.iree_study import _reference, load_function
     from pock_mlir.conv_forms import CONV_OPS, GRADIENTS
     from pock_mlir.targets import resolve_target
+    from pock_mlir.tune import form_function
 
     shape = _shapes()[name]
     g = torch.Generator().manual_seed(3)

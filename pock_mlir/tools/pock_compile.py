@@ -1,6 +1,7 @@
 """pock-compile: compile a model file's training step into a device bundle.
 
-    pock-compile MODEL.py [--sparse CONFIG] [--optimizer sgd:lr=0.01,momentum=0.9] [--target aarch64] -o bundle/
+    pock-compile MODEL.py [--sparse CONFIG] [--optimizer sgd:lr=0.01,momentum=0.9] [--target aarch64]
+                 [--tuning table.json [--tuning-any]] -o bundle/
     pock-compile HF_DIR --task causal-lm --seq-len 128 [--batch 1] [--sparse ...] -o bundle/
 
 MODEL.py is a Python file defining, at module level:
@@ -208,6 +209,17 @@ def build_parser() -> argparse.ArgumentParser:
         "--output-name", default=None, help="MODEL.onnx: the graph output to train on (default: the first)"
     )
     parser.add_argument(
+        "--tuning",
+        default=None,
+        help="a table pock-tune measured on the device, to choose each implementation by (see "
+        "docs/tuning-for-your-device.md); one from another device, target or IREE runtime is refused",
+    )
+    parser.add_argument(
+        "--tuning-any",
+        action="store_true",
+        help="use the --tuning table even if measured on another device, target or IREE runtime",
+    )
+    parser.add_argument(
         "--no-cache",
         action="store_true",
         help="compile with IREE even if the compile cache holds this program (see pock_mlir/cache.py)",
@@ -236,6 +248,12 @@ def _run(args) -> int:
     except (ValueError, TypeError) as e:
         raise ValueError(f"--optimizer {args.optimizer}: {e}") from None
     kept = kept_files(check_destination(args.output))
+    if args.tuning_any and args.tuning is None:
+        raise ValueError("--tuning-any applies to a --tuning table; give one")
+    if args.tuning is not None:
+        from pock_mlir.tuning import Tuning
+
+        Tuning.from_file(args.tuning, args.target, args.tuning_any)  # a foreign table is refused before any work
     if args.task is not None and not Path(args.model).is_dir():
         raise ModelFileError(f"--task {args.task} takes a Hugging Face model directory; {args.model} is none")
     if Path(args.model).is_dir():
@@ -261,6 +279,8 @@ def _run(args) -> int:
         verbose=args.verbose or sys.stderr.isatty(),
         functions="all",
         weights=file.weights,
+        tuning=args.tuning,
+        tuning_any=args.tuning_any,
     )
     bundle = write_bundle(
         program,

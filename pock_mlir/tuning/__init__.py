@@ -1,7 +1,9 @@
 """Per-target implementation choices from measurements.
 
 `<target>.json` beside this file holds the measurements (`python -m bench.iree_study convs` and
-`flags`), the host's one file per CPU measured (`table_path`); `choose_conv_form` picks the
+`flags`) of the bench's programs, the host's one file per CPU measured (`table_path`); a table
+pock-tune measured (TABLE_FORMAT: one program's own convolutions and steps, on one device, see
+docs/tuning-for-your-device.md) takes their place where given; `choose_conv_form` picks the
 fastest measured form (pock_mlir/conv_forms.py) for the nearest measured shape,
 `choose_data_tiling` whether IREE data-tiles a program's matmuls, `choose_vector_tails` how it
 vectorizes loop remainders and `choose_fusion` how it forms dispatches, each as measured on the
@@ -10,6 +12,7 @@ most alike program.
 
 from __future__ import annotations
 
+import importlib.metadata
 import json
 import math
 from dataclasses import dataclass, field
@@ -74,9 +77,44 @@ def table_path(target: str) -> Path:
     return best[1] if best[0] else own_table_path(target)
 
 
+# What pock-tune writes: its bundle of candidates (pock_mlir/tune.py) and the table a device
+# measures of them (pock_mlir/runtime/tune.py).
+BUNDLE_FORMAT = "pock-tune-bundle"
+TABLE_FORMAT = "pock-tune-table"
+
+
+def iree_version(package: str) -> str:
+    """The installed version of an IREE package (iree-base-compiler, iree-base-runtime), or "none"."""
+    try:
+        return importlib.metadata.version(package)
+    except importlib.metadata.PackageNotFoundError:
+        return "none"
+
+
+def cpu_device() -> str:
+    """How a table names this machine's CPU as the device it measured (pock-tune run)."""
+    return f"CPU {host_cpu()}"
+
+
+def foreign(table: dict, target: str) -> list[str]:
+    """How a pock-tune table was measured otherwise than for `target` here: another target (a base
+    target name, as pock-backend-switch takes it, matches each of its options), another IREE
+    runtime version, or, for the host, another CPU."""
+    differs = []
+    if table["target"] != target and table["target"].partition(":")[0] != target:
+        differs.append(f"for target '{table['target']}', not '{target}'")
+    if target.partition(":")[0] == "host" and table["device"] != cpu_device():
+        differs.append(f"on {table['device']}, not this {cpu_device()}")
+    runtime = iree_version("iree-base-runtime")
+    if table["iree"]["runtime"] != runtime:
+        differs.append(f"with IREE runtime {table['iree']['runtime']}, not this machine's {runtime}")
+    return differs
+
+
 @dataclass(frozen=True)
 class Tuning:
-    """A table of measurements (python -m bench.iree_study) and how the choices' reasons name it."""
+    """A table of measurements (python -m bench.iree_study, or pock-tune) and how the choices'
+    reasons name it."""
 
     name: str
     table: dict
@@ -92,9 +130,35 @@ class Tuning:
         return cls(name, _checked(path) if path.exists() else {})
 
     @classmethod
-    def from_file(cls, path: str) -> Tuning:
-        """A table given as a file, such as one measured on another machine; ValueError says what is wrong."""
-        return cls(f"tuning file '{path}'", _checked(Path(path)))
+    def from_file(cls, path: str, target: str | None = None, any_device: bool = False) -> Tuning:
+        """A table given as a file, such as one measured on another machine; ValueError says what
+        is wrong. A pock-tune table measured for another target, runtime or CPU (`foreign`) is
+        refused for `target`, or with `any_device` used, its name saying so."""
+        table = _checked(Path(path))
+        if table.get("format") != TABLE_FORMAT:
+            return cls(f"tuning file '{path}'", table)
+        name = f"pock-tune table '{path}' ({table['device']}, IREE runtime {table['iree']['runtime']})"
+        differs = foreign(table, target) if target is not None else []
+        if differs and not any_device:
+            raise ValueError(
+                f"tuning table '{path}' was measured {'; '.join(differs)}: measure it here with pock-tune "
+                "(docs/tuning-for-your-device.md), or give --tuning-any to use it anyway"
+            )
+        return cls(name + "".join(f", measured {d} (--tuning-any)" for d in differs), table)
+
+    def applied(self, flops: MatmulFlops) -> str:
+        """Which measurements decide for a program of these FLOPs: a pock-tune table of its own
+        (one that measured a program of exactly these FLOPs), one of another program's, or a
+        table of the bench's programs, each choice by the most alike of them."""
+        if self.table.get("format") == TABLE_FORMAT:
+            own = any(MatmulFlops(**p) == flops for p in self.table["flags"]["programs"].values())
+            model = self.table["model"]
+            if own:
+                return f"{self.name}, measured for this program ({model})"
+            return f"{self.name}, measured for {model}, not this program: the nearest of its measurements decide"
+        if not self.table:
+            return f"no measurements for {self.name}: the baseline forms and flags"
+        return f"{self.name}, the bench's programs: each choice by the most alike shape or program"
 
 
 def _checked(path: Path) -> dict:
@@ -116,6 +180,10 @@ def _checked(path: Path) -> dict:
 
 def _read_choices_inputs(table: dict) -> None:
     """Reads what the choices read of a table: a malformed one raises here, not in a pass."""
+    if table.get("format") == TABLE_FORMAT:
+        for key in ("target", "device", "model"):
+            str(table[key])
+        str(table["iree"]["runtime"])
     for case in table.get("convs", {}).get("cases", []):
         ConvShape.from_json(case["shape"])
         dict(case["ms"])
@@ -160,6 +228,11 @@ class OpChoice:
     choice: Choice
 
 
+# the choices of a program compiled without pock-backend-switch
+NOT_CHOSEN = "not chosen (no pock-backend-switch)"
+NOT_CHOSEN_TABLE = "none (no pock-backend-switch)"
+
+
 @dataclass(frozen=True)
 class BackendChoices:
     """Everything pock-backend-switch chose for a module, as it hands it to compile_training: the
@@ -169,10 +242,9 @@ class BackendChoices:
     vector_tails: Choice
     fusion: Choice
     ops: dict[str, tuple[OpChoice, ...]]  # by function, in the order of its ops
+    tuning: str = NOT_CHOSEN_TABLE  # which measurements decided (Tuning.applied)
 
 
-# the choices of a program compiled without pock-backend-switch
-NOT_CHOSEN = "not chosen (no pock-backend-switch)"
 UNCHOSEN = BackendChoices(
     Choice("plain", NOT_CHOSEN), Choice("target default", NOT_CHOSEN), Choice("default", NOT_CHOSEN), {}
 )

@@ -1,0 +1,240 @@
+"""pock-tune's mechanics on a tiny CNN (one convolution, two flag sets): the tuning bundle, its
+table measured with the runtime alone and read back, choices that follow a planted measurement,
+and tables from elsewhere refused. No timings are asserted (bench/tune.py measures what tuning gains)."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import pock_mlir as pock
+from pock_mlir.runtime import Trainer
+from pock_mlir.runtime.bundle import load_bundle
+from pock_mlir.runtime.timing import WARMUP_CALLS, time_interleaved
+from pock_mlir.tools import pock_compile, pock_tune
+from pock_mlir.tuning import TABLE_FORMAT, cpu_device, iree_version
+
+MODEL = """
+import torch
+from torch import nn
+
+
+def model():
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Conv2d(3, 4, 3, padding=1), nn.ReLU(), nn.Flatten(), nn.Linear(4 * 6 * 6, 5))
+
+
+def example_batch():
+    torch.manual_seed(1)
+    return torch.randn(2, 3, 6, 6), torch.tensor([1, 3])
+"""
+SETS = "im2col,im2col+global-data-tiling"
+CONV = "dense 3x3/s1 3->4 6x6 n2"
+LAVAPIPE = list(Path("/usr/share/vulkan/icd.d").glob("lvp_icd.*.json"))
+
+
+@pytest.fixture(scope="module")
+def model_file(tmp_path_factory):
+    path = tmp_path_factory.mktemp("tune") / "tiny_cnn.py"
+    path.write_text(MODEL)
+    return path
+
+
+@pytest.fixture(scope="module")
+def tuned(model_file):
+    """The tuning bundle and the table `pock-tune run` measured of it, in a process of its own
+    that must load neither PyTorch nor the compiler."""
+    bundle, table = model_file.parent / "tune-bundle", model_file.parent / "table.json"
+    assert pock_tune.main(["prepare", str(model_file), "--target", "host", "-o", str(bundle), "--sets", SETS]) == 0
+    code = (
+        "import sys; from pock_mlir.tools.pock_tune import main; "
+        f"assert main(['run', {str(bundle)!r}, '-o', {str(table)!r}, '--repeats', '2', '--steps', '5']) == 0; "
+        "print(sorted(m for m in sys.modules if m.split('.')[0] in ('torch', 'torch_mlir') or m.startswith('iree.compiler')))"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "[]", done.stdout
+    return bundle, table, done.stderr
+
+
+@pytest.fixture(scope="module")
+def example(model_file):
+    namespace = {}
+    exec(compile(MODEL, str(model_file), "exec"), namespace)
+    inputs, target = namespace["example_batch"]()
+    return namespace["model"], inputs, target
+
+
+def test_the_table_names_the_device_and_holds_every_candidate(tuned):
+    bundle, table_path, progress = tuned
+    manifest = json.loads((bundle / "tune.json").read_text())
+    table = json.loads(table_path.read_text())
+    assert (table["format"], table["target"], table["device"], table["driver"]) == (
+        TABLE_FORMAT,
+        "host",
+        cpu_device(),
+        "local-task",
+    )
+    assert table["iree"] == {
+        "compiler": iree_version("iree-base-compiler"),
+        "runtime": iree_version("iree-base-runtime"),
+    }
+    # the model's one convolution: its forward and its weight's gradient (the input needs none), each form
+    (case,) = table["convs"]["cases"]
+    assert case["class"] == CONV
+    assert sorted(case["ms"]) == ["forward/direct", "forward/im2col", "weight_grad/direct", "weight_grad/im2col"]
+    assert sorted(case["ms"]) == sorted(c["key"] for c in manifest["convs"][0]["candidates"])
+    assert "disagree_with_baseline" not in case
+    steps = table["flags"]["step_ms"]["tiny_cnn.py"]
+    assert sorted(steps) == sorted(SETS.split(","))
+    for step in manifest["steps"]:
+        # a Trainer of the step's bundle holds the device memory the table records for it
+        trainer = Trainer.from_bundle(load_bundle(bundle / step["bundle"]))
+        assert steps[step["set"]]["device_mb"] == trainer.device_bytes / 2**20
+        assert 0 < steps[step["set"]]["step_ms_min"] <= steps[step["set"]]["step_ms_median"]
+    assert table["flags"]["programs"]["tiny_cnn.py"] == manifest["program"]
+    assert "timing 4 forms of dense 3x3/s1 3->4 6x6 n2" in progress  # progress on stderr
+
+
+def test_each_step_candidate_is_the_program_under_its_flag_set(tuned):
+    bundle, _, _ = tuned
+    manifest = json.loads((bundle / "tune.json").read_text())
+    flags = {step["set"]: step["iree_flags"] for step in manifest["steps"]}
+    assert "--iree-global-opt-data-tiling" in flags["im2col+global-data-tiling"]
+    assert "--iree-global-opt-data-tiling" not in flags["im2col"]
+
+
+def _planted(table_path: Path, tmp_path: Path, plant) -> Path:
+    table = json.loads(table_path.read_text())
+    plant(table)
+    path = tmp_path / "planted.json"
+    path.write_text(json.dumps(table))
+    return path
+
+
+@pytest.mark.parametrize("faster", ["im2col", "direct"])
+def test_a_choice_follows_a_planted_measurement(tuned, example, tmp_path, faster):
+    _, table_path, _ = tuned
+    slower = {"im2col": "direct", "direct": "im2col"}[faster]
+
+    def plant(table):
+        ms = table["convs"]["cases"][0]["ms"]
+        ms[f"forward/{faster}"], ms[f"forward/{slower}"] = 0.0123, 0.5
+        steps = table["flags"]["step_ms"]["tiny_cnn.py"]
+        tiled = faster == "im2col"  # data-tiled planted twice as fast in one case, twice as slow in the other
+        steps["im2col+global-data-tiling"]["step_ms_min"] = steps["im2col"]["step_ms_min"] * (0.5 if tiled else 2)
+
+    model, inputs, target = example
+    program = pock.compile_training(model(), inputs, target, tuning=_planted(table_path, tmp_path, plant), functions=())
+    forward = program.backend.ops["train_step"][0]
+    assert forward.op == f"convolution {CONV}"
+    assert forward.choice.form == faster
+    assert forward.choice.measured.case == CONV  # the model's own shape decided
+    assert f"{faster} 0.012 ms" in forward.choice.reason and "planted.json" in forward.choice.reason
+    assert program.data_tiling.form == ("data-tiled" if faster == "im2col" else "plain")
+    assert program.data_tiling.measured.case == "tiny_cnn.py"
+    report = program.backend_report().splitlines()
+    assert report[-1].startswith("tuning: pock-tune table") and report[-1].endswith(
+        "measured for this program (tiny_cnn.py)"
+    )
+
+
+def test_an_untuned_model_says_the_shipped_table_decided(example):
+    model, inputs, target = example
+    program = pock.compile_training(model(), inputs, target, functions=())
+    assert (
+        program.backend_report()
+        .splitlines()[-1]
+        .endswith("the bench's programs: each choice by the most alike shape or program")
+    )
+
+
+@pytest.mark.parametrize(
+    "field, value, message",
+    [
+        ("device", "CPU x86_64-Other-1-2", f"measured on CPU x86_64-Other-1-2, not this {cpu_device()}"),
+        ("target", "aarch64", "measured for target 'aarch64', not 'host'"),
+        ("iree", {"compiler": "3.12.0", "runtime": "3.12.0"}, "measured with IREE runtime 3.12.0, not this machine's"),
+    ],
+)
+def test_a_table_from_elsewhere_is_refused_in_one_line(
+    tuned, model_file, example, tmp_path, capsys, field, value, message
+):
+    _, table_path, _ = tuned
+    foreign = _planted(table_path, tmp_path, lambda table: table.update({field: value}))
+    argv = [str(model_file), "--tuning", str(foreign), "-o", str(tmp_path / "bundle")]
+    assert pock_compile.main(argv) == 1
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert message in line and "--tuning-any" in line
+    assert not (tmp_path / "bundle").exists()
+    model, inputs, target = example
+    with pytest.raises(ValueError, match="--tuning-any"):
+        pock.compile_training(model(), inputs, target, tuning=foreign, functions=())
+    used = pock.compile_training(model(), inputs, target, tuning=foreign, tuning_any=True, functions=())
+    assert f"{message}" in used.backend_report().splitlines()[-1] and "(--tuning-any)" in used.backend_report()
+
+
+def test_a_table_for_another_program_says_so(tuned):
+    """The same CNN with 5 output channels is another program: the tiny CNN's table decides by
+    its nearest measurements, and the report says so."""
+    import torch
+    from torch import nn
+
+    _, table_path, _ = tuned
+    model = nn.Sequential(nn.Conv2d(3, 5, 3, padding=1), nn.ReLU(), nn.Flatten(), nn.Linear(5 * 6 * 6, 5))
+    program = pock.compile_training(
+        model, torch.randn(2, 3, 6, 6), torch.tensor([1, 3]), tuning=table_path, functions=()
+    )
+    assert (
+        program.backend_report()
+        .splitlines()[-1]
+        .endswith("measured for tiny_cnn.py, not this program: the nearest of its measurements decide")
+    )
+
+
+def test_bad_tuning_input_is_one_line(tuned, model_file, tmp_path, capsys):
+    bundle, _, _ = tuned
+    (tmp_path / "empty").mkdir()
+    assert pock_tune.main(["run", str(tmp_path / "empty"), "-o", str(tmp_path / "t.json")]) == 1
+    assert "is not a pock-tune bundle" in capsys.readouterr().err
+    # a bundle for an aarch64 device is refused on this x86-64 machine before anything is timed
+    aarch64 = tmp_path / "aarch64"
+    aarch64.mkdir()
+    manifest = json.loads((bundle / "tune.json").read_text())
+    (aarch64 / "tune.json").write_text(json.dumps({**manifest, "target": "aarch64"}))
+    assert pock_tune.main(["run", str(aarch64), "-o", str(tmp_path / "t.json")]) == 1
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert "needs an aarch64 CPU" in line and not (tmp_path / "t.json").exists()
+    assert pock_tune.main(["prepare", str(model_file), "-o", str(tmp_path / "p"), "--sets", "im2col+ukernels"]) == 1
+    assert "not among the sets chosen for host" in capsys.readouterr().err
+    assert pock_compile.main([str(model_file), "--tuning-any", "-o", str(tmp_path / "b")]) == 1
+    assert "--tuning-any applies to a --tuning table" in capsys.readouterr().err
+
+
+@pytest.mark.skipif(
+    not LAVAPIPE, reason="lavapipe (Debian mesa-vulkan-drivers) is not installed; run tools/setup_device_deps.sh"
+)
+def test_a_vulkan_tuning_bundle_runs_on_lavapipe(model_file, tmp_path):
+    """The mechanics on a GPU driver (lavapipe is a CPU: its timings say nothing of a GPU's)."""
+    bundle, table_path = tmp_path / "vulkan", tmp_path / "vulkan.json"
+    assert (
+        pock_tune.main(["prepare", str(model_file), "--target", "vulkan", "-o", str(bundle), "--sets", "im2col"]) == 0
+    )
+    assert pock_tune.main(["run", str(bundle), "-o", str(table_path), "--repeats", "1", "--steps", "5"]) == 0
+    table = json.loads(table_path.read_text())
+    assert (table["target"], table["driver"]) == ("vulkan", "vulkan") and table["device"].startswith("GPU llvmpipe")
+    assert sorted(table["convs"]["cases"][0]["ms"]) == [
+        "forward/direct",
+        "forward/im2col",
+        "weight_grad/direct",
+        "weight_grad/im2col",
+    ]
+    assert list(table["flags"]["step_ms"]["tiny_cnn.py"]) == ["im2col"]
+
+
+def test_candidates_are_timed_in_interleaved_rounds():
+    calls = []
+    ms = time_interleaved({"a": lambda: calls.append("a"), "b": lambda: calls.append("b")}, repeats=4)
+    assert calls == ["a", "b"] * (4 + WARMUP_CALLS) and set(ms) == {"a", "b"}
