@@ -238,3 +238,30 @@ def test_candidates_are_timed_in_interleaved_rounds():
     calls = []
     ms = time_interleaved({"a": lambda: calls.append("a"), "b": lambda: calls.append("b")}, repeats=4)
     assert calls == ["a", "b"] * (4 + WARMUP_CALLS) and set(ms) == {"a", "b"}
+
+
+def test_the_guide_tunes_and_compiles_the_digits_mlp(tmp_path):
+    """docs/tuning-for-your-device.md's block as written, in a scratch copy of the repository root."""
+    import os
+
+    from docs_blocks import REPO, doc_commands
+
+    commands = doc_commands("docs/tuning-for-your-device.md", "## Tuning on the device")
+    assert [c.split()[:2] for c in commands] == [
+        ["pock-tune", "prepare"],
+        ["pock-tune", "run"],
+        ["pock-compile", "examples/mlp_digits.py"],
+    ]
+    (tmp_path / "examples").symlink_to(REPO / "examples")
+    env = dict(os.environ, PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}")
+    outputs = []
+    for command in commands:
+        done = subprocess.run(["sh", "-c", command], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
+        assert done.returncode == 0, f"{command}\n{done.stderr[-2000:]}"
+        outputs.append(done.stdout)
+    table = json.loads((tmp_path / "table.json").read_text())
+    assert table["model"] == "mlp_digits.py" and table["convs"]["cases"] == []  # an MLP: no convolutions
+    assert sorted(table["flags"]["step_ms"]["mlp_digits.py"]) == ["im2col", "im2col+global-data-tiling"]
+    assert outputs[-1].splitlines()[-2].endswith("measured for this program (mlp_digits.py)")
+    manifest = json.loads((tmp_path / "bundle" / "manifest.json").read_text())
+    assert manifest["model"] == "mlp_digits.py"

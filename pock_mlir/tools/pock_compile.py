@@ -299,6 +299,8 @@ def _run(args) -> int:
     )
     if kept:
         print(f"kept from the earlier bundle there: {', '.join(kept)}")
+    if args.tuning is not None:
+        print(program.backend_report().splitlines()[-1])  # which table decided, and for what
     if args.verbose or sys.stderr.isatty():
         print(program.compile_report(), file=sys.stderr)
     print(f"one step on the device: {bundle}/run_step.sh; training: pock-train {bundle} --data DATA.npz")
