@@ -3,6 +3,7 @@ table measured with the runtime alone and read back, choices that follow a plant
 and tables from elsewhere refused. No timings are asserted (bench/tune.py measures what tuning gains)."""
 
 import json
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -33,6 +34,11 @@ def example_batch():
 SETS = "im2col,im2col+global-data-tiling"
 CONV = "dense 3x3/s1 3->4 6x6 n2"
 LAVAPIPE = list(Path("/usr/share/vulkan/icd.d").glob("lvp_icd.*.json"))
+AARCH64_SYSROOT = Path("/usr/aarch64-linux-gnu")
+AARCH64_BENCHMARK = (
+    Path(__file__).resolve().parent.parent / ".cache" / "iree-aarch64" / iree_version("iree-base-runtime")
+)
+AARCH64_BENCHMARK = AARCH64_BENCHMARK / "iree-benchmark-module"
 
 
 @pytest.fixture(scope="module")
@@ -232,6 +238,63 @@ def test_a_vulkan_tuning_bundle_runs_on_lavapipe(model_file, tmp_path):
         "weight_grad/im2col",
     ]
     assert list(table["flags"]["step_ms"]["tiny_cnn.py"]) == ["im2col"]
+
+
+def test_the_stock_benchmark_tool_times_the_same_candidates(tuned, tmp_path):
+    """--benchmark-module (a device without Python): the same rows, the device as named, the
+    forms marked unchecked, and each step's device memory as a Trainer of it holds (the Python
+    run's table)."""
+    import iree.runtime
+
+    bundle, table_path, _ = tuned
+    tool = Path(iree.runtime.__file__).parent.parent / "_runtime_libs" / "iree-benchmark-module"
+    out = tmp_path / "stock.json"
+    argv = ["run", str(bundle), "-o", str(out), "--benchmark-module", str(tool), "--device-name", "CPU named"]
+    assert pock_tune.main([*argv, "--repeats", "2", "--steps", "5"]) == 0
+    table, python = json.loads(out.read_text()), json.loads(table_path.read_text())
+    assert table["device"] == "CPU named" and table["convs"]["cases"][0]["results_checked"] is False
+    assert sorted(table["convs"]["cases"][0]["ms"]) == sorted(python["convs"]["cases"][0]["ms"])
+    for flag_set, row in python["flags"]["step_ms"]["tiny_cnn.py"].items():
+        assert table["flags"]["step_ms"]["tiny_cnn.py"][flag_set]["device_mb"] == row["device_mb"]
+
+
+def test_the_stock_benchmark_tool_needs_the_device_named(tuned, tmp_path, capsys):
+    bundle, _, _ = tuned
+    assert pock_tune.main(["run", str(bundle), "-o", str(tmp_path / "t.json"), "--benchmark-module", "x"]) == 1
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert "--benchmark-module and --device-name go together" in line
+
+
+@pytest.mark.skipif(
+    sys.platform != "linux"
+    or not (shutil.which("qemu-aarch64") and AARCH64_BENCHMARK.exists() and AARCH64_SYSROOT.exists()),
+    reason="needs qemu-aarch64, the aarch64 sysroot and IREE's aarch64 iree-benchmark-module: run tools/setup_device_deps.sh",
+)
+def test_an_aarch64_tuning_bundle_runs_under_qemu(model_file, example, tmp_path):
+    """The mechanics under qemu-aarch64 (emulated timings choose nothing worth having)."""
+    bundle, table_path = tmp_path / "aarch64", tmp_path / "aarch64.json"
+    assert (
+        pock_tune.main(["prepare", str(model_file), "--target", "aarch64", "-o", str(bundle), "--sets", "im2col"]) == 0
+    )
+    command = f"qemu-aarch64 -L {AARCH64_SYSROOT} {AARCH64_BENCHMARK}"
+    argv = [
+        "run",
+        str(bundle),
+        "-o",
+        str(table_path),
+        "--benchmark-module",
+        command,
+        "--device-name",
+        "CPU qemu-aarch64",
+    ]
+    assert pock_tune.main([*argv, "--repeats", "1", "--steps", "5"]) == 0
+    table = json.loads(table_path.read_text())
+    assert (table["target"], table["device"]) == ("aarch64", "CPU qemu-aarch64")
+    assert list(table["flags"]["step_ms"]["tiny_cnn.py"]) == ["im2col"]
+    model, inputs, target = example
+    program = pock.compile_training(model(), inputs, target, target="aarch64", tuning=table_path, functions=())
+    assert program.backend_report().splitlines()[-1].endswith("measured for this program (tiny_cnn.py)")
+    assert "CPU qemu-aarch64" in program.backend.ops["train_step"][0].choice.reason
 
 
 def test_candidates_are_timed_in_interleaved_rounds():

@@ -3,8 +3,8 @@
 # targets on an x86-64 machine, or says why it cannot (those tests then skip, saying so):
 #   qemu-user, libc6-arm64-cross, libstdc++6-arm64-cross   aarch64 modules under qemu-aarch64
 #   mesa-vulkan-drivers, libvulkan1                          Vulkan modules on lavapipe (a CPU Vulkan driver)
-#   IREE's aarch64 iree-run-module, from the iree-base-runtime wheel of the installed version,
-#   unpacked into .cache/iree-aarch64/VERSION/
+#   IREE's aarch64 iree-run-module and iree-benchmark-module (pock-tune run --benchmark-module),
+#   from the iree-base-runtime wheel of the installed version, unpacked into .cache/iree-aarch64/VERSION/
 # Idempotent and quick once everything is there. Never fails: `make test` runs it on fresh machines.
 #
 # Usage: tools/setup_device_deps.sh PYTHON     (the venv's python; default .venv/bin/python)
@@ -40,8 +40,8 @@ version=$("$PY" -c 'import importlib.metadata as m; print(m.version("iree-base-r
     exit 0
 }
 cache=.cache/iree-aarch64/$version
-[ -x "$cache/iree-run-module" ] && exit 0
-say "fetching the aarch64 iree-run-module of iree-base-runtime $version into $cache"
+[ -x "$cache/iree-run-module" ] && [ -x "$cache/iree-benchmark-module" ] && exit 0
+say "fetching the aarch64 iree-run-module and iree-benchmark-module of iree-base-runtime $version into $cache"
 mkdir -p "$cache"
 if ! "$PY" -m pip download --quiet --only-binary=:all: --platform manylinux_2_28_aarch64 \
         --python-version "$("$PY" -c 'import sys; print("%d.%d" % sys.version_info[:2])')" --no-deps \
@@ -54,9 +54,11 @@ import glob, os, sys, zipfile
 
 cache = sys.argv[1]
 (wheel,) = glob.glob(os.path.join(cache, "wheel", "*.whl"))
-with zipfile.ZipFile(wheel) as z, open(os.path.join(cache, "iree-run-module.part"), "wb") as out:
-    out.write(z.read("iree/_runtime_libs/iree-run-module"))
-os.chmod(os.path.join(cache, "iree-run-module.part"), 0o755)
-os.replace(os.path.join(cache, "iree-run-module.part"), os.path.join(cache, "iree-run-module"))
+for tool in ("iree-run-module", "iree-benchmark-module"):
+    part = os.path.join(cache, tool + ".part")
+    with zipfile.ZipFile(wheel) as z, open(part, "wb") as out:
+        out.write(z.read("iree/_runtime_libs/" + tool))
+    os.chmod(part, 0o755)
+    os.replace(part, os.path.join(cache, tool))
 EOF
 rm -rf "$cache/wheel"

@@ -8,6 +8,13 @@ miscompiled form must never be chosen however fast. They are then timed in inter
 each the fastest of its calls; the whole steps take turns of back-to-back steps, each recorded as
 its fastest and median step and its Trainer's device memory (pock_mlir/runtime/timing.py, as the
 bench's flag study times them).
+
+On a device without Python (or an aarch64 one under qemu here), `benchmark` times them with IREE's
+stock iree-benchmark-module instead, a command such as "qemu-aarch64 -L /usr/aarch64-linux-gnu
+.../iree-benchmark-module" of this IREE runtime's version: in the same interleaved rounds, each
+form its fastest of `repeats` rounds of one call per round (inputs all ones), each step's turn the
+mean of STEPS_PER_TURN steps back to back, each after WARMUP_S of untimed calls. It returns no results, so the forms go unchecked
+(the table says so), and the device is named as given.
 """
 
 from __future__ import annotations
@@ -15,6 +22,9 @@ from __future__ import annotations
 import functools
 import json
 import os
+import shlex
+import statistics
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -25,9 +35,9 @@ import numpy as np
 from pock_mlir.abi import TRAIN_STEP
 from pock_mlir.files import atomic_write, check_writable
 from pock_mlir.runtime.bundle import ARGS, load_bundle
-from pock_mlir.runtime.timing import REPEATS, step_statistics, time_in_turns, time_interleaved
-from pock_mlir.runtime.trainer import Trainer
-from pock_mlir.runtime.workspace import ModuleFunctions, to_host
+from pock_mlir.runtime.timing import REPEATS, STEPS_PER_TURN, step_statistics, time_in_turns, time_interleaved
+from pock_mlir.runtime.trainer import CALLED, Trainer
+from pock_mlir.runtime.workspace import ModuleFunctions, module_transient_bytes, to_host
 from pock_mlir.targets import CPU_DRIVERS, resolve_target
 from pock_mlir.tuning import BUNDLE_FORMAT, TABLE_FORMAT, cpu_device, iree_version
 
@@ -108,52 +118,162 @@ def _conv_case(directory: Path, case: dict, config, rng, repeats: int) -> dict:
     return row
 
 
-def run(directory, output, *, device: str | None = None, repeats: int = REPEATS, steps: int = STEPS, log=None) -> dict:
+def _steps(directory: Path, compiled: dict, driver: str, steps: int) -> dict:
+    """{flag set: its row} of the step bundles `compiled` (by flag set), each run by a Trainer."""
+    results, trainers = {}, {}
+    for flag_set, path in compiled.items():
+        bundle = load_bundle(directory / path)
+        trainer = Trainer.from_bundle(bundle, device=driver)
+        inputs, target = _example_batch(bundle)
+        for _ in range(3):  # the first steps warm up, as the flag study's
+            trainer.step(inputs, target)
+        results[flag_set] = {"device_mb": trainer.device_bytes / 2**20}
+        trainers[flag_set] = functools.partial(trainer.step, inputs, target)
+    for flag_set, seconds in time_in_turns(trainers, steps).items():
+        results[flag_set].update(step_statistics(seconds))
+    return results
+
+
+# iree-benchmark-module's first calls of a function are many times slower than the next ones
+# (3.2 ms against 0.012 ms for a tiny convolution here): each timed call follows this much of untimed ones.
+WARMUP_S = 0.05
+
+
+class Benchmark:
+    """Calls of IREE's stock iree-benchmark-module (see the module docstring)."""
+
+    UNITS = {"ns": 1e-6, "us": 1e-3, "ms": 1.0, "s": 1e3}
+
+    def __init__(self, command: str, driver: str):
+        self.command, self.driver = shlex.split(command), driver
+        if not self.command:
+            raise TuneError("--benchmark-module: give the iree-benchmark-module command")
+
+    def ms(self, module: Path, function: str, inputs: list[str], calls: int) -> float:
+        """The mean ms of `calls` calls back to back of `function`."""
+        argv = [
+            *self.command,
+            f"--device={self.driver}",
+            f"--module={module}",
+            f"--function={function}",
+            *(f"--input={i}" for i in inputs),
+            f"--benchmark_min_time={calls}x",
+            f"--benchmark_min_warmup_time={WARMUP_S}",
+            "--benchmark_format=json",
+        ]
+        try:
+            done = subprocess.run(argv, capture_output=True, text=True)
+        except OSError as e:
+            raise TuneError(f"--benchmark-module: cannot run {argv[0]}: {e.strerror or e}") from None
+        if done.returncode != 0:
+            last = (done.stderr.strip().splitlines() or ["no output"])[-1]
+            raise TuneError(f"--benchmark-module failed on {module.name} {function} ({last[:200]})")
+        runs = [b for b in json.loads(done.stdout)["benchmarks"] if b.get("run_type") == "iteration"]
+        return min(b["real_time"] * self.UNITS[b["time_unit"]] for b in runs)
+
+
+def _benchmarked_case(directory: Path, case: dict, benchmark: Benchmark, repeats: int) -> dict:
+    calls = {}
+    for candidate in case["candidates"]:
+        module = directory / candidate["module"]
+        workspace = module_transient_bytes(module.read_bytes(), "main")
+        inputs = ["x".join(map(str, dims)) + "xf32=1" for dims in candidate["arguments"]]
+        inputs += [f"&{workspace}xi8"] if workspace is not None else []
+        calls[candidate["key"]] = functools.partial(benchmark.ms, module, "main", inputs, 1)
+    best = {key: float("inf") for key in calls}
+    for _ in range(repeats):  # interleaved rounds, one call of each form a round
+        for key, call in calls.items():
+            best[key] = min(best[key], call())
+    return {"shape": case["shape"], "class": case["class"], "ms": best, "results_checked": False}
+
+
+def _step_device_mb(bundle) -> float:
+    """A Trainer's device memory for a step bundle, as Trainer.device_bytes counts it, without one."""
+    sig = bundle.signature
+    sizes = [size for f in CALLED if (size := module_transient_bytes(bundle.vmfb, f)) is not None]
+    return sig.device_bytes(bundle.in_place & set(sig.written()), max(sizes, default=None)) / 2**20
+
+
+def _benchmarked_steps(directory: Path, steps_of: dict, benchmark: Benchmark, steps: int) -> dict:
+    """{flag set: its row} of the steps, in turns of STEPS_PER_TURN steps back to back."""
+    calls, results = {}, {}
+    for flag_set, path in steps_of.items():
+        bundle = load_bundle(directory / path)
+        step = bundle.manifest["functions"][TRAIN_STEP]
+        inputs = [f"@{bundle.path / ARGS / a['path']}" for a in step["arguments"]]
+        inputs.append(f"&{bundle.manifest['module']['workspace_bytes'][TRAIN_STEP]}xi8")
+        calls[flag_set] = functools.partial(
+            benchmark.ms, bundle.path / "module.vmfb", TRAIN_STEP, inputs, STEPS_PER_TURN
+        )
+        results[flag_set] = {"device_mb": _step_device_mb(bundle)}
+    turns = {flag_set: [] for flag_set in calls}
+    for _ in range(max(1, steps // STEPS_PER_TURN)):
+        for flag_set, call in calls.items():
+            turns[flag_set].append(call())
+    for flag_set, ms in turns.items():
+        results[flag_set].update(step_ms_min=min(ms), step_ms_median=statistics.median(ms))
+    return results
+
+
+def run(
+    directory,
+    output,
+    *,
+    device: str | None = None,
+    repeats: int = REPEATS,
+    steps: int = STEPS,
+    benchmark_module: str | None = None,
+    device_name_given: str | None = None,
+    log=None,
+) -> dict:
     """Time the tuning bundle at `directory` on `device` (an IREE driver; the target's by default)
-    and write the table to `output`; returns it. Everything is checked before anything is timed."""
+    and write the table to `output`; returns it. Everything is checked before anything is timed.
+    `benchmark_module`: time with that iree-benchmark-module command instead, on the device
+    named `device_name_given` (see the module docstring)."""
     log = log or (lambda message: print(f"pock-tune: {message}", file=sys.stderr, flush=True))
     directory = Path(directory)
     manifest = read_manifest(directory)
     target = resolve_target(manifest["target"])
     driver = device or target.device
-    target.check_runtime(driver)
+    if (benchmark_module is None) != (device_name_given is None):
+        raise TuneError("--benchmark-module and --device-name go together: the command runs on the device named")
+    # the command runs on the device named, whatever this machine is: only its driver is checked
+    target.check_runtime(driver, target.arch if benchmark_module else None)
     check_writable(output)
     if repeats < 1 or steps < 1:
         raise TuneError(f"--repeats and --steps must be at least 1, got {repeats} and {steps}")
     start = time.perf_counter()
-    config = rt.Config(device=rt.get_device(driver, cache=False))
+    benchmark = Benchmark(benchmark_module, driver) if benchmark_module else None
+    config = None if benchmark else rt.Config(device=rt.get_device(driver, cache=False))
     rng = np.random.default_rng(0)
     count = len(manifest["convs"]) + bool(manifest["steps"])
     cases = []
     for i, case in enumerate(manifest["convs"]):
         log(f"[{i + 1}/{count}] timing {len(case['candidates'])} forms of {case['class']}, {repeats} rounds")
-        row = _conv_case(directory, case, config, rng, repeats)
+        if benchmark:
+            row = _benchmarked_case(directory, case, benchmark, repeats)
+        else:
+            row = _conv_case(directory, case, config, rng, repeats)
         log("  " + ", ".join(f"{key} {ms:.3f} ms" for key, ms in row["ms"].items()))
         for key in row.get("disagree_with_baseline", ()):
             log(f"  {key} left out: its results disagree with the baseline form's")
         cases.append(row)
     model = manifest["model"]
-    results, trainers = {}, {}
-    for step in manifest["steps"]:
-        if "error" in step:
-            results[step["set"]] = {"error": step["error"]}
-            continue
-        bundle = load_bundle(directory / step["bundle"])
-        trainer = Trainer.from_bundle(bundle, device=driver)
-        inputs, target_batch = _example_batch(bundle)
-        for _ in range(3):  # the first steps warm up, as the flag study's
-            trainer.step(inputs, target_batch)
-        results[step["set"]] = {"device_mb": trainer.device_bytes / 2**20}
-        trainers[step["set"]] = functools.partial(trainer.step, inputs, target_batch)
-    if trainers:
-        log(f"[{count}/{count}] timing the whole {TRAIN_STEP} under {len(trainers)} flag sets, {steps} steps each")
-        for flag_set, seconds in time_in_turns(trainers, steps).items():
-            results[flag_set].update(step_statistics(seconds))
-            log(f"  {flag_set}: {results[flag_set]['step_ms_min']:.2f} ms")
+    results = {step["set"]: {"error": step["error"]} for step in manifest["steps"] if "error" in step}
+    compiled = {step["set"]: step["bundle"] for step in manifest["steps"] if "error" not in step}
+    if compiled:
+        log(f"[{count}/{count}] timing the whole {TRAIN_STEP} under {len(compiled)} flag sets, {steps} steps each")
+        results.update(
+            _benchmarked_steps(directory, compiled, benchmark, steps)
+            if benchmark
+            else _steps(directory, compiled, driver, steps)
+        )
+        for flag_set in compiled:
+            log(f"  {flag_set}: {results[flag_set]['step_ms_min']:.2f} ms, {results[flag_set]['device_mb']:.1f} MB")
     table = {
         "format": TABLE_FORMAT,
         "target": manifest["target"],
-        "device": device_name(driver),
+        "device": device_name_given or device_name(driver),
         "driver": driver,
         "iree": {"compiler": manifest["iree"]["compiler"], "runtime": iree_version("iree-base-runtime")},
         "model": model,

@@ -11,7 +11,8 @@ choose: each convolution shape of the step in each form of each op (forward, eac
 gradients together), and the whole step under each flag set it chooses between (data tiling,
 vector tails on CPUs, fusion). run times them on the device without PyTorch or the compiler, as
 pock-train runs, and writes the table: the device (CPU model or GPU), the target, the IREE
-runtime version and each candidate's time (and each step's device memory). A table from another
+runtime version and each candidate's time (and each step's device memory); on a device without
+Python, --benchmark-module times them with IREE's stock iree-benchmark-module. A table from another
 device, target or runtime version is refused by pock-compile --tuning (--tuning-any uses it,
 saying so in program.backend_report()). See docs/tuning-for-your-device.md.
 
@@ -63,6 +64,14 @@ def build_parser(command: str):
         parser.add_argument("bundle", help="the tuning bundle (from pock-tune prepare)")
         parser.add_argument("-o", "--output", required=True, help="the table to write (JSON)")
         parser.add_argument("--device", choices=DRIVERS, default=None, help="the IREE driver (default: the target's)")
+        parser.add_argument(
+            "--benchmark-module",
+            default=None,
+            help="time with this iree-benchmark-module command (of this IREE version) instead of the Python "
+            "runtime, e.g. 'qemu-aarch64 -L /usr/aarch64-linux-gnu .cache/iree-aarch64/VERSION/iree-benchmark-module'; "
+            "needs --device-name",
+        )
+        parser.add_argument("--device-name", default=None, help="with --benchmark-module: the device it runs on")
         _run_options(parser)
     else:
         _prepare_options(parser)
@@ -98,7 +107,15 @@ def _run(command: str, args) -> int:
     if command == "prepare":
         _prepare(args, args.target, args.output)
     elif command == "run":
-        run(args.bundle, args.output, device=args.device, repeats=args.repeats, steps=args.steps)
+        run(
+            args.bundle,
+            args.output,
+            device=args.device,
+            repeats=args.repeats,
+            steps=args.steps,
+            benchmark_module=args.benchmark_module,
+            device_name_given=args.device_name,
+        )
     else:
         from pock_mlir.files import check_writable
 
