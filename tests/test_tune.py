@@ -200,6 +200,16 @@ def test_a_table_for_another_program_says_so(tuned):
     )
 
 
+def test_on_the_host_one_command_does_both(model_file, tmp_path, capsys):
+    table_path = tmp_path / "both.json"
+    argv = [str(model_file), "-o", str(table_path), "--sets", "im2col", "--repeats", "1", "--steps", "5"]
+    assert pock_tune.main(argv) == 0
+    table = json.loads(table_path.read_text())
+    assert table["device"] == cpu_device() and list(table["flags"]["step_ms"]["tiny_cnn.py"]) == ["im2col"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["both.json"]  # its tuning bundle was temporary
+    assert "timing the whole train_step under 1 flag sets" in capsys.readouterr().err
+
+
 def test_bad_tuning_input_is_one_line(tuned, model_file, tmp_path, capsys):
     bundle, _, _ = tuned
     (tmp_path / "empty").mkdir()

@@ -146,6 +146,12 @@ class Tuning:
             )
         return cls(name + "".join(f", measured {d} (--tuning-any)" for d in differs), table)
 
+    def measures_with(self, study: str, sets: str = "") -> str:
+        """The command that measures what this table lacks: a `study` (convs, flags) of some flag `sets`."""
+        if self.table.get("format") == TABLE_FORMAT:
+            return "pock-tune prepare" + (f" --sets {sets}" if sets else "") + " and run"
+        return f"python -m bench.iree_study {study}" + (f" --sets {sets}" if sets else "")
+
     def applied(self, flops: MatmulFlops) -> str:
         """Which measurements decide for a program of these FLOPs: a pock-tune table of its own
         (one that measured a program of exactly these FLOPs), one of another program's, or a
@@ -293,7 +299,7 @@ def choose_conv_form(tuning: Tuning, shape: ConvShape, op: str, min_speedup: flo
     cases = [(ConvShape.from_json(c["shape"]), c) for c in tuning.table.get("convs", {}).get("cases", [])]
     cases = [(s, c) for s, c in cases if s.forms(op) == implemented and f"{op}/{baseline}" in c["ms"]]
     if not cases:
-        return Choice(baseline, f"no measurements for {tuning.name} (python -m bench.iree_study convs)")
+        return Choice(baseline, f"no measurements for {tuning.name} ({tuning.measures_with('convs')})")
     _, case = min(cases, key=lambda sc: _distance(shape, sc[0]))
     timings = {form: case["ms"][f"{op}/{form}"] for form in forms if f"{op}/{form}" in case["ms"]}
     best = min(timings, key=timings.get)
@@ -424,8 +430,8 @@ def _by_most_alike(
         why = (
             "no matmuls or convolutions, like no program measured"
             if not flops.matmuls and not flops.convolutions
-            else f"no {what} measurements for {tuning.name} (python -m bench.iree_study flags --sets "
-            f"{baselines[0]},{flag_sets[0]})"
+            else f"no {what} measurements for {tuning.name} "
+            f"({tuning.measures_with('flags', f'{baselines[0]},{flag_sets[0]}')})"
         )
         return Choice(forms[2], why)
     measured, alike, flag_set, baseline = found
