@@ -29,6 +29,7 @@ LONGEST_FIRST = (
     "test_keyword_inputs.py",
     "test_federated.py",
     "test_targets.py",
+    "test_tune.py",
     "test_lora.py",
     "test_moe.py",
     "test_state_dict.py",

@@ -73,7 +73,8 @@ def build_parser(command: str):
         )
         parser.add_argument("--device-name", default=None, help="with --benchmark-module: the device it runs on")
         _run_options(parser)
-    else:
+    else:  # the usage names the subcommands too: `pock-tune --help` is where a user looks first
+        parser.usage = "\n  ".join(line.split("#")[0].strip() for line in __doc__.split("\n\n")[1].splitlines()[:3])
         _prepare_options(parser)
         _run_options(parser)
         parser.add_argument("-o", "--output", required=True, help="the table to write (JSON)")
