@@ -17,7 +17,9 @@ into its CPU_COMMON, every CPU target's flags, and pock-backend-switch reads the
 vector-tails and aggressive-fusion sets' steps to choose those three per program (pock_mlir.tuning).
 
 Timings are the fastest of many calls: on a machine shared with other jobs the minimum is the
-least disturbed estimate of what a form or flag set costs.
+least disturbed estimate of what a form or flag set costs (pock_mlir/runtime/timing.py, which
+pock-tune shares: it measures one model's own shapes and step on its device instead,
+docs/tuning-for-your-device.md).
 """
 
 from __future__ import annotations
