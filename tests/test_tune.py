@@ -200,6 +200,26 @@ def test_a_table_for_another_program_says_so(tuned):
     )
 
 
+def test_a_form_whose_results_disagree_is_never_in_the_table(model_file, tmp_path, monkeypatch):
+    """A forward im2col form planted to compute twice the convolution (as a miscompiled one
+    might): the run leaves it out and names it, so that no choice can take it."""
+    from pock_mlir import tune
+    from pock_mlir.runtime.tune import run
+
+    im2col = tune.FORMS["forward", "im2col"]
+
+    def doubled(b, shape, g, x, w):
+        y = im2col(b, shape, g, x, w)
+        return b.add(y, y)
+
+    monkeypatch.setitem(tune.FORMS, ("forward", "im2col"), doubled)
+    file = pock_compile.load_model_file(str(model_file))
+    tune.prepare(file, "tiny_cnn.py", "host", tmp_path / "bundle", sets=("im2col",), log=lambda message: None)
+    (case,) = run(tmp_path / "bundle", tmp_path / "t.json", repeats=1, steps=5, log=lambda m: None)["convs"]["cases"]
+    assert case["disagree_with_baseline"] == ["forward/im2col"]
+    assert sorted(case["ms"]) == ["forward/direct", "weight_grad/direct", "weight_grad/im2col"]
+
+
 def test_on_the_host_one_command_does_both(model_file, tmp_path, capsys):
     table_path = tmp_path / "both.json"
     argv = [str(model_file), "-o", str(table_path), "--sets", "im2col", "--repeats", "1", "--steps", "5"]
