@@ -2,7 +2,9 @@
 scheme x system, side by side in one run; writes results.json, results.md and results.png. The systems:
 PyTorch eager and torch.compile, ONNX Runtime's on-device training (exported and set up in
 bench/child.py, timed in bench/ort_child.py, which never imports torch), JAX for the LLaMA-like
-decoders (a port of the model in bench/jax_child.py, also without torch) and pock-mlir.
+decoders (a port of the model in bench/jax_child.py, also without torch), ExecuTorch's training
+(exported in bench/child.py, timed in bench/executorch_child.py, its losses checked against eager's
+first) and pock-mlir.
 
     python -m bench                       # everything (about 50 minutes on 2 cores)
     python -m bench --quick               # the MLP, few steps: a smoke test of the harness
@@ -39,6 +41,7 @@ SYSTEMS = (
     "torch.compile",
     "ort-training",
     "jax",
+    "executorch",
     "pock-mlir",
     "pock-mlir-deployed",
     "pock-mlir-deployed-ort-optimizer",
@@ -117,15 +120,25 @@ ABLATIONS = {
 }
 ORT_SCHEMES = ("full", "sparse")  # ONNX Runtime trains or freezes whole parameters: no LoRA adapters
 JAX_SCHEMES = ("full", "sparse")  # the JAX port differentiates the trained parameters only: no LoRA adapters
+EXECUTORCH_SCHEMES = ("full", "sparse")  # its joint graph trains whole parameters: no LoRA adapters
 DEPLOYED_SCHEMES = ("full", "sparse")  # pock-mlir's bundle in a torch-free process, beside ONNX Runtime's
 # The deployed bundle compiled with the optimizer ONNX Runtime runs (bench.models.ort_optimizer), on
 # the models where that differs from theirs: ONNX Runtime's memory against the same training.
 ORT_OPTIMIZER = "pock-mlir-deployed-ort-optimizer"
 THREADS = os.cpu_count() or 1  # IREE's local-task driver starts one worker per core; torch and ONNX Runtime get as many
-# tasks that must not import torch; the rest run in bench.child
-CHILD_MODULES = {"ort-run": "bench.ort_child", "jax-run": "bench.jax_child", "pock-deployed": "bench.deployed_child"}
-# peers whose model bench/child.py exports (with torch) for a child that trains it without torch
-EXPORTED_PEERS = {"ort-training": ("ort-export", "ort-run"), "jax": ("jax-export", "jax-run")}
+# tasks in a child of their own, which does not import torch (but ExecuTorch's runtime does); the rest run in bench.child
+CHILD_MODULES = {
+    "ort-run": "bench.ort_child",
+    "jax-run": "bench.jax_child",
+    "executorch-run": "bench.executorch_child",
+    "pock-deployed": "bench.deployed_child",
+}
+# peers whose model bench/child.py exports (with torch) for a child of their own that trains it
+EXPORTED_PEERS = {
+    "ort-training": ("ort-export", "ort-run"),
+    "jax": ("jax-export", "jax-run"),
+    "executorch": ("executorch-export", "executorch-run"),
+}
 
 
 def pock_flags() -> list[str]:
@@ -518,6 +531,7 @@ def main(argv=None) -> int:
                     in {
                         "ort-training": ORT_SCHEMES,
                         "jax": JAX_SCHEMES,
+                        "executorch": EXECUTORCH_SCHEMES,
                         "pock-mlir-deployed": DEPLOYED_SCHEMES,
                         ORT_OPTIMIZER: DEPLOYED_SCHEMES,
                     }.get(s, SCHEMES if s.startswith("pock-mlir") else ("full", "sparse", *PEFT_SCHEMES))

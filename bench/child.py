@@ -29,7 +29,7 @@ import pock_mlir as pock
 from bench.flops import step_flops
 from bench.memory import rss_kb
 from bench.models import MODELS, PEFT_SCHEMES, ort_optimizer, scheme_spec, trainable_names
-from bench.protocol import first_line, memory_facts, print_result, timed_rounds
+from bench.protocol import Unsupported, first_line, memory_facts, print_result, timed_rounds
 from pock_mlir.bundle import write_bundle
 from pock_mlir.frontend import resolve_loss
 from pock_mlir.iree_flags import CHOSEN_VECTOR_TAILS
@@ -282,6 +282,112 @@ def export_jax(spec) -> dict:
     }
 
 
+def _executorch_optimizer(optimizer):
+    """The optimizer ExecuTorch's training runs for the model's (its training extension has SGD,
+    momentum included, and nothing else), and the note when it differs."""
+    if isinstance(optimizer, pock.SGD):
+        return optimizer, None
+    return pock.SGD(lr=optimizer.lr), f"SGD at the same learning rate (ExecuTorch has no {type(optimizer).__name__})"
+
+
+def _var_mean(x, dim=None, *, correction=None, keepdim=False):
+    return torch.var(x, dim, correction=correction, keepdim=keepdim), torch.mean(x, dim, keepdim=keepdim)
+
+
+def _executorch_decompositions() -> dict:
+    """Core ATen and the decompositions ExecuTorch's kernels need in a training graph beyond them:
+    the functional batch norm of a training step (no ExecuTorch kernel; torch's decomposition of it
+    calls var_mean, which core ATen would lower to prims ops ExecuTorch cannot run, so var_mean
+    becomes var and mean) and max-pool's backward (ExecuTorch's kernel gave wrong gradients)."""
+    from torch._decomp import core_aten_decompositions, get_decompositions
+
+    aten = torch.ops.aten
+    table = core_aten_decompositions()
+    table.update(
+        get_decompositions(
+            [aten._native_batch_norm_legit_functional.default, aten.max_pool2d_with_indices_backward.default]
+        )
+    )
+    table[aten.var_mean.correction] = _var_mean
+    return table
+
+
+def _check_executorch_kernels(graph) -> None:
+    """Fail before lowering on what ExecuTorch's kernels cannot run in the joint graph."""
+    for node in graph.nodes:
+        if node.target is torch.ops.aten.convolution_backward.default and node.args[2].meta["val"].dim() != 4:
+            raise Unsupported("ExecuTorch has no backward of 1-D (or 3-D) convolutions, only of 2-D ones")
+
+
+def _eager_losses(spec, optimizer, steps: int) -> list[float]:
+    """The losses of eager PyTorch's first `steps` steps with `optimizer` (the one ExecuTorch runs):
+    what the ExecuTorch child's must equal before it is timed."""
+    model_def, module, inputs, target, scheme, _ = _setup(spec)
+    trainable = trainable_names(scheme, module)
+    for name, p in module.named_parameters():
+        p.requires_grad_(name in trainable)
+    torch_optimizer = optimizer.torch_optimizer([p for n, p in module.named_parameters() if n in trainable])
+    loss_fn, losses = resolve_loss(model_def.loss), []
+    for _ in range(steps):
+        torch_optimizer.zero_grad(set_to_none=True)
+        loss = loss_fn(module(*inputs), target)
+        loss.backward()
+        torch_optimizer.step()
+        losses.append(loss.item())
+    return losses
+
+
+def export_executorch(spec) -> dict:
+    """ExecuTorch's training program of the model and its loss (torch.export, the joint forward and
+    backward of _export_forward_backward, to_edge, to_executorch) as program.pte, the batch as
+    batch.npz, and training.json (its optimizer, eager PyTorch's losses of the checked steps) in
+    spec["artifacts"], for bench/executorch_child.py."""
+    from executorch.exir import to_edge
+    from torch.export.experimental import _export_forward_backward
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    model_def, module, inputs, target, scheme, label = _setup(spec)
+    optimizer, optimizer_note = _executorch_optimizer(model_def.optimizer)
+    trainable = trainable_names(scheme, module)
+    owners = {id(p): name for name, p in module.named_parameters()}  # a tied weight under its first name
+    tied = [
+        (name, owners[id(p)])
+        for name, p in module.named_parameters(remove_duplicate=False)
+        if owners[id(p)] != name and owners[id(p)] in trainable
+    ]
+    if tied:  # _export_forward_backward asserts that a parameter received no gradient
+        raise Unsupported(
+            f"torch.export's joint forward and backward cannot train a tied weight ({tied[0][0]} is {tied[0][1]})"
+        )
+    for name, p in module.named_parameters():
+        p.requires_grad_(name in trainable)  # the joint graph has the gradients of these only
+    directory = Path(spec["artifacts"])
+    directory.mkdir()
+    np.savez(directory / "batch.npz", *(x.numpy() for x in (*inputs, target)))  # positional: the method's inputs
+    start = time.perf_counter()
+    # the math SDPA, where the joint graph decomposes attention: the fused kernels' backward ops
+    # have no ExecuTorch kernel
+    with sdpa_kernel(SDPBackend.MATH):
+        exported = torch.export.export(_ModelAndLoss(module, resolve_loss(model_def.loss)), (*inputs, target))
+        joint = _export_forward_backward(exported).run_decompositions(_executorch_decompositions())
+    _check_executorch_kernels(joint.graph)
+    # ExecuTorch's portable and optimized kernels, no XNNPACK delegate: its partitioner gave wrong losses
+    (directory / "program.pte").write_bytes(to_edge(joint).to_executorch().buffer)
+    compile_s = time.perf_counter() - start
+    checked = max(spec["warmup"], 1)
+    (directory / "training.json").write_text(
+        json.dumps(
+            {"optimizer": dataclasses.asdict(optimizer), "eager_losses": _eager_losses(spec, optimizer, checked)}
+        )
+    )
+    result = {
+        "scheme_used": label,
+        "compile_s": compile_s,
+        "trainable_params": sum(p.numel() for n, p in module.named_parameters() if n in trainable),
+    }
+    return {**result, "optimizer_differs": optimizer_note} if optimizer_note else result
+
+
 def measure_sgemm(spec) -> dict:
     """Practical single-precision matmul peak with every thread: the best of torch and numpy."""
     n, repeats = spec.get("size", 2048), 5
@@ -305,6 +411,7 @@ RUNNERS = {
     "pock-run": run_pock,
     "ort-export": export_ort,  # its training runs in bench/ort_child.py, without torch
     "jax-export": export_jax,  # its training runs in bench/jax_child.py, without torch
+    "executorch-export": export_executorch,  # its training runs in bench/executorch_child.py
     "sgemm": measure_sgemm,
     "count-flops": count_flops,
 }
@@ -312,6 +419,8 @@ RUNNERS = {
 
 def _unsupported(error: Exception) -> str | None:
     """Why pock-mlir cannot run the model yet, for the errors that mean that."""
+    if isinstance(error, Unsupported):  # a peer cannot run the model
+        return first_line(error)
     if isinstance(error, (pock.CompileError, pock.FrontendError)):  # a missing rule or an op the importer lacks
         return first_line(error)
     if isinstance(error, ModuleNotFoundError):

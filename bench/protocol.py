@@ -14,6 +14,10 @@ from collections.abc import Callable
 from bench.memory import reset_peak, rss_kb
 
 
+class Unsupported(Exception):
+    """What a peer cannot run: its row says "not supported yet: <the message>"."""
+
+
 def block_torch() -> None:
     """Make `import torch` raise ImportError in this process (a child that must run without it)."""
     sys.modules["torch"] = None

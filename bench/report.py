@@ -13,6 +13,7 @@ SYSTEM_TITLES = {
     "torch.compile": "torch.compile",
     "ort-training": "ONNX Runtime training",
     "jax": "JAX jit",
+    "executorch": "ExecuTorch training",
     "pock-mlir": "pock-mlir",
     "pock-mlir-deployed": "pock-mlir, deployed bundle (no torch)",
     "pock-mlir-deployed-ort-optimizer": "pock-mlir, deployed bundle, ONNX Runtime's optimizer (plain SGD)",
@@ -26,7 +27,7 @@ SYSTEM_TITLES = {
 }
 CNNS_AND_TRANSFORMERS = ("mobilenetv2", "resnet18", "bert", "llama")
 SPARSE_VS_EAGER_4X = ("mobilenetv2", "bert")
-PEERS = ("eager", "torch.compile", "ort-training", "jax")  # the systems an edge user would otherwise pick
+PEERS = ("eager", "torch.compile", "ort-training", "jax", "executorch")  # the systems an edge user would otherwise pick
 
 
 def _find(rows, model, scheme, system):
@@ -199,6 +200,28 @@ def _jax_note(rows) -> str:
     )
 
 
+def _executorch_note(rows) -> str:
+    """How the ExecuTorch rows were made and where they differ from the others, when there are any."""
+    executorch = [r for r in rows if r["system"] == "executorch" and r["status"] == "ok"]
+    if not executorch:
+        return ""
+    plain_sgd = sorted({r["model"] for r in executorch if r.get("optimizer_differs")})
+    optimizer = (
+        f" Its training has SGD only: its {', '.join(plain_sgd)} rows take SGD at their AdamW's learning rate, "
+        "so their loss differs from the others'."
+        if plain_sgd
+        else ""
+    )
+    return (
+        f" ExecuTorch training (executorch {executorch[0]['executorch']}): the model and its loss by torch.export, "
+        "its forward and backward by _export_forward_backward, lowered by to_edge and to_executorch to its "
+        "portable and optimized kernels (its compile s), trained by its C++ SGD in a process of its own "
+        "(bench/executorch_child.py) once its warm-up losses equal eager PyTorch's on the same training; its "
+        "runtime imports torch, so its peak memory is over the resident set after importing torch and "
+        f"executorch.{optimizer}"
+    )
+
+
 def _deployed_note(rows) -> str:
     """How the deployed pock-mlir rows were made, when there are any."""
     if not any(r["system"] == "pock-mlir-deployed" and r["status"] == "ok" for r in rows):
@@ -284,7 +307,8 @@ def write_markdown(results: dict, path: Path) -> None:
         "step needs). Peak memory: the child process's peak resident set during the timed steps minus its resident "
         "set after the shared imports (torch, numpy, IREE runtime, pock_mlir); each system runs in its own process. "
         "pock-mlir's Trainer keeps the memory a step frees mapped (pock_mlir/runtime/memory.py); PyTorch runs with "
-        f"glibc's defaults.{_ort_note(results['rows'])}{_jax_note(results['rows'])}{_deployed_note(results['rows'])}"
+        f"glibc's defaults.{_ort_note(results['rows'])}{_jax_note(results['rows'])}"
+        f"{_executorch_note(results['rows'])}{_deployed_note(results['rows'])}"
         f"{_in_place_note(results['rows'])} "
         "Trained values: the parameter elements the scheme updates (pock-mlir counts a channel-sparse tensor's "
         "trained rows; PyTorch and ONNX Runtime update such a tensor whole). Loss: the last step's. GFLOP/s: the "
