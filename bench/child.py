@@ -294,11 +294,17 @@ def _var_mean(x, dim=None, *, correction=None, keepdim=False):
     return torch.var(x, dim, correction=correction, keepdim=keepdim), torch.mean(x, dim, keepdim=keepdim)
 
 
+def _empty(size, physical_layout, *, dtype=None, layout=None, device=None, pin_memory=None):
+    return torch.empty(size, dtype=dtype, device=device)
+
+
 def _executorch_decompositions() -> dict:
     """Core ATen and the decompositions ExecuTorch's kernels need in a training graph beyond them:
     the functional batch norm of a training step (no ExecuTorch kernel; torch's decomposition of it
     calls var_mean, which core ATen would lower to prims ops ExecuTorch cannot run, so var_mean
-    becomes var and mean) and max-pool's backward (ExecuTorch's kernel gave wrong gradients)."""
+    becomes var and mean), empty_permuted (no ExecuTorch kernel; its layout only orders memory,
+    and ExecuTorch's tensors are contiguous) and max-pool's backward (ExecuTorch's kernel gave wrong
+    gradients)."""
     from torch._decomp import core_aten_decompositions, get_decompositions
 
     aten = torch.ops.aten
@@ -309,6 +315,7 @@ def _executorch_decompositions() -> dict:
         )
     )
     table[aten.var_mean.correction] = _var_mean
+    table[aten.empty_permuted.default] = _empty
     return table
 
 
