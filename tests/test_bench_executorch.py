@@ -76,3 +76,24 @@ def test_executorch_says_it_cannot_run_a_1d_convolutions_backward(tmp_path):
     assert (
         row["status"] == "not supported yet: ExecuTorch has no backward of 1-D (or 3-D) convolutions, only of 2-D ones"
     )
+
+
+def test_the_report_says_how_the_executorch_rows_were_made(tmp_path):
+    from bench.report import write_markdown
+
+    row = {"scheme": "full", "status": "ok", "step_ms": 1.0, "step_ms_min": 1.0, "peak_mb": 1.0, "loss": 2.0}
+    results = {
+        "date": "today",
+        "machine": {"cpu": "cpu", "cores": 2, "threads": 2, "load_before": [0.0] * 3, "load_after": [0.0] * 3},
+        "settings": {"steps": 1, "warmup": 1, "pock_iree_flags": [], "models": {}},
+        "rows": [
+            {**row, "model": "mlp", "system": "executorch", "executorch": "1.5.1"},
+            {**row, "model": "tiny-vit", "system": "executorch", "executorch": "1.5.1", "optimizer_differs": "SGD"},
+            {"model": "kws", "scheme": "full", "system": "executorch", "status": "not supported yet: no 1-D"},
+        ],
+    }
+    write_markdown(results, tmp_path / "results.md")
+    text = (tmp_path / "results.md").read_text()
+    assert "| mlp | full | ExecuTorch training |  | 1.00 |" in text
+    assert "| kws | full | ExecuTorch training |  | not supported yet: no 1-D |" in text
+    assert "ExecuTorch training (executorch 1.5.1)" in text and "its tiny-vit rows take SGD" in text
