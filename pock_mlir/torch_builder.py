@@ -82,9 +82,21 @@ def _run_on_meta(overload: torch._ops.OpOverload, positional: list, keywords: di
     """The op's results on meta tensors. A pointwise op (PyTorch's tag: its result has its tensor
     operands' broadcast shape) gets its dtype from PyTorch's CPU kernel on one element of each
     operand, of the operand's rank (promotion treats 0-d tensors apart): PyTorch's meta kernels for
-    these ops are Python that imports torch._dynamo on first call, the longer half of a pock-opt run."""
+    these ops (and stack's) are Python that imports torch._dynamo on first call, the longer half of a
+    pock-opt run."""
     import torch
 
+    def element(a):
+        return torch.ones((1,) * a.dim(), dtype=a.dtype) if isinstance(a, torch.Tensor) else a
+
+    if overload == torch.ops.aten.stack.default and len({t.shape for t in positional[0]}) == 1:
+        # stack's meta kernel is Python too: its result is its operands' shape with their count
+        # inserted at dim; the CPU kernel on elements checks dim and gives the promoted dtype.
+        tensors, dim = positional[0], positional[1] if len(positional) > 1 else 0
+        dtype = overload([element(t) for t in tensors], dim).dtype
+        shape = list(tensors[0].shape)
+        shape.insert(dim % (len(shape) + 1), len(tensors))
+        return torch.empty(shape, dtype=dtype, device="meta")
     arguments = [*positional, *keywords.values()]
     if (
         torch.Tag.pointwise not in overload.tags
@@ -93,10 +105,6 @@ def _run_on_meta(overload: torch._ops.OpOverload, positional: list, keywords: di
     ):
         return overload(*positional, **keywords)
     shape = torch.broadcast_shapes(*(a.shape for a in arguments if isinstance(a, torch.Tensor)))
-
-    def element(a):
-        return torch.ones((1,) * a.dim(), dtype=a.dtype) if isinstance(a, torch.Tensor) else a
-
     try:
         dtype = overload(*map(element, positional), **{k: element(v) for k, v in keywords.items()}).dtype
     except RuntimeError:  # a dtype without a CPU kernel for this op: the meta kernel decides, or names the error

@@ -106,3 +106,38 @@ def test_pock_opt_building_pointwise_ops_does_not_import_dynamo(tmp_path):
     assert done.returncode == 0, done.stderr
     assert "pock.grad" not in done.stdout and "torch.aten.mul.Tensor" in done.stdout, done.stdout
     assert done.stdout.strip().splitlines()[-1] == "True False"
+
+
+# (operand types, dim): stack's type is its operands' shape with their count at dim (the builder's
+# own rule, not PyTorch's meta kernel, which imports torch._dynamo), and their promoted dtype.
+STACKS = [
+    ([((2, 3), F32), ((2, 3), F32)], 0),
+    ([((2, 3), F32), ((2, 3), F32), ((2, 3), F32)], 2),
+    ([((2, 3), F16), ((2, 3), F32)], -1),
+    ([((4,), I64), ((4,), BOOL)], -2),
+    ([((), BF16), ((), BF16)], 0),
+]
+
+
+@pytest.mark.parametrize("operands, dim", STACKS)
+def test_a_stack_result_type_is_the_meta_kernels(operands, dim):
+    with make_context(), ir.Location.unknown():
+        module, body = _function_body()
+        tensors = [_argument(body, *a) for a in operands]
+        got = parse_tensor_type(
+            TorchBuilder(ir.InsertionPoint(body), ir.Location.unknown()).aten.stack(tensors, dim).type
+        )
+    want = torch.stack([torch.empty(s, dtype=d, device="meta") for s, d in operands], dim)
+    assert (got.shape, got.dtype) == (tuple(want.shape), want.dtype)
+
+
+@pytest.mark.parametrize(
+    "shapes, dim, message",
+    [([(2, 3), (3, 2)], 0, "stack expects each tensor to be equal size"), ([(2, 3), (2, 3)], 3, "out of range")],
+)
+def test_a_stack_of_unequal_shapes_or_a_dim_out_of_range_is_an_error_naming_the_op(shapes, dim, message):
+    with make_context(), ir.Location.unknown():
+        module, body = _function_body()
+        tensors = [_argument(body, s, F32) for s in shapes]
+        with pytest.raises(ValueError, match=rf"cannot build torch\.aten\.stack .*{message}"):
+            TorchBuilder(ir.InsertionPoint(body), ir.Location.unknown()).aten.stack(tensors, dim)
