@@ -1,9 +1,10 @@
 """Trainer.export_pretrained (#62): the tuned model as a Hugging Face directory that
 transformers' from_pretrained loads, with transformers and PEFT as the oracles: the loaded model's
 logits equal the trained program's evaluate() and those of the same model trained by torch.optim;
-sharded files load as one; LoRA adapters merged, or as PEFT adapters that PeftModel loads; an int8
-base dequantized; pock-train --export-pretrained; directories that are not exports are refused.
-One tiny LLaMA (width 32, 2 layers) compiled twice (full, LoRA over int8), shared by module fixtures."""
+sharded files load as one; LoRA adapters merged, or as PEFT adapters that PeftModel loads; int8
+and int4 bases dequantized; pock-train --export-pretrained; directories that are not exports are
+refused. One tiny LLaMA (width 32, 2 layers) compiled three times (full, LoRA over int8 and over
+int4), shared by module fixtures."""
 
 import json
 
@@ -23,7 +24,7 @@ peft = pytest.importorskip("peft")
 
 VOCAB, SEQ, STEPS = 61, 12, 3
 OPTIMIZER = pock.AdamW(lr=0.01)
-LORA = {"quantize": {"frozen": "int8"}, "model.layers.*.self_attn.*_proj": "lora:r=4,alpha=8", "*norm": "full"}
+LORA = {"model.layers.*.self_attn.*_proj": "lora:r=4,alpha=8", "*norm": "full"}
 
 
 def next_token_loss(out, y):
@@ -76,11 +77,13 @@ def full():
     return program, *trained(program, x, y)
 
 
-@pytest.fixture(scope="module")
-def qlora():
-    """LoRA on the attention projections over an int8 base, the norms in full."""
+@pytest.fixture(scope="module", params=["int8", "int4:group=16"])
+def qlora(request):
+    """LoRA on the attention projections over an int8 or int4 base (int4 holds the tied embedding
+    and head too), the norms in full."""
     x, y = token_batch()
-    program = pock.compile_training(llama(), x, y, loss=next_token_loss, optimizer=OPTIMIZER, sparse=LORA)
+    sparse = {"quantize": {"frozen": request.param}, **LORA}
+    program = pock.compile_training(llama(), x, y, loss=next_token_loss, optimizer=OPTIMIZER, sparse=sparse)
     return trained(program, x, y)[0]
 
 
@@ -118,12 +121,12 @@ def test_a_sharded_export_loads_as_one(full, tmp_path):
     np.testing.assert_allclose(logits(loaded, x), trainer.evaluate(x), rtol=1e-5, atol=1e-5)
 
 
-def test_lora_merged_over_an_int8_base_equals_evaluate(qlora, tmp_path):
+def test_lora_merged_over_a_quantized_base_equals_evaluate(qlora, tmp_path):
     x, _ = token_batch()
     exported = qlora.export_pretrained(tmp_path / "merged")
     loaded = transformers.AutoModelForCausalLM.from_pretrained(exported).eval()
     np.testing.assert_allclose(logits(loaded, x), qlora.evaluate(x), rtol=1e-5, atol=1e-5)
-    merged = qlora.merged_state_dict()  # the int8 weights dequantized, the adapters merged
+    merged = qlora.merged_state_dict()  # the quantized weights dequantized, the adapters merged
     assert sorted(loaded.state_dict()) == sorted(merged)
     for key, value in loaded.state_dict().items():
         np.testing.assert_array_equal(value.numpy(), merged[key], err_msg=key)
@@ -133,7 +136,7 @@ def test_lora_as_peft_adapters_loads_with_peft_and_with_from_pretrained(qlora, t
     x, _ = token_batch()
     exported = qlora.export_pretrained(tmp_path / "peft", lora="peft")
     assert {"adapter_config.json", "adapter_model.safetensors", WEIGHTS} <= {p.name for p in exported.iterdir()}
-    # the oracle: PEFT's LoRA layers over the base the directory holds (the dequantized int8 weights)
+    # the oracle: PEFT's LoRA layers over the base the directory holds (the dequantized int8 or int4 weights)
     from safetensors.torch import load_file
 
     base = llama()
