@@ -28,15 +28,16 @@ import torch
 import pock_mlir as pock
 from bench.flops import step_flops
 from bench.memory import rss_kb
-from bench.models import MODELS, PEFT_SCHEMES, ort_optimizer, scheme_spec, trainable_names
+from bench.models import PEFT_SCHEMES, ort_optimizer, scheme_spec, trainable_names
 from bench.protocol import Unsupported, first_line, memory_facts, print_result, timed_rounds
+from bench.zoo import bench_model
 from pock_mlir.bundle import write_bundle
 from pock_mlir.frontend import resolve_loss
 from pock_mlir.iree_flags import CHOSEN_VECTOR_TAILS
 
 
 def _setup(spec):
-    model_def = MODELS[spec["model"]]
+    model_def = bench_model(spec["model"])
     module = model_def.build()
     inputs, target = model_def.batch()
     scheme, label = scheme_spec(model_def, spec["scheme"])
@@ -150,7 +151,7 @@ def compile_pock(spec) -> dict:
 
 
 def run_pock(spec) -> dict:
-    model_def = MODELS[spec["model"]]
+    model_def = bench_model(spec["model"])
     inputs, target = model_def.batch()
     inputs = tuple(x.numpy().astype(np.int32) if x.dtype == torch.int64 else x.numpy() for x in inputs)
     target = target.numpy().astype(np.int32) if target.dtype == torch.int64 else target.numpy()

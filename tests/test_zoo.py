@@ -24,7 +24,6 @@ import copy
 import numpy as np
 import pytest
 import torch
-import torch.nn as nn
 import torch.nn.functional as F
 from oracle import (
     assert_gradients_close,
@@ -39,161 +38,24 @@ import pock_mlir as pock
 torchvision = pytest.importorskip("torchvision")  # these three are in the dev extras; `make test` installs them
 timm = pytest.importorskip("timm")
 transformers = pytest.importorskip("transformers")
-from torchvision.models.efficientnet import MBConvConfig  # noqa: E402
-from torchvision.models.mobilenetv3 import InvertedResidualConfig  # noqa: E402
-from torchvision.models.resnet import BasicBlock  # noqa: E402
+from bench.zoo import (  # noqa: E402
+    CLASSES,
+    FEATURES,
+    FRAMES,
+    MODELS,
+    RECURRENT,
+    SEQ,
+    VISION,
+    VOCAB,
+    bert,
+    convnext,
+    distilbert,
+    gpt2,
+    llama,
+    vit,
+)
 
 OPTIMIZER = pock.SGD(lr=0.1, momentum=0.9)
-VOCAB, SEQ, CLASSES = 97, 16, 10
-
-
-def next_token_loss(out, y):
-    return F.cross_entropy(out.logits.flatten(0, 1), y.flatten())
-
-
-def classification_loss(out, y):
-    return F.cross_entropy(out.logits if hasattr(out, "logits") else out, y)
-
-
-def mobilenet_v2():
-    return torchvision.models.MobileNetV2(
-        num_classes=CLASSES,
-        width_mult=0.5,
-        dropout=0.0,
-        inverted_residual_setting=[[1, 16, 1, 1], [6, 24, 2, 2], [6, 32, 1, 2]],
-    )
-
-
-def mobilenet_v3():
-    blocks = [
-        InvertedResidualConfig(16, 3, 16, 16, True, "RE", 2, 1, 1.0),
-        InvertedResidualConfig(16, 3, 72, 24, False, "RE", 2, 1, 1.0),
-        InvertedResidualConfig(24, 5, 96, 40, True, "HS", 2, 1, 1.0),
-        InvertedResidualConfig(40, 5, 120, 40, True, "HS", 1, 1, 1.0),
-    ]
-    return torchvision.models.MobileNetV3(blocks, last_channel=128, num_classes=CLASSES, dropout=0.0)
-
-
-def shufflenet_v2():
-    return torchvision.models.ShuffleNetV2([2, 1, 1], [8, 16, 32, 64, 128], num_classes=CLASSES)
-
-
-def resnet():
-    return torchvision.models.ResNet(BasicBlock, [1, 1, 1, 1], num_classes=CLASSES)
-
-
-def efficientnet():  # EfficientNet-B0's blocks, fewer and narrower; B0's dropout and stochastic depth
-    blocks = [MBConvConfig(1, 3, 1, 16, 8, 1), MBConvConfig(6, 3, 2, 8, 16, 2), MBConvConfig(6, 5, 2, 16, 24, 2)]
-    return torchvision.models.EfficientNet(
-        blocks, dropout=0.2, stochastic_depth_prob=0.2, num_classes=CLASSES, last_channel=64
-    )
-
-
-def vit():
-    return timm.models.VisionTransformer(
-        img_size=64, patch_size=16, embed_dim=64, depth=2, num_heads=4, num_classes=CLASSES
-    )
-
-
-def convnext():
-    return timm.models.ConvNeXt(depths=(1, 1, 1, 1), dims=(16, 32, 64, 128), num_classes=CLASSES)
-
-
-# One layer has every op the text models' deeper stacks repeat (each more costs compile time); the
-# presets' tests, which tell the last layer from the others, take two.
-def llama(layers=1):
-    return transformers.LlamaForCausalLM(
-        transformers.LlamaConfig(
-            vocab_size=VOCAB,
-            hidden_size=64,
-            intermediate_size=128,
-            num_hidden_layers=layers,
-            num_attention_heads=4,
-            num_key_value_heads=2,
-            max_position_embeddings=32,
-            tie_word_embeddings=True,
-        )
-    )
-
-
-def gpt2():
-    return transformers.GPT2LMHeadModel(
-        transformers.GPT2Config(
-            vocab_size=VOCAB, n_positions=32, n_embd=64, n_layer=2, n_head=4, bos_token_id=0, eos_token_id=0
-        )
-    )
-
-
-def bert(layers=1):
-    return transformers.BertForSequenceClassification(
-        transformers.BertConfig(
-            vocab_size=VOCAB,
-            hidden_size=64,
-            num_hidden_layers=layers,
-            num_attention_heads=4,
-            intermediate_size=128,
-            max_position_embeddings=32,
-            num_labels=3,
-        )
-    )
-
-
-def distilbert(layers=1):
-    return transformers.DistilBertForSequenceClassification(
-        transformers.DistilBertConfig(
-            vocab_size=VOCAB,
-            dim=64,
-            n_layers=layers,
-            n_heads=4,
-            hidden_dim=128,
-            max_position_embeddings=32,
-            num_labels=3,
-        )
-    )
-
-
-FRAMES, FEATURES = 4, 40  # MFCC frames of a keyword: each is a step of the unrolled recurrence
-
-
-class GRUSpotter(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.rnn = nn.GRU(FEATURES, 32, num_layers=2, batch_first=True)
-        self.head = nn.Linear(32, CLASSES)
-
-    def forward(self, frames):
-        outputs, _ = self.rnn(frames)
-        return self.head(outputs[:, -1])
-
-
-class BiLSTMSpotter(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.rnn = nn.LSTM(FEATURES, 32, batch_first=True, bidirectional=True)
-        self.head = nn.Linear(64, CLASSES)
-
-    def forward(self, frames):
-        _, (final, _) = self.rnn(frames)
-        return self.head(torch.cat([final[-2], final[-1]], -1))
-
-
-VISION = {
-    "tv-mobilenet-v2": mobilenet_v2,
-    "tv-mobilenet-v3": mobilenet_v3,
-    "tv-shufflenet-v2": shufflenet_v2,
-    "tv-resnet": resnet,
-    "tv-efficientnet": efficientnet,
-    "timm-vit": vit,
-    "timm-convnext": convnext,
-}
-TEXT = {
-    "hf-llama": (llama, next_token_loss),
-    "hf-gpt2": (gpt2, next_token_loss),
-    "hf-bert-classifier": (bert, classification_loss),
-    "hf-distilbert-classifier": (distilbert, classification_loss),
-}
-RECURRENT = {"torch-gru-spotter": GRUSpotter, "torch-bilstm-spotter": BiLSTMSpotter}
-MODELS = {**{name: (make, classification_loss) for name, make in {**VISION, **RECURRENT}.items()}, **TEXT}
 
 # Each preset family on one model, with what it must train besides every bias (and, for
 # transformer-last-K, every normalization): the library's own block structure, stated here.
