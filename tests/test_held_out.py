@@ -1,0 +1,99 @@
+"""The held-out bench's protocol (bench/held_out.py, #65): its held-out part shares no model with
+what pock-mlir's choices were fitted on, and its report's distribution is computed right on
+planted rows (no model is compiled or timed)."""
+
+import json
+import statistics
+from pathlib import Path
+
+import pytest
+
+from bench.held_out import PARTS, distribution, model_summary, summarize
+from bench.models import MODELS
+from bench.zoo import HELD_OUT, bench_model
+
+TUNING = Path(__file__).resolve().parent.parent / "pock_mlir" / "tuning"
+
+
+def test_the_parts_are_disjoint_and_the_fit_part_is_the_bench():
+    assert set(PARTS["fit"]) == set(MODELS)
+    assert not set(PARTS["held-out"]) & set(MODELS)
+    assert len(PARTS["fit"]) + len(PARTS["held-out"]) >= 20
+    for name in PARTS["held-out"]:
+        (inputs, target) = bench_model(name).batch()
+        assert 1 <= inputs[0].shape[0] <= 8 and target.shape[0] == inputs[0].shape[0]
+
+
+@pytest.mark.parametrize("table", sorted(TUNING.glob("*.json")), ids=lambda p: p.name)
+def test_no_tuning_table_was_fitted_on_a_held_out_model(table):
+    flags = json.loads(table.read_text())["flags"]
+    fitted = set(flags["step_ms"]) | set(flags["programs"])
+    assert fitted, "a table without the models its flag sets were picked on"
+    assert fitted <= set(MODELS)
+    assert not fitted & set(HELD_OUT)
+
+
+def _row(model, scheme, system, step_ms, peak_mb, profile=None):
+    row = {"model": model, "scheme": scheme, "system": system, "status": "ok", "step_ms": step_ms, "peak_mb": peak_mb}
+    return {**row, "profile": profile} if profile else row
+
+
+# Three planted models: pock-mlir ahead of the fastest peer on "a" (0.5x) and "b" (0.8x), behind
+# on "c" (1.5x, where ONNX Runtime is the fastest peer and a failed JAX row must not count).
+PLANTED = [
+    _row("a", "full", "eager", 10.0, 100),
+    _row("a", "full", "torch.compile", 8.0, 120),
+    _row("a", "full", "pock-mlir", 4.0, 50, {"dispatch_ms_per_step": 3.0, "by_kind": [{"kind": "mmt4d"}]}),
+    _row("a", "sparse", "pock-mlir", 2.0, 40),
+    _row("a", "full", "pock-mlir-deployed", 4.1, 30),
+    _row("a", "sparse", "pock-mlir-deployed", 2.1, 20),
+    _row("a", "sparse", "eager", 6.0, 80),
+    _row("b", "full", "eager", 5.0, 60),
+    _row("b", "full", "pock-mlir", 4.0, 50),
+    _row("b", "sparse", "pock-mlir", 4.4, 45),
+    _row("b", "full", "pock-mlir-deployed", 4.0, 70),
+    _row("c", "full", "ort-training", 2.0, 30),
+    _row("c", "full", "eager", 3.0, 40),
+    {"model": "c", "scheme": "full", "system": "jax", "status": "failed: planted"},
+    _row("c", "full", "pock-mlir", 3.0, 25),
+    _row("c", "full", "pock-mlir-deployed", 3.0, 15),
+]
+
+
+def test_model_summary_of_planted_rows():
+    a = model_summary(PLANTED, "a")
+    assert a["fastest_peer"] == "torch.compile" and a["full_vs_fastest_peer"] == pytest.approx(0.5)
+    assert a["sparse_vs_full"] == pytest.approx(0.5)
+    assert a["deployed_memory_vs_lowest_peer"] == pytest.approx({"full": 0.3, "sparse": 0.25})
+    assert a["dispatch_share"] == pytest.approx(0.75) and a["host_overhead_ms"] == pytest.approx(1.0)
+    assert a["top_kind"] == "mmt4d"
+    assert a["deployed_full_vs_fastest_peer"] == pytest.approx(4.1 / 8.0)
+    c = model_summary(PLANTED, "c")
+    assert c["fastest_peer"] == "ort-training" and c["full_vs_fastest_peer"] == pytest.approx(1.5)
+    assert "sparse_vs_full" not in c and "dispatch_share" not in c
+
+
+def test_distribution_of_planted_rows():
+    dist = distribution([model_summary(PLANTED, m) for m in "abc"])
+    full = dist["full_vs_fastest_peer"]
+    assert dist["models_measured"] == 3
+    assert full["median"] == pytest.approx(statistics.median([0.5, 0.8, 1.5])) and full["worst"] == pytest.approx(1.5)
+    assert full["share_ahead"] == pytest.approx(2 / 3)
+    deployed = dist["deployed_full_vs_fastest_peer"]
+    assert deployed["median"] == pytest.approx(0.8) and deployed["worst"] == pytest.approx(1.5)
+    assert dist["sparse_vs_full"] == pytest.approx({"median": 0.8, "worst": 1.1})
+    assert dist["deployed_memory_vs_lowest_peer"]["worst"] == pytest.approx(70 / 60)
+    assert dist["targets"] == {
+        "ahead on >= 80%": False,
+        "never worse than 1.25x": False,
+        "sparse never slower than full": False,
+        "deployed peak memory below every peer's": False,
+    }
+
+
+def test_summarize_keeps_the_parts_apart():
+    parts = summarize({"parts": {"fit": ["a"], "held-out": ["b", "c", "unmeasured"]}, "rows": PLANTED})
+    assert [s["model"] for s in parts["fit"]["models"]] == ["a"]
+    assert [s["model"] for s in parts["held-out"]["models"]] == ["b", "c"]
+    assert parts["fit"]["distribution"]["targets"]["ahead on >= 80%"] is True
+    assert parts["held-out"]["distribution"]["full_vs_fastest_peer"]["median"] == pytest.approx(1.15)
