@@ -60,7 +60,8 @@ from pock_mlir.targets import resolve_target
 
 SEQ, BATCH = 64, 16
 CONFIG = LlamaConfig(vocab=VOCAB, max_len=SEQ, dim=96, heads=4, kv_heads=2, layers=4, hidden=256)
-WEIGHTS = "LLAMA_TEXT_WEIGHTS"  # the environment variable naming the weights model() starts from
+WEIGHTS_VARIABLE = "LLAMA_TEXT_WEIGHTS"  # the environment variable naming the weights model() starts from
+# (not WEIGHTS: pock-compile reads a model file's WEIGHTS as a checkpoint to stream from)
 SPARSE = "transformer-last-2"
 OPTIMIZER = "adamw:lr=2e-3"
 DOCS_PROMPT = "Return a new "
@@ -72,8 +73,8 @@ LOSS = token_cross_entropy
 def model() -> nn.Module:
     torch.manual_seed(0)
     llama = LlamaLike(CONFIG)
-    if os.environ.get(WEIGHTS):
-        llama.load_state_dict(torch.load(os.environ[WEIGHTS], weights_only=True))
+    if os.environ.get(WEIGHTS_VARIABLE):
+        llama.load_state_dict(torch.load(os.environ[WEIGHTS_VARIABLE], weights_only=True))
     return llama
 
 
@@ -170,7 +171,7 @@ def compile_bundles(out: Path, weights: Path, targets: list[str]) -> Path:
             target,
             "-o",
             bundle,
-            env={WEIGHTS: str(weights)},
+            env={WEIGHTS_VARIABLE: str(weights)},
         )
         files = [f for f in bundle.rglob("*") if f.is_file()]
         sizes[target] = ((bundle / "module.vmfb").stat().st_size, sum(f.stat().st_size for f in files))
