@@ -203,6 +203,7 @@ def prepare(file, model_name: str, target: str, directory, *, optimizer=None, sp
         target=target,
         output=file.output,
         functions=(),
+        weights=file.weights,
     )
     ops = conv_ops(program)
     count = sum(len(shape.forms(op)) for shape, shape_ops in ops.items() for op in shape_ops) + len(chosen_sets)

@@ -242,7 +242,7 @@ def test_example_model_on_vulkan_at_its_own_batch_matches_pytorch(name):
         pytest.skip(f"lavapipe (Debian mesa-vulkan-drivers) is not installed; {SETUP}")
     from oracle import assert_gradients_close, assert_trajectory_close, torch_gradients
 
-    model, inputs, target, loss, _ = pock_compile.load_model_file(str(REPO / "examples" / name))
+    model, inputs, target, loss, *_ = pock_compile.load_model_file(str(REPO / "examples" / name))
     optimizer = pock.SGD(lr=0.1, momentum=0.9)
     trainer = pock.compile_training(
         model, inputs, target, loss=loss, optimizer=optimizer, target="vulkan", functions=("step", "gradients")
