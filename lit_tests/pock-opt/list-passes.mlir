@@ -5,5 +5,5 @@
 // CHECK: pock passes (combine them with any upstream MLIR pass
 // CHECK: pock-autodiff: Expand pock.grad into reverse-mode backward ops
 // CHECK: pock-dce: Erase torch and pock ops whose results are unused
-// CHECK: pock-lower-optimizers: Lower pock optimizer updates (sgd, sgd_momentum, adamw) and channel slices
+// CHECK: pock-lower-optimizers: Lower pock optimizer updates (sgd, sgd_momentum, adamw, ort_adamw) and channel slices
 // CHECK: pock-strip-params: Replace pock.param markers by their values
