@@ -22,6 +22,36 @@ def check_adam(adam) -> None:
         raise ValueError(f"{kind} weight_decay must be >= 0, got {adam.weight_decay}")
 
 
+def emit_adam_update(op_class, adam, ip, loc, param, grad, state, step):
+    """Create `op_class` (AdamWOp, OrtAdamWOp: the same operands and attributes) with Adam adam's
+    hyperparameters; returns (new_param, [new_exp_avg, new_exp_avg_sq])."""
+    op = op_class(
+        param,
+        grad,
+        state[0],
+        state[1],
+        step,
+        f64(adam.lr),
+        f64(adam.betas[0]),
+        f64(adam.betas[1]),
+        f64(adam.eps),
+        f64(adam.weight_decay),
+        param.type,
+        param.type,
+        param.type,
+        loc=loc,
+        ip=ip,
+    )
+    return op.new_param, [op.new_exp_avg, op.new_exp_avg_sq]
+
+
+def adam_from_attributes(adam_class, attributes: dict):
+    """The Adam `adam_class` (AdamW, OrtAdamW) made of its update op's attributes."""
+    return adam_class(
+        attributes["lr"], (attributes["beta1"], attributes["beta2"]), attributes["eps"], attributes["weight_decay"]
+    )
+
+
 @optimizer("adamw")
 @dataclass(frozen=True)
 class AdamW:
@@ -37,24 +67,7 @@ class AdamW:
 
     def emit(self, ip, loc, param, grad, state, step):
         """Create the update op; returns (new_param, [new_state...])."""
-        op = AdamWOp(
-            param,
-            grad,
-            state[0],
-            state[1],
-            step,
-            f64(self.lr),
-            f64(self.betas[0]),
-            f64(self.betas[1]),
-            f64(self.eps),
-            f64(self.weight_decay),
-            param.type,
-            param.type,
-            param.type,
-            loc=loc,
-            ip=ip,
-        )
-        return op.new_param, [op.new_exp_avg, op.new_exp_avg_sq]
+        return emit_adam_update(AdamWOp, self, ip, loc, param, grad, state, step)
 
     def torch_optimizer(self, params):
         """The torch.optim equivalent, for checking and benchmarking against PyTorch."""
@@ -63,13 +76,7 @@ class AdamW:
         return torch.optim.AdamW(params, lr=self.lr, betas=self.betas, eps=self.eps, weight_decay=self.weight_decay)
 
 
-def _from_attributes(attributes: dict) -> AdamW:
-    return AdamW(
-        attributes["lr"], (attributes["beta1"], attributes["beta2"]), attributes["eps"], attributes["weight_decay"]
-    )
-
-
-@update_op(AdamWOp, state_slots=2, hyperparameters=_from_attributes)
+@update_op(AdamWOp, state_slots=2, hyperparameters=lambda attributes: adam_from_attributes(AdamW, attributes))
 def lower_adamw(b, op):
     param, grad, m, v, step = op.operands
     lr, beta1, beta2 = attribute(op, "lr"), attribute(op, "beta1"), attribute(op, "beta2")

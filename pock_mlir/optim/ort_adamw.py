@@ -16,8 +16,8 @@ from dataclasses import dataclass
 
 from pock_mlir.dialects.pock import OrtAdamWOp
 
-from .adamw import check_adam
-from .registry import attribute, f64, optimizer, update_op
+from .adamw import adam_from_attributes, check_adam, emit_adam_update
+from .registry import attribute, optimizer, update_op
 
 
 @optimizer("ort_adamw")
@@ -35,33 +35,10 @@ class OrtAdamW:
 
     def emit(self, ip, loc, param, grad, state, step):
         """Create the update op; returns (new_param, [new_state...])."""
-        op = OrtAdamWOp(
-            param,
-            grad,
-            state[0],
-            state[1],
-            step,
-            f64(self.lr),
-            f64(self.betas[0]),
-            f64(self.betas[1]),
-            f64(self.eps),
-            f64(self.weight_decay),
-            param.type,
-            param.type,
-            param.type,
-            loc=loc,
-            ip=ip,
-        )
-        return op.new_param, [op.new_exp_avg, op.new_exp_avg_sq]
+        return emit_adam_update(OrtAdamWOp, self, ip, loc, param, grad, state, step)
 
 
-def _from_attributes(attributes: dict) -> OrtAdamW:
-    return OrtAdamW(
-        attributes["lr"], (attributes["beta1"], attributes["beta2"]), attributes["eps"], attributes["weight_decay"]
-    )
-
-
-@update_op(OrtAdamWOp, state_slots=2, hyperparameters=_from_attributes)
+@update_op(OrtAdamWOp, state_slots=2, hyperparameters=lambda attributes: adam_from_attributes(OrtAdamW, attributes))
 def lower_ort_adamw(b, op):
     param, grad, m, v, step = op.operands
     lr, beta1, beta2 = attribute(op, "lr"), attribute(op, "beta1"), attribute(op, "beta2")
