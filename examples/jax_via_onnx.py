@@ -9,10 +9,8 @@ losses are printed for each step, and the largest difference of the trained weig
 docs/onnx.md, "Keras and JAX models".
 """
 
-import argparse
 import importlib.util
 import sys
-import tempfile
 from pathlib import Path
 
 import numpy as np
@@ -20,14 +18,13 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from examples.models.via_onnx import (  # noqa: E402
     MODEL,
+    argument_parser,
     by_initializer,
-    framework_side,
+    compare,
     make_batches,
-    pock_training,
-    report,
+    parse_args,
     save_reference,
 )
-from pock_mlir.files import OutputError, atomic_write, check_writable  # noqa: E402
 
 BATCH, FEATURES, CLASSES = 16, 8, 3
 LR, WEIGHT_DECAY = 0.01, 0.01
@@ -82,46 +79,21 @@ def jax_side(directory: Path, steps: int) -> None:
     save_reference(directory, batches, losses, flat(params), names)
 
 
-def run(steps: int, out: str | None = None, jax2onnx: Path = JAX2ONNX) -> dict:
-    """optax's and pock-mlir's training from the same weights on the same batches:
-    {"framework": (losses, weights), "pock": (losses, weights)}, weights by initializer name."""
-    import pock_mlir as pock
-
-    with tempfile.TemporaryDirectory() as directory:
-        # jax2onnx's directory first: its onnx shadows the venv's in this one child only.
-        ref = framework_side(__file__, steps, directory, {"PYTHONPATH": str(jax2onnx), "JAX_PLATFORMS": "cpu"})
-        optimizer = pock.AdamW(lr=LR, weight_decay=WEIGHT_DECAY)
-        ours = pock_training(Path(directory) / MODEL, ref["batches"], optimizer)
-        if out is not None:
-            atomic_write(out, (Path(directory) / MODEL).read_bytes())
-    return {"framework": (ref["losses"], ref["weights"]), "pock": ours}
-
-
 def main(argv=None) -> dict | None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--steps", type=int, default=5, help="training steps (default 5)")
-    parser.add_argument("--out", help="also write the converted model here (a .onnx file)")
+    parser = argument_parser(__doc__)
     parser.add_argument("--jax2onnx", type=Path, default=JAX2ONNX, help=f"jax2onnx's directory (default {JAX2ONNX})")
-    parser.add_argument("--framework-side", metavar="DIR", type=Path, help=argparse.SUPPRESS)
-    args = parser.parse_args(argv)
-    if args.steps < 1:
-        parser.error(f"--steps {args.steps}: give at least 1")
+    args = parse_args(parser, argv)
     if args.framework_side is not None:
         return jax_side(args.framework_side, args.steps)
-    if args.out is not None and not args.out.endswith(".onnx"):
-        parser.error(f"--out {args.out}: the converted model's file name must end in .onnx")
-    try:
-        if args.out is not None:
-            check_writable(args.out)
-    except OutputError as e:
-        parser.error(str(e))
     if importlib.util.find_spec("flax") is None or importlib.util.find_spec("optax") is None:
         parser.error("flax and optax are not installed: pip install -e '.[frameworks]' (docs/onnx.md)")
     if not (args.jax2onnx / "jax2onnx").is_dir():
         parser.error(f"no jax2onnx in {args.jax2onnx}: {INSTALL.format(args.jax2onnx)}")
-    result = run(args.steps, args.out, args.jax2onnx)
-    report("optax", result)
-    return result
+    import pock_mlir as pock
+
+    # jax2onnx's directory first: its onnx shadows the venv's in this one child only.
+    env = {"PYTHONPATH": str(args.jax2onnx), "JAX_PLATFORMS": "cpu"}
+    return compare("optax", __file__, args, pock.AdamW(lr=LR, weight_decay=WEIGHT_DECAY), env)
 
 
 if __name__ == "__main__":

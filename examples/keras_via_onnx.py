@@ -8,10 +8,8 @@ on the same batches; both losses are printed for each step, and the largest diff
 trained weights. Needs the `frameworks` extra (tensorflow-cpu, tf2onnx): docs/onnx.md, "Keras and JAX models".
 """
 
-import argparse
 import importlib.util
 import sys
-import tempfile
 from pathlib import Path
 
 import numpy as np
@@ -19,14 +17,13 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from examples.models.via_onnx import (  # noqa: E402
     MODEL,
+    argument_parser,
     by_initializer,
-    framework_side,
+    compare,
     make_batches,
-    pock_training,
-    report,
+    parse_args,
     save_reference,
 )
-from pock_mlir.files import OutputError, atomic_write, check_writable  # noqa: E402
 
 BATCH, IMAGE, CLASSES = 16, (6, 6, 2), 3  # IMAGE: height, width, channels (Keras' layout)
 LR, MOMENTUM = 0.1, 0.9
@@ -85,43 +82,19 @@ def keras_side(directory: Path, steps: int) -> None:
     save_reference(directory, batches, losses, weights(model), names)
 
 
-def run(steps: int, out: str | None = None) -> dict:
-    """Keras' and pock-mlir's training from the same weights on the same batches:
-    {"framework": (losses, weights), "pock": (losses, weights)}, weights by initializer name."""
-    import pock_mlir as pock
-
-    with tempfile.TemporaryDirectory() as directory:
-        ref = framework_side(__file__, steps, directory, {"TF_CPP_MIN_LOG_LEVEL": "2"})
-        # pock-mlir's SGD is torch.optim's (b = m*b + g; w -= lr*b): Keras' steps (v = m*v - lr*g;
-        # w += v) at a constant learning rate.
-        ours = pock_training(Path(directory) / MODEL, ref["batches"], pock.SGD(lr=LR, momentum=MOMENTUM))
-        if out is not None:
-            atomic_write(out, (Path(directory) / MODEL).read_bytes())
-    return {"framework": (ref["losses"], ref["weights"]), "pock": ours}
-
-
 def main(argv=None) -> dict | None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--steps", type=int, default=5, help="training steps (default 5)")
-    parser.add_argument("--out", help="also write the converted model here (a .onnx file)")
-    parser.add_argument("--framework-side", metavar="DIR", type=Path, help=argparse.SUPPRESS)
-    args = parser.parse_args(argv)
-    if args.steps < 1:
-        parser.error(f"--steps {args.steps}: give at least 1")
+    parser = argument_parser(__doc__)
+    args = parse_args(parser, argv)
     if args.framework_side is not None:
         return keras_side(args.framework_side, args.steps)
-    if args.out is not None and not args.out.endswith(".onnx"):
-        parser.error(f"--out {args.out}: the converted model's file name must end in .onnx")
-    try:
-        if args.out is not None:
-            check_writable(args.out)
-    except OutputError as e:
-        parser.error(str(e))
     if importlib.util.find_spec("tf2onnx") is None:
         parser.error("tf2onnx is not installed: pip install -e '.[frameworks]' (docs/onnx.md)")
-    result = run(args.steps, args.out)
-    report("Keras", result)
-    return result
+    import pock_mlir as pock
+
+    # pock-mlir's SGD is torch.optim's (b = m*b + g; w -= lr*b): Keras' steps (v = m*v - lr*g;
+    # w += v) at a constant learning rate.
+    optimizer = pock.SGD(lr=LR, momentum=MOMENTUM)
+    return compare("Keras", __file__, args, optimizer, {"TF_CPP_MIN_LOG_LEVEL": "2"})
 
 
 if __name__ == "__main__":

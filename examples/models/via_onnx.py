@@ -9,12 +9,16 @@ file's initializer names); the parent trains the file with pock-mlir on the same
 
 from __future__ import annotations
 
+import argparse
 import os
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import numpy as np
+
+from pock_mlir.files import OutputError, atomic_write, check_writable
 
 MODEL, REFERENCE = "model.onnx", "reference.npz"
 
@@ -74,6 +78,44 @@ def pock_training(onnx_path, batches: list, optimizer) -> tuple[list[float], dic
     trainer = pock.compile_training(str(onnx_path), x, y, loss="cross_entropy", optimizer=optimizer).trainer()
     losses = [trainer.step(x, y) for x, y in batches]
     return losses, trainer.state_dict()
+
+
+def argument_parser(doc: str) -> argparse.ArgumentParser:
+    """The options both examples take: --steps, --out, and the child's --framework-side."""
+    parser = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--steps", type=int, default=5, help="training steps (default 5)")
+    parser.add_argument("--out", help="also write the converted model here (a .onnx file)")
+    parser.add_argument("--framework-side", metavar="DIR", type=Path, help=argparse.SUPPRESS)
+    return parser
+
+
+def parse_args(parser: argparse.ArgumentParser, argv) -> argparse.Namespace:
+    """`parser`'s arguments, --steps and (in the parent) --out checked."""
+    args = parser.parse_args(argv)
+    if args.steps < 1:
+        parser.error(f"--steps {args.steps}: give at least 1")
+    if args.framework_side is None and args.out is not None:
+        if not args.out.endswith(".onnx"):
+            parser.error(f"--out {args.out}: the converted model's file name must end in .onnx")
+        try:
+            check_writable(args.out)
+        except OutputError as e:
+            parser.error(str(e))
+    return args
+
+
+def compare(framework: str, script, args: argparse.Namespace, optimizer, env: dict) -> dict:
+    """The framework's (`script`'s child, run with `env`) and pock-mlir's training from the same
+    weights on the same batches, printed: {"framework": (losses, weights), "pock": (losses,
+    weights)}, weights by initializer name; the converted file to args.out if given."""
+    with tempfile.TemporaryDirectory() as directory:
+        ref = framework_side(script, args.steps, directory, env)
+        ours = pock_training(Path(directory) / MODEL, ref["batches"], optimizer)
+        if args.out is not None:
+            atomic_write(args.out, (Path(directory) / MODEL).read_bytes())
+    result = {"framework": (ref["losses"], ref["weights"]), "pock": ours}
+    report(framework, result)
+    return result
 
 
 def report(framework: str, result: dict) -> None:
