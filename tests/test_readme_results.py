@@ -1,11 +1,14 @@
 """README.md and docs/*.md quote the result tables the scripts write (bench/, examples/quality/), the
-pipeline of pock_mlir/stages.py and a summary of bench/results.json, each generated, never typed."""
+pipeline of pock_mlir/stages.py, the targets of pock_mlir/targets.py and a summary of
+bench/results.json, each generated, never typed."""
 
 import importlib.util
 import json
+import re
 from pathlib import Path
 
 from pock_mlir.stages import STAGE_PIPELINES
+from pock_mlir.targets import TARGETS, resolve_target, vector_tails
 
 ROOT = Path(__file__).resolve().parent.parent
 spec = importlib.util.spec_from_file_location("readme_results", ROOT / "tools" / "readme_results.py")
@@ -25,6 +28,7 @@ def test_every_generated_block_is_quoted_and_none_is_stale():
         f"examples/quality/results/{name}.md" for name in ("vision", "language", "text", "vision_seeds")
     ]
     assert quoted_by("docs/federated.md") == ["examples/quality/results/federated.md"]
+    assert quoted_by("docs/targets-and-deploying.md") == ["targets"]
     stale = {page.name: readme_results.stale_blocks(page.read_text()) for page in readme_results.pages()}
     assert not any(stale.values()), f"run `python tools/readme_results.py`: {stale}"
 
@@ -34,6 +38,19 @@ def test_the_pipeline_figure_lists_every_pass_in_order():
     for stage, pipeline in STAGE_PIPELINES.items():
         chain = figure[figure.index(f"{stage}:") + len(stage) + 1 :].split("─▶")[0]
         assert chain.split() == " ▸ ".join(p.split("{")[0] for p in pipeline.split(",")).split(), stage
+
+
+def test_the_targets_table_has_each_target_with_the_flags_it_compiles_with():
+    rows = readme_results.targets_table().splitlines()[2:]
+    assert len(rows) == len(TARGETS)
+    for row, kind in zip(rows, TARGETS.values()):
+        usage, default, flags, drivers = row.strip("| ").replace("\\|", "|").split(" | ")
+        target, shown = resolve_target(kind.name), set(re.findall(r"`(--[^`]+)`", flags))
+        assert (usage, default) == (f"`{kind.usage()}`", target.description)
+        # host's are this machine's, and x86-64's vector-tail flag, whichever machine this is
+        extra = set(vector_tails("x86_64")) if kind.name == "host" else set()
+        assert set(target.compile_flags()) <= shown <= set(target.compile_flags()) | extra, kind.name
+        assert drivers == ", ".join(f"`{d}`" for d in kind.drivers)
 
 
 def test_the_bench_summary_reads_the_rows_it_names():

@@ -7,8 +7,9 @@ A block is the text between `<!-- results: SOURCE -->` and `<!-- results:end -->
 Markdown file the scripts write (relative to the repository; its headings demoted two levels, so that
 they sit under the section that quotes them): bench/ writes bench/results.md, examples/quality/ writes
 examples/quality/results/{vision,vision_seeds,language,text,federated}.md; or a generated view:
-`pipeline` (the compiler's stages, from pock_mlir/stages.py) or `bench-summary` (a few columns of
-bench/results.json). Run it after `make bench`, a quality run or a change of the stage pipelines.
+`pipeline` (the compiler's stages, from pock_mlir/stages.py), `targets` (the compilation targets, from
+pock_mlir/targets.py) or `bench-summary` (a few columns of bench/results.json). Run it after
+`make bench`, a quality run or a change of the stage pipelines or targets.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from pathlib import Path
 
 from pock_mlir.files import atomic_write
 from pock_mlir.stages import STAGE_PIPELINES
+from pock_mlir.targets import TARGETS, host_arch, resolve_target, vector_tails
 
 ROOT = Path(__file__).resolve().parent.parent
 BLOCK = re.compile(r"(<!-- results: (?P<path>\S+) -->\n)(?P<body>.*?)(<!-- results:end -->)", re.S)
@@ -84,7 +86,22 @@ def bench_summary() -> str:
     return "\n".join(lines) + "\n"
 
 
-GENERATED = {"pipeline": pipeline_figure, "bench-summary": bench_summary}
+def targets_table() -> str:
+    """Each target of pock_mlir.targets.TARGETS: what may follow its name, what its default compiles
+    for, with which IREE flags, and the runtime drivers that run it. `host`'s vector-tail flag is
+    its machine's (targets.vector_tails), so shown as x86-64 has it, wherever this runs."""
+    lines = ["| target | default | IREE flags (of the default) | runs with |", "| --- | --- | --- | --- |"]
+    for kind in TARGETS.values():
+        target = resolve_target(kind.name)
+        flags = [f"`{f}`" for f in target.compile_flags() if kind.name != "host" or f not in vector_tails(host_arch())]
+        if kind.name == "host":
+            flags += [f"`{f}` (on x86-64)" for f in vector_tails("x86_64")]
+        cells = [f"`{kind.usage()}`", target.description, " ".join(flags), ", ".join(f"`{d}`" for d in kind.drivers)]
+        lines.append("| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
+GENERATED = {"pipeline": pipeline_figure, "targets": targets_table, "bench-summary": bench_summary}
 
 
 def quoted(source: str) -> str:
