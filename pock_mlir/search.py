@@ -781,6 +781,7 @@ def search_sparse(
     output=None,
     target: str = "host",
     quantize: str | None = None,
+    weights=None,
     progress: bool = False,
 ) -> SearchResult | list[SearchResult]:
     """Search which parameters (and output channels) to train under `budget` (see the module
@@ -789,7 +790,9 @@ def search_sparse(
 
     train_data, val_data: (inputs, target), inputs an array or a tuple of arrays (torch or numpy)
         with samples along the first dimension; the program trains on batches of `batch_size`.
-    loss, optimizer, output, target: as compile_training's; the optimizer fine-tunes candidates too.
+    loss, optimizer, output, target, weights: as compile_training's (weights=: the files the model's
+        weights start from, the model perhaps on the meta device); the optimizer fine-tunes
+        candidates too.
     steps: fine-tuning steps per candidate (and of the chosen scheme's check).
     ratios: the channel ratios tried on each tensor of two or more dimensions.
     anchor: what every run trains besides its candidate, and every scheme holds: "auto" (the last
@@ -821,6 +824,7 @@ def search_sparse(
             output=output,
             target=target,
             functions=functions,
+            weights=weights,
         )
 
     started = time.perf_counter()

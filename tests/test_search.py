@@ -4,6 +4,7 @@ scheme round-trips through compile_training within the memory budget, and bad in
 
 import math
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -17,6 +18,7 @@ import yaml
 from docs_blocks import doc_commands
 from oracle import torch_trajectory
 from pock_mlir.passes.pock_apply_sparse_config import reannotate
+from safetensors.torch import save_file
 
 import pock_mlir as pock
 from pock_mlir.abi import EVALUATE, LOSS, TRAIN_STEP, TRAIN_STEP_INTO, Policy
@@ -428,6 +430,14 @@ def planted_files(tmp_path_factory):
         "def model():\n    return Planted()\n\n"
         "def example_batch():\n    x, y = planted_data('b', BATCH, 1)\n    return torch.from_numpy(x), torch.from_numpy(y)\n"
     )
+    # the same model built on the meta device, its weights in a file, as pock-compile takes WEIGHTS
+    header = (root / "planted.py").read_text().split("def model()")[0]
+    (root / "planted_meta.py").write_text(
+        header + 'WEIGHTS = "planted.safetensors"\n\n'
+        "def model():\n    with torch.device('meta'):\n        return Planted()\n\n"
+        "def example_batch():\n    x, y = planted_data('b', BATCH, 1)\n    return torch.from_numpy(x), torch.from_numpy(y)\n"
+    )
+    save_file(Planted().state_dict(), root / "planted.safetensors")
     (x, y), (xv, yv) = planted_data("b", 512, 1), planted_data("b", 128, 2)
     np.savez(root / "data.npz", x_train=x, y_train=y, x_val=xv, y_val=yv)
     return root
@@ -475,6 +485,20 @@ def test_pock_search_refuses_data_without_a_held_out_split_and_files_it_did_not_
     assert pock_search.main([*arguments, "--data", str(root / "data.npz"), "-o", str(tmp_path / "notes.yaml")]) == 1
     assert "exists and is not a scheme pock-search wrote" in capsys.readouterr().err
     assert (tmp_path / "notes.yaml").read_text() == "keep: me\n"
+
+
+def test_pock_search_starts_a_meta_model_from_the_model_files_weights(planted_files, capsys):
+    """A model file whose model() builds on the meta device with WEIGHTS beside it: the search trains
+    from the file's weights, its full-BP validation loss PyTorch's of the model holding them."""
+    root = planted_files
+    argv = [str(root / "planted_meta.py"), "--data", str(root / "data.npz"), "--memory-budget", "64MB"]
+    assert pock_search.main([*argv, "--steps", "2", "-o", str(root / "meta.yaml")]) == 0
+    full_bp = float(re.search(r"validation loss (\d+\.\d+) -> ", capsys.readouterr().out).group(1))
+    x, y = planted_data("b", 128, 2)
+    with torch.no_grad():
+        want = nn.functional.cross_entropy(Planted()(torch.from_numpy(x)), torch.from_numpy(y)).item()
+    assert full_bp == pytest.approx(want, abs=2e-5)
+    assert (root / "meta.yaml").read_text().startswith(YAML_HEADER)
 
 
 def test_pock_search_runs_as_a_module(planted_files):

@@ -3,10 +3,11 @@
     pock-search MODEL.py --data DATA.npz --memory-budget 40MB [--time-budget 0.5] [--optimizer sgd:lr=0.01]
                 [--steps 10] [--anchor auto|none|NAME,...] [--quantize int8|int4] [--seed 0] -o scheme.yaml
 
-MODEL.py is a model file as pock-compile reads it (model(), example_batch(), optionally LOSS and
-OUTPUT); the example batch sets the batch size. DATA.npz is laid out as pock-train reads it
-(x_train, y_train, x_val, y_val; or tokens_train, tokens_val): every candidate fine-tunes on the
-training split and is judged on the held-out one, which it needs. --memory-budget is the device
+MODEL.py is a model file as pock-compile reads it (model(), example_batch(), optionally LOSS,
+OUTPUT and WEIGHTS, the checkpoint a meta-device model's weights start from); the example batch
+sets the batch size. DATA.npz is laid out as pock-train reads it (x_train, y_train, x_val, y_val;
+or tokens_train, tokens_val): every candidate fine-tunes on the training split and is judged on
+the held-out one, which it needs. --memory-budget is the device
 memory training may hold (as Trainer.device_bytes counts it): bytes, or a number with KB, MB or GB
 (powers of 1024). --time-budget is the step's time as a fraction of the full-BP step. --anchor is
 what every candidate trains with and every scheme holds: the last layer (auto), nothing (none), or
@@ -52,8 +53,13 @@ class ExampleBatch:
         from pock_mlir.frontend import as_tensor, call_tensors, device_dtype, select_output, spec_of
 
         args, kwargs = call_tensors(file.inputs)
-        with torch.no_grad():  # on a copy: a forward in train mode would move BatchNorm's statistics
-            output = select_output(copy.deepcopy(file.model)(*args, **kwargs), file.output)
+        model = copy.deepcopy(file.model)  # a copy: a forward in train mode would move BatchNorm's statistics
+        if any(t.is_meta for t in (*model.parameters(), *model.buffers())):
+            # built on the meta device, its weights in WEIGHTS' files: the output's shape from a forward there
+            model = model.to("meta")
+            args, kwargs = tuple(a.to("meta") for a in args), {k: v.to("meta") for k, v in kwargs.items()}
+        with torch.no_grad():
+            output = select_output(model(*args, **kwargs), file.output)
         named = [(positional_input_name(i), t) for i, t in enumerate(args)] + list(kwargs.items())
         self.signature = StepSignature(
             params=[],
@@ -145,6 +151,7 @@ def _run(args) -> int:
         seed=args.seed,
         output=file.output,
         quantize=args.quantize,
+        weights=file.weights,
         progress=True,
     )
     path = result.write(args.output)
