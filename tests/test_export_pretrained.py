@@ -10,10 +10,11 @@ import json
 
 import numpy as np
 import pytest
+import tiny_llm
 import torch
-import torch.nn.functional as F
 from docs_blocks import doc_python
 from oracle import assert_trajectory_close
+from tiny_llm import SEQ, VOCAB, next_token_loss
 
 import pock_mlir as pock
 from pock_mlir.files import OutputError
@@ -22,28 +23,13 @@ from pock_mlir.runtime.export import INDEX, WEIGHTS, ExportError
 transformers = pytest.importorskip("transformers")
 peft = pytest.importorskip("peft")
 
-VOCAB, SEQ, STEPS = 61, 12, 3
+STEPS = 3
 OPTIMIZER = pock.AdamW(lr=0.01)
 LORA = {"model.layers.*.self_attn.*_proj": "lora:r=4,alpha=8", "*norm": "full"}
 
 
-def next_token_loss(out, y):
-    return F.cross_entropy(out.logits.flatten(0, 1), y.flatten())
-
-
 def llama():
-    torch.manual_seed(0)
-    config = transformers.LlamaConfig(
-        vocab_size=VOCAB,
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        max_position_embeddings=32,
-        tie_word_embeddings=True,
-    )
-    return transformers.LlamaForCausalLM(config).eval()
+    return tiny_llm.llama().eval()
 
 
 def llama_with(state):

@@ -15,6 +15,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 from oracle import assert_gradients_close, torch_gradients, torch_trajectory
+from tiny_llm import SEQ, VOCAB, llama, next_token_loss
 
 import pock_mlir as pock
 from pock_mlir import layers, lora
@@ -25,27 +26,6 @@ transformers = pytest.importorskip("transformers")
 
 OPTIMIZER = pock.AdamW(lr=0.01)
 STEPS = 20
-VOCAB, SEQ = 61, 12
-
-
-def next_token_loss(out, y):
-    return F.cross_entropy(out.logits.flatten(0, 1), y.flatten())
-
-
-def llama():
-    torch.manual_seed(0)
-    return transformers.LlamaForCausalLM(
-        transformers.LlamaConfig(
-            vocab_size=VOCAB,
-            hidden_size=32,
-            intermediate_size=64,
-            num_hidden_layers=2,
-            num_attention_heads=4,
-            num_key_value_heads=2,
-            max_position_embeddings=32,
-            tie_word_embeddings=True,
-        )
-    )
 
 
 def gpt2():
