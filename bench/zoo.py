@@ -75,20 +75,23 @@ def convnext():
     return timm.models.ConvNeXt(depths=(1, 1, 1, 1), dims=(16, 32, 64, 128), num_classes=CLASSES)
 
 
+def _hf_model(model_class, config_class, **config):
+    """A random-init Hugging Face `model_class` of the zoo's vocabulary and context length."""
+    return model_class(config_class(vocab_size=VOCAB, max_position_embeddings=32, **config))
+
+
 # One layer has every op the text models' deeper stacks repeat (each more costs compile time); the
 # presets' tests, which tell the last layer from the others, take two.
 def llama(layers=1):
-    return transformers.LlamaForCausalLM(
-        transformers.LlamaConfig(
-            vocab_size=VOCAB,
-            hidden_size=64,
-            intermediate_size=128,
-            num_hidden_layers=layers,
-            num_attention_heads=4,
-            num_key_value_heads=2,
-            max_position_embeddings=32,
-            tie_word_embeddings=True,
-        )
+    return _hf_model(
+        transformers.LlamaForCausalLM,
+        transformers.LlamaConfig,
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=layers,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        tie_word_embeddings=True,
     )
 
 
@@ -101,31 +104,13 @@ def gpt2():
 
 
 def bert(layers=1):
-    return transformers.BertForSequenceClassification(
-        transformers.BertConfig(
-            vocab_size=VOCAB,
-            hidden_size=64,
-            num_hidden_layers=layers,
-            num_attention_heads=4,
-            intermediate_size=128,
-            max_position_embeddings=32,
-            num_labels=3,
-        )
-    )
+    config = dict(hidden_size=64, num_hidden_layers=layers, num_attention_heads=4, intermediate_size=128, num_labels=3)
+    return _hf_model(transformers.BertForSequenceClassification, transformers.BertConfig, **config)
 
 
 def distilbert(layers=1):
-    return transformers.DistilBertForSequenceClassification(
-        transformers.DistilBertConfig(
-            vocab_size=VOCAB,
-            dim=64,
-            n_layers=layers,
-            n_heads=4,
-            hidden_dim=128,
-            max_position_embeddings=32,
-            num_labels=3,
-        )
-    )
+    config = dict(dim=64, n_layers=layers, n_heads=4, hidden_dim=128, num_labels=3)
+    return _hf_model(transformers.DistilBertForSequenceClassification, transformers.DistilBertConfig, **config)
 
 
 FRAMES, FEATURES = 4, 40  # MFCC frames of a keyword: each is a step of the unrolled recurrence
