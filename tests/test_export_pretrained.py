@@ -14,6 +14,7 @@ import tiny_llm
 import torch
 from docs_blocks import doc_python
 from oracle import assert_trajectory_close
+from safetensors import safe_open
 from tiny_llm import SEQ, VOCAB, next_token_loss
 
 import pock_mlir as pock
@@ -48,6 +49,13 @@ def logits(model, x) -> np.ndarray:
         return model(x).logits.numpy()
 
 
+def saved_keys(tmp_path) -> list[str]:
+    """The oracle of an export's keys: those save_pretrained writes of the model (a tied weight once)."""
+    llama().save_pretrained(tmp_path / "save_pretrained")
+    with safe_open(tmp_path / "save_pretrained" / WEIGHTS, "np") as f:
+        return sorted(f.keys())
+
+
 def trained(program, x, y):
     """A trainer of `program` after STEPS steps on the batch, and their losses."""
     trainer = program.trainer()
@@ -78,11 +86,18 @@ def test_the_export_loads_with_from_pretrained_and_equals_evaluate_and_torch_opt
     x, y = token_batch()
     exported = trainer.export_pretrained(tmp_path / "tuned")
     assert sorted(p.name for p in exported.iterdir()) == ["config.json", "generation_config.json", WEIGHTS]
+    with safe_open(exported / WEIGHTS, "np") as f:
+        written = sorted(f.keys())
+    assert written == saved_keys(tmp_path) and "lm_head.weight" not in written  # model.embed_tokens.weight's
     loaded = transformers.AutoModelForCausalLM.from_pretrained(exported).eval()
     assert type(loaded) is transformers.LlamaForCausalLM and loaded.dtype == torch.float32
     np.testing.assert_allclose(logits(loaded, x), trainer.evaluate(x), rtol=1e-5, atol=1e-5)
-    # the oracle: the loaded weights are those of the same steps by torch.optim
     state = {key: value.numpy() for key, value in loaded.state_dict().items()}
+    tuned = trainer.state_dict()  # the tied key too, from_pretrained tying it again
+    assert sorted(state) == sorted(tuned) and "lm_head.weight" in state
+    for key, value in tuned.items():
+        np.testing.assert_array_equal(state[key], value, err_msg=key)
+    # the oracle: the loaded weights are those of the same steps by torch.optim
     assert_trajectory_close(losses, state, llama(), x, y, OPTIMIZER, STEPS, loss=next_token_loss, what="exported")
     assert not np.allclose(logits(loaded, x), logits(llama(), x), atol=1e-3)  # trained
     config = json.loads((exported / "config.json").read_text())
@@ -102,7 +117,9 @@ def test_a_sharded_export_loads_as_one(full, tmp_path):
         sizes.setdefault(file, []).append(trainer.state_dict()[key].nbytes)
     # save_pretrained's rule: a file closes before the tensor that would take it over the limit
     assert all(sum(s) <= 20_000 or len(s) == 1 for s in sizes.values())
-    assert index["metadata"]["total_size"] == sum(v.nbytes for v in trainer.merged_state_dict().values())
+    assert sorted(index["weight_map"]) == saved_keys(tmp_path)
+    merged = trainer.merged_state_dict()
+    assert index["metadata"]["total_size"] == sum(merged[key].nbytes for key in index["weight_map"])
     loaded = transformers.AutoModelForCausalLM.from_pretrained(exported).eval()
     np.testing.assert_allclose(logits(loaded, x), trainer.evaluate(x), rtol=1e-5, atol=1e-5)
 
@@ -126,7 +143,8 @@ def test_lora_as_peft_adapters_loads_with_peft_and_with_from_pretrained(qlora, t
     from safetensors.torch import load_file
 
     base = llama()
-    base.load_state_dict(load_file(exported / WEIGHTS))
+    missing, unexpected = base.load_state_dict(load_file(exported / WEIGHTS), strict=False)
+    assert missing == ["lm_head.weight"] and not unexpected  # tied: it is model.embed_tokens.weight
     adapted = peft.PeftModel.from_pretrained(llama_with(base.state_dict()), exported).eval()
     np.testing.assert_allclose(logits(adapted, x), qlora.evaluate(x), rtol=1e-4, atol=1e-5)
     assert not np.allclose(logits(base, x), qlora.evaluate(x), atol=1e-3)  # the adapters count

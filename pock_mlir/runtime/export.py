@@ -3,7 +3,7 @@
     DIR/
       config.json                       the model's config as compiled (the bundle's hf/), its
       generation_config.json            dtype that of the weights written
-      model.safetensors                 the model's state_dict (its keys, a tied weight under each);
+      model.safetensors                 the model's state_dict (its keys, a tied weight once);
                                         over max_shard_size: model-00001-of-0000N.safetensors ... and
       model.safetensors.index.json      which file holds each key, as save_pretrained shards
       adapter_config.json               lora="peft" only: the LoRA adapters in PEFT's format; the
@@ -97,6 +97,18 @@ def shard_bytes(size) -> int:
     if number <= 0:
         raise ExportError(f"max_shard_size must be positive, got {size!r}")
     return int(number * UNITS[unit])
+
+
+def saved_keys(state_dict: dict[str, str]) -> set[str]:
+    """The keys of the state_dict (key: source) that save_pretrained writes: a tied weight once,
+    under the key that names its parameter (its first name: model.embed_tokens.weight, not the
+    lm_head.weight tied to it, as save_pretrained drops a model's _tied_weights_keys), else under
+    its first key; from_pretrained ties the others to it again."""
+    kept: dict[str, str] = {}
+    for key, source in state_dict.items():
+        if source not in kept or key == source:
+            kept[source] = key
+    return set(kept.values())
 
 
 def model_tensors(signature: StepSignature, fetch: Callable[[str], np.ndarray], merge: bool) -> list[Tensor]:
@@ -294,7 +306,8 @@ def export_pretrained(
     parameters and buffers fetched by name one at a time, `files` its config.json and
     generation_config.json. Everything is checked (check_export) before anything is written."""
     destination, limit = check_export(directory, signature, files, mode, max_shard_size)
-    tensors = model_tensors(signature, fetch, merge=mode == "merge")
+    written = saved_keys(signature.state_dict)
+    tensors = [t for t in model_tensors(signature, fetch, merge=mode == "merge") if t.key in written]
     cut = shards(tensors, limit)
     destination.parent.mkdir(parents=True, exist_ok=True)
     staged = staging_directory(destination)
