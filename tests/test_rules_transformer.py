@@ -86,6 +86,7 @@ GROUPS = {
         ),
         Case("std", lambda p, x, ids: p[0].std(1, keepdim=True), ((B, T, D),)),
         Case("gelu_erf", lambda p, x, ids: F.gelu(p[0] * 2), ((B, T, D),)),
+        Case("erf", lambda p, x, ids: torch.erf(p[0] * 2), ((B, T, D),)),
         Case("gelu_tanh", lambda p, x, ids: F.gelu(p[0] * 2, approximate="tanh"), ((B, T, D),)),
         Case("softmax_last", lambda p, x, ids: F.softmax(p[0], -1), ((B, T, D),)),
         Case("softmax_dim1", lambda p, x, ids: F.softmax(p[0], 1), ((B, T, D),)),

@@ -131,6 +131,12 @@ def tanh(b, g, out, x):
     return (b.mul(g, b.aten.rsub.Scalar(b.mul(out, out), 1.0, 1)),)
 
 
+@defrule("aten.erf", slices=elementwise)
+def erf(b, g, out, x):
+    """g 2 / sqrt(pi) exp(-x^2) (ONNX's Erf, as the dynamo exporter writes GELU)."""
+    return (b.mul(g, b.mul(b.aten.exp(b.neg(b.mul(x, x))), 2.0 / math.sqrt(math.pi))),)
+
+
 @defrule("aten.gelu")
 def gelu(b, g, out, x, approximate):
     """Elementwise erf/exp (approximate='none') or tanh (approximate='tanh') forms of GELU'."""
