@@ -10,7 +10,9 @@ of the imported graph function (they are moved to the graph's inputs before impo
 program holds them as parameters, not literals. The loss is the frontend's: the string losses and
 callables of pock_mlir.frontend, traced alone with torch.export on the output's shape and called
 on the graph's selected output. int64 inputs and targets travel as int32 (as in frontend.py) and
-are widened back before the graph sees them.
+are widened back before the graph sees them. A Dropout in training mode becomes a product with a
+mask input of the graph, which forward_loss computes from the step's seed by pock_mlir/dropout.py's
+scheme, so that the file's dropouts draw the masks the PyTorch model's draw inside SeededDropout.
 """
 
 from __future__ import annotations
@@ -25,8 +27,10 @@ import numpy as np
 import torch
 from torch_mlir import ir, passmanager
 from torch_mlir.dialects import func
+from torch_mlir.extras.fx_importer import FxImporter
 
-from pock_mlir.abi import EVALUATE, EVALUATE_TRAIN, FORWARD_LOSS, TensorSpec, positional_input_name
+from pock_mlir.abi import EVALUATE, EVALUATE_TRAIN, FORWARD_LOSS, SEED_INPUT, TensorSpec, positional_input_name
+from pock_mlir.dropout import keep_mask
 from pock_mlir.frontend import (
     EVAL_FORWARD_LOSS,
     FrontendError,
@@ -46,6 +50,7 @@ from pock_mlir.torch_types import TensorType, parse_tensor_type
 GRAPH_FUNCTION = "onnx_graph"  # the imported graph, called by forward_loss, inlined by the autodiff stage
 EVAL_GRAPH_FUNCTION = "onnx_graph_eval"  # the graph in eval mode, where it updates statistics (in_eval_mode)
 LOSS_FUNCTION = "onnx_loss"
+MASKS_FUNCTION = "onnx_dropout_masks"  # the step's seed -> each training-mode Dropout's scaled mask
 # The ONNX ops' lowering, then torch-mlir's decompositions of the composite ops it emits
 # (aten.batch_norm, layer_norm, softmax.int, ...) into the ops pock-autodiff has rules for, as the
 # FX import's core ATen decompositions give them.
@@ -177,8 +182,8 @@ def updated_statistics(proto, buffers: list[str]) -> dict[str, str]:
 
 
 def in_eval_mode(proto):
-    """The graph with every BatchNormalization in inference mode (on its running statistics), as
-    model.eval() runs the PyTorch model."""
+    """The graph with every BatchNormalization in inference mode (on its running statistics) and
+    every Dropout passing its input through, as model.eval() runs the PyTorch model."""
     import onnx
 
     copy = onnx.ModelProto()
@@ -189,6 +194,8 @@ def in_eval_mode(proto):
             del node.attribute[:]
             node.attribute.extend(kept)
             del node.output[1:]
+        if node.op_type == "Dropout":
+            del node.input[2:]  # training_mode's default: off
     return copy
 
 
@@ -293,25 +300,77 @@ _UNFOLDED = frozenset({*_RANDOM, "Dropout"})  # they draw anew each run
 
 
 def _reject_random_nodes(graph_proto) -> None:
-    """A node that draws random numbers (Dropout in training mode among them) is refused by name:
+    """A node that draws random numbers (other than a Dropout: _seeded_dropouts) is refused by name:
     a compiled step cannot reproduce its draws, and dropping it would train another model."""
-    from onnx import numpy_helper
-
-    constants = {i.name: numpy_helper.to_array(i) for i in graph_proto.graph.initializer}
     for node in graph_proto.graph.node:
-        training = node.op_type == "Dropout" and len(node.input) > 2 and node.input[2]
-        if training and (node.input[2] not in constants or bool(constants[node.input[2]])):
-            raise FrontendError(
-                f"ONNX node {node.name!r} is a Dropout in training mode, whose random masks a compiled step "
-                f"cannot reproduce: export the model in eval mode (torch.onnx.export(..., training="
-                f"torch.onnx.TrainingMode.EVAL)), which leaves Dropout out, or compile its PyTorch model, "
-                f"whose dropout pock-mlir draws reproducibly"
-            )
         if node.op_type in _RANDOM:
             raise FrontendError(
                 f"ONNX node {node.name!r} ({node.op_type}) draws random numbers, which a compiled step cannot "
                 f"reproduce: draw them outside the model and pass them as an input"
             )
+
+
+def _seeded_dropouts(graph_proto) -> tuple[object, list[tuple[tuple[int, ...], float]]]:
+    """The graph with each Dropout in training mode replaced by a product with a new graph input,
+    its scaled mask, and the (shape, ratio) of each mask in the graph's order (which is the order
+    of the model's dropout calls in the trace an exporter writes). Its ratio and training mode must
+    be constants of the file."""
+    import onnx
+    from onnx import numpy_helper
+
+    constants = {i.name: numpy_helper.to_array(i) for i in graph_proto.graph.initializer}
+    shapes = _static_shapes(graph_proto)
+    nodes, masks = [], []
+    for node in graph_proto.graph.node:
+        if node.op_type != "Dropout" or node.domain not in ("", "ai.onnx"):
+            nodes.append(node)
+            continue
+        ratio, training = (list(node.input[1:3]) + ["", ""])[:2]
+        unknown = [n for n in (ratio, training) if n and n not in constants]
+        if unknown:
+            raise FrontendError(
+                f"ONNX node {node.name!r} is a Dropout whose {'ratio' if unknown[0] == ratio else 'training_mode'} "
+                f"is computed in the graph; pock-mlir draws masks for a constant ratio and training mode: export "
+                f"the model with a fixed dropout probability"
+            )
+        if not (training and bool(constants[training])):
+            nodes.append(node)  # inference mode: the input passes through
+            continue
+        if node.input[0] not in shapes:
+            raise FrontendError(
+                f"ONNX node {node.name!r} is a Dropout whose input's shape ONNX shape inference left open: "
+                f"pock-mlir needs static shapes; give the example batch's shapes (--input-shape)"
+            )
+        mask = f"pock_dropout_mask_{len(masks)}"
+        masks.append((shapes[node.input[0]], float(constants[ratio]) if ratio else 0.5))
+        nodes.append(onnx.helper.make_node("Mul", [node.input[0], mask], [node.output[0]], name=node.name))
+        if len(node.output) > 1 and node.output[1]:
+            nodes.append(onnx.helper.make_node("Cast", [mask], [node.output[1]], to=onnx.TensorProto.BOOL))
+        graph_proto.graph.input.append(
+            onnx.helper.make_tensor_value_info(mask, onnx.TensorProto.FLOAT, list(masks[-1][0]))
+        )
+    del graph_proto.graph.node[:]
+    graph_proto.graph.node.extend(nodes)
+    return graph_proto, masks
+
+
+class _Masks(torch.nn.Module):
+    """seed -> each dropout's mask times 1 / (1 - p), as SeededDropout.dropout scales it (a ratio
+    of 0 or 1 draws no mask and takes no call number there either)."""
+
+    def __init__(self, masks: list[tuple[tuple[int, ...], float]]):
+        super().__init__()
+        self.masks = masks
+
+    def forward(self, seed):
+        scaled, call = [], 0
+        for shape, p in self.masks:
+            if p in (0.0, 1.0):
+                scaled.append(torch.full(shape, 1.0 - p))
+                continue
+            scaled.append(keep_mask(seed, call, shape, p).to(torch.float32) * (1.0 / (1.0 - p)))
+            call += 1
+        return tuple(scaled)
 
 
 def _unconverted(module: ir.Module) -> list[str]:
@@ -364,8 +423,6 @@ class _Loss(torch.nn.Module):
 
 def _import_loss(module: ir.Module, loss, output: torch.Tensor, user_target: torch.Tensor, timings) -> None:
     """The loss as function LOSS_FUNCTION(output, device target) in `module`, traced by torch.export."""
-    from torch_mlir.extras.fx_importer import FxImporter
-
     loss_fn = resolve_loss(loss)
     try:
         with torch.no_grad():
@@ -394,10 +451,13 @@ def _add_forward_loss(
     target: torch.Tensor,
     which: int,
     n_outputs: int,
+    seeded: bool = False,
+    masked: bool = False,
 ):
-    """name(params..., buffers..., inputs..., target) -> (loss, updated buffers..., output): the
-    graph on the state and the widened inputs, the loss of its output `which` and the target; the
-    updated buffers are the graph's results after its own `n_outputs`."""
+    """name(params..., buffers..., inputs..., [seed,] target) -> (loss, updated buffers..., output):
+    the graph on the state, the widened inputs and (masked) the dropout masks of the seed, the loss
+    of its output `which` and the target; the updated buffers are the graph's results after its own
+    `n_outputs`. `inputs` include the seed when `seeded`."""
     graph = function_named(module.operation, graph_name)
     loss = function_named(module.operation, LOSS_FUNCTION)
     graph_type = ir.FunctionType(graph.type)
@@ -410,11 +470,17 @@ def _add_forward_loss(
     with loc, ir.InsertionPoint(block) as ip:
         b = TorchBuilder(ip, loc)
         arguments = list(block.arguments)
+        own = arguments[n_state : -2 if seeded else -1]
         widened = [
             b.cast(value, torch.int64) if parse_tensor_type(wanted).element == "si64" else value
-            for value, wanted in zip(arguments[n_state:-1], graph_type.inputs[n_state:])
+            for value, wanted in zip(own, graph_type.inputs[n_state:])
         ]
-        outputs = func.CallOp(graph, arguments[:n_state] + widened).results
+        masks = (
+            list(func.CallOp(function_named(module.operation, MASKS_FUNCTION), [arguments[-2]]).results)
+            if masked
+            else []
+        )
+        outputs = func.CallOp(graph, arguments[:n_state] + widened + masks).results
         value = func.CallOp(loss, [outputs[which], arguments[-1]]).results[0]
         func.ReturnOp([value, *list(outputs)[n_outputs:], outputs[which]])
 
@@ -517,8 +583,10 @@ def import_onnx(
     user_target = as_tensor(example_target)
     which = _output_index(proto, output_selector)
     updated = updated_statistics(proto, buffers)
-    graph_protos = [_graph_for_import(proto, params, buffers, batch)]
-    if updated:  # evaluate and the validation loss run the model as model.eval() does
+    graph_proto, masks = _seeded_dropouts(_graph_for_import(proto, params, buffers, batch))
+    graph_protos = [graph_proto]
+    modes_differ = bool(updated or masks)
+    if modes_differ:  # evaluate and the validation loss run the model as model.eval() does
         graph_protos.append(_graph_for_import(in_eval_mode(proto), params, buffers, batch, EVAL_GRAPH_FUNCTION))
     _reject_random_nodes(graph_protos[0])
     timings["ONNX shape inference"] = time.perf_counter() - start
@@ -532,12 +600,24 @@ def import_onnx(
     output = torch.zeros(output_shape)
     _import_loss(module, loss, output, user_target, timings)
     inputs = [device_dtype(t) for t in batch.values()]
+    names = [positional_input_name(i) for i in range(len(inputs))]
+    if masks:
+        program = _export(_Masks(masks), (torch.zeros((), dtype=torch.int32),), "dropout masks", timings)
+        FxImporter(module=module).import_frozen_program(program, func_name=MASKS_FUNCTION)
+        function_named(module.operation, MASKS_FUNCTION).attributes["sym_visibility"] = ir.StringAttr.get("private")
+        inputs.append(torch.zeros((), dtype=torch.int32))
+        names.append(SEED_INPUT)
     target = device_dtype(user_target)
     n_state, n_outputs = len(params) + len(buffers), len(proto.graph.output)
-    _add_forward_loss(module, FORWARD_LOSS, GRAPH_FUNCTION, n_state, inputs, target, which, n_outputs)
-    eval_function = EVAL_FORWARD_LOSS if updated else FORWARD_LOSS
-    if updated:
-        _add_forward_loss(module, EVAL_FORWARD_LOSS, EVAL_GRAPH_FUNCTION, n_state, inputs, target, which, n_outputs)
+    seeded = bool(masks)
+    _add_forward_loss(
+        module, FORWARD_LOSS, GRAPH_FUNCTION, n_state, inputs, target, which, n_outputs, seeded=seeded, masked=seeded
+    )
+    eval_function = EVAL_FORWARD_LOSS if modes_differ else FORWARD_LOSS
+    if modes_differ:
+        _add_forward_loss(
+            module, EVAL_FORWARD_LOSS, EVAL_GRAPH_FUNCTION, n_state, inputs, target, which, n_outputs, seeded=seeded
+        )
     _add_evaluate(module, EVALUATE, eval_function)
     _add_evaluate(module, EVALUATE_TRAIN, FORWARD_LOSS)
 
@@ -550,7 +630,7 @@ def import_onnx(
         params=[TensorSpec(n, initial[n].shape, "float32") for n in params],
         buffers=[TensorSpec(n, initial[n].shape, "float32") for n in buffers],
         updated_buffers=list(updated),
-        inputs=[spec_of(positional_input_name(i), t) for i, t in enumerate(inputs)],
+        inputs=[spec_of(name, t) for name, t in zip(names, inputs)],
         target=spec_of("target", target),
         output=TensorSpec(proto.graph.output[which].name, output_shape, "float32"),
         initial_params={n: initial[n] for n in params},

@@ -391,10 +391,49 @@ def test_training_mode_batch_norm_updates_its_statistics_as_onnx_runtime_does(tm
     np.testing.assert_allclose(session.run(None, {"x": x.numpy()})[0], trainer.evaluate(x), rtol=1e-5, atol=1e-6)
 
 
-def test_training_mode_dropout_is_refused_by_its_node(batch):
+def test_training_mode_dropout_draws_the_pytorch_paths_masks(batch, tmp_path):
+    """A file exported in training mode with two Dropouts: its steps follow torch.optim on the
+    source module run inside SeededDropout with the Trainer's seeds (the PyTorch path's masks);
+    evaluate runs the eval-mode graph, as ONNX Runtime does on it."""
+    import onnxruntime
+
     x, y = batch
-    model = nn.Sequential(nn.Linear(6, 8), nn.Dropout(0.5), nn.Linear(8, 3)).train()
+    torch.manual_seed(0)
+    layers = [nn.Linear(6, 16), nn.ReLU(), nn.Dropout(0.3), nn.Linear(16, 16), nn.Dropout(0.5), nn.Linear(16, 3)]
+    model = perturbed(nn.Sequential(*layers), 9).train()
     proto = exported(model, x, training=torch.onnx.TrainingMode.TRAINING, do_constant_folding=False)
-    with pytest.raises(FrontendError, match="ONNX node '/1/Dropout' is a Dropout in training mode") as caught:
-        pock.compile_training(proto, x, y)
+    assert [n.op_type for n in proto.graph.node].count("Dropout") == 2
+    optimizer = pock.SGD(lr=0.1, momentum=0.9)
+    program = pock.compile_training(proto, x, y, optimizer=optimizer, functions=("step", "evaluate"))
+    assert [(s.name, s.dtype) for s in program.signature.inputs] == [("input0", "float32"), ("seed", "int32")]
+    trainer = program.trainer()
+    trainer.seed = 5
+    losses = [trainer.step(x, y) for _ in range(3)]
+    assert_trajectory_close(losses, trainer.state_dict(), model, x, y, optimizer, 3, seed=5)
+    from pock_mlir.onnx_frontend import in_eval_mode
+
+    trainer.export_onnx(tmp_path / "eval.onnx", in_eval_mode(proto))
+    session = onnxruntime.InferenceSession(str(tmp_path / "eval.onnx"), providers=["CPUExecutionProvider"])
+    np.testing.assert_allclose(session.run(None, {"x": x.numpy()})[0], trainer.evaluate(x), rtol=1e-5, atol=1e-6)
+
+
+def test_dropout_with_a_computed_ratio_is_refused_by_its_node(batch):
+    x, y = batch
+    ratio = onnx.helper.make_tensor_value_info("p", onnx.TensorProto.FLOAT, [])
+    graph = onnx.helper.make_graph(
+        [
+            onnx.helper.make_node("MatMul", ["x", "w"], ["h"], name="project"),
+            onnx.helper.make_node("Dropout", ["h", "p", "on"], ["y"], name="drop"),
+        ],
+        "g",
+        [onnx.helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [B, 6]), ratio],
+        [onnx.helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [B, 3])],
+        [
+            onnx.numpy_helper.from_array(np.ones((6, 3), np.float32), "w"),
+            onnx.numpy_helper.from_array(np.array(True), "on"),
+        ],
+    )
+    model = onnx.helper.make_model(graph, opset_imports=[onnx.helper.make_opsetid("", 17)])
+    with pytest.raises(FrontendError, match="ONNX node 'drop' is a Dropout whose ratio is computed") as caught:
+        pock.compile_training(model, (x, torch.tensor(0.5)), y)
     assert "\n" not in str(caught.value)
