@@ -14,12 +14,15 @@ TORCHVISION_PTH := tools/torchvision_without_ops.pth
 # jax2onnx needs a newer onnx than the venv's: it goes to a directory of its own, which only
 # examples/jax_via_onnx.py's converter process puts on its path (that file says why).
 JAX2ONNX_REQUIREMENTS := examples/jax2onnx-requirements.txt
+# So does onnxscript, torch.onnx.export(dynamo=True)'s, for tests/onnx_dynamo_export.py's process.
+ONNXSCRIPT_REQUIREMENTS := tests/onnxscript-requirements.txt
 
-$(STAMP): pyproject.toml $(TORCHVISION_PTH) $(JAX2ONNX_REQUIREMENTS)
+$(STAMP): pyproject.toml $(TORCHVISION_PTH) $(JAX2ONNX_REQUIREMENTS) $(ONNXSCRIPT_REQUIREMENTS)
 	test -x $(PY) || python3 -m venv $(VENV)
 	$(VENV)/bin/pip install --quiet --upgrade pip
 	$(VENV)/bin/pip install --quiet -e '.[dev]'
 	$(VENV)/bin/pip install --quiet --no-deps --upgrade --target $(VENV)/jax2onnx -r $(JAX2ONNX_REQUIREMENTS)
+	$(VENV)/bin/pip install --quiet --no-deps --upgrade --target $(VENV)/onnxscript -r $(ONNXSCRIPT_REQUIREMENTS)
 	$(PY) -c 'import torchvision' 2>/dev/null || \
 	    cp $(TORCHVISION_PTH) "$$($(PY) -c 'import sysconfig; print(sysconfig.get_path("purelib"))')"
 	$(PY) -c 'import torchvision, timm, transformers'

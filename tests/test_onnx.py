@@ -437,3 +437,109 @@ def test_dropout_with_a_computed_ratio_is_refused_by_its_node(batch):
     with pytest.raises(FrontendError, match="ONNX node 'drop' is a Dropout whose ratio is computed") as caught:
         pock.compile_training(model, (x, torch.tensor(0.5)), y)
     assert "\n" not in str(caught.value)
+
+
+# -- files of both torch.onnx exporters, from library models --------------------------------------
+
+ONNXSCRIPT = Path(sys.prefix) / "onnxscript"  # tests/onnxscript-requirements.txt, installed apart
+ONNXSCRIPT_INSTALL = f"pip install --no-deps --target {ONNXSCRIPT} -r tests/onnxscript-requirements.txt"
+
+
+class Logits(nn.Module):
+    """A Hugging Face classifier on token ids, returning its logits tensor (exporters take tensors out)."""
+
+    def __init__(self, model):
+        super().__init__()
+        self.model = model
+
+    def forward(self, ids):
+        return self.model(input_ids=ids).logits
+
+
+def zoo_cnn():
+    import torchvision
+
+    torch.manual_seed(0)
+    model = torchvision.models.MobileNetV2(
+        num_classes=3, width_mult=0.5, inverted_residual_setting=[[1, 8, 1, 1], [6, 16, 1, 2]]
+    )
+    return perturbed(model, 10), torch.randn(2, 3, 16, 16), torch.tensor([1, 2])
+
+
+def zoo_vit():
+    import timm
+
+    torch.manual_seed(0)
+    model = timm.models.VisionTransformer(
+        img_size=16, patch_size=8, embed_dim=16, depth=1, num_heads=2, mlp_ratio=2, num_classes=3
+    )
+    return perturbed(model, 11), torch.randn(2, 3, 16, 16), torch.tensor([0, 2])
+
+
+def zoo_bert():
+    import transformers
+
+    torch.manual_seed(0)
+    config = transformers.BertConfig(
+        vocab_size=31,
+        hidden_size=16,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        intermediate_size=32,
+        max_position_embeddings=16,
+        num_labels=3,
+    )
+    model = Logits(transformers.BertForSequenceClassification(config))
+    # no id 0: it is BERT's padding_idx, whose row PyTorch's embedding never updates, and ONNX's
+    # Gather, which the file holds instead, knows no padding row (docs/onnx.md)
+    return perturbed(model, 12), torch.randint(1, 31, (2, 6)), torch.tensor([2, 1])
+
+
+ZOO = {"mobilenet_v2": zoo_cnn, "vit": zoo_vit, "bert": zoo_bert}
+EXPORTERS = ("torchscript", "dynamo")
+
+
+@pytest.fixture(scope="module")
+def zoo_files(tmp_path_factory):
+    """{(family, exporter): (model, x, y, ModelProto)}: each model exported in eval mode by the
+    TorchScript exporter (without constant folding, which merges layers) and by the dynamo exporter
+    (in one child process: tests/onnx_dynamo_export.py says why)."""
+    directory = tmp_path_factory.mktemp("zoo")
+    files, children = {}, []
+    for family, make in ZOO.items():
+        model, x, y = make()
+        files[family, "torchscript"] = (model, x, y, exported(model, x, do_constant_folding=False))
+        torch.export.save(torch.export.export(model, (x,)), directory / f"{family}.pt2")
+        children += [str(directory / f"{family}.pt2"), str(directory / f"{family}.onnx")]
+    if not (ONNXSCRIPT / "onnxscript").is_dir():
+        pytest.fail(f"the dynamo exporter's onnxscript is not in {ONNXSCRIPT}: {ONNXSCRIPT_INSTALL} (make does it)")
+    child = Path(__file__).parent / "onnx_dynamo_export.py"
+    env = dict(os.environ, PYTHONPATH=str(ONNXSCRIPT))
+    done = subprocess.run([sys.executable, child, *children], env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    for family in ZOO:
+        model, x, y, _ = files[family, "torchscript"]
+        files[family, "dynamo"] = (model, x, y, onnx.load(directory / f"{family}.onnx"))
+    return files
+
+
+@pytest.mark.parametrize("exporter", EXPORTERS)
+@pytest.mark.parametrize("family", list(ZOO))
+def test_exporters_files_of_library_models_train_as_the_pytorch_model(zoo_files, family, exporter, tmp_path):
+    """A torchvision MobileNetV2, a timm ViT and a Hugging Face BERT classifier, each exported by
+    both exporters: 3 steps from the file follow torch.optim on the source module, and the tuned
+    file in ONNX Runtime gives the compiled evaluate's outputs."""
+    import onnxruntime
+
+    model, x, y, proto = zoo_files[family, exporter]
+    optimizer = pock.SGD(lr=0.05, momentum=0.9)
+    program = pock.compile_training(proto, x, y, optimizer=optimizer, functions=("step", "evaluate"))
+    assert [p.name for p in program.signature.params] == [n for n, _ in model.named_parameters()]
+    trainer = program.trainer()
+    losses = [trainer.step(x, y) for _ in range(3)]
+    constants = {n: t.numpy() for n, t in model.state_dict().items() if not t.is_floating_point()}  # the file's too
+    assert_trajectory_close(losses, {**trainer.state_dict(), **constants}, model, x, y, optimizer, 3, what=family)
+    trainer.export_onnx(tmp_path / "tuned.onnx", proto)
+    session = onnxruntime.InferenceSession(str(tmp_path / "tuned.onnx"), providers=["CPUExecutionProvider"])
+    (name,) = [i.name for i in session.get_inputs()]
+    np.testing.assert_allclose(session.run(None, {name: x.numpy()})[0], trainer.evaluate(x), rtol=1e-5, atol=1e-5)
