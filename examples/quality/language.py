@@ -16,7 +16,12 @@ base, at the memory of the schemes over it), written to OUT/language_search_<MB>
 they then train like the hand-written schemes, each row after the scheme whose memory it was
 searched at. --quick searches whole tensors only, for 3 steps each.
 
+--bases trains only BASES_SCHEMES, the sparse preset and LoRA over a float32 and an int4 frozen base
+(with the PyTorch reference), and writes them to OUT/language_bases.{json,md,png} apart from the
+full table: the comparison of frozen bases in a fraction of the full run's time.
+
     python examples/quality/language.py [--quick] [--out examples/quality/results] [--search presets|MB,...]
+    python examples/quality/language.py --bases
 """
 
 from __future__ import annotations
@@ -92,6 +97,14 @@ SCHEMES = {
 }
 # --quick is a smoke test of the whole path: the preset and LoRA over an int8 base (and any searched)
 QUICK_SCHEMES = ("sparse preset (last 2 blocks)", "LoRA r=8, all linears, int8 base")
+# --bases: the float32 and int4 bases under the sparse preset and LoRA
+BASES_SCHEMES = (
+    "sparse preset (last 2 blocks)",
+    "sparse preset, int4 base",
+    "LoRA r=8, all linears",
+    "LoRA r=8, all linears, int4 base",
+)
+QUICK_BASES = BASES_SCHEMES[:2]  # --quick --bases: the preset over each base
 SEARCH_AGAINST = (
     "sparse preset (last 2 blocks)",
     "last block only",
@@ -215,7 +228,17 @@ def markdown_report(results: dict, samples: dict) -> str:
 
 
 def main(argv=None):
-    args, budgets, out = parse(argparse.ArgumentParser(description=__doc__.splitlines()[0]), argv)
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument(
+        "--bases",
+        action="store_true",
+        help="train only the sparse preset and LoRA over a float32 and an int4 base, written to "
+        "OUT/language_bases.* (not with --search)",
+    )
+    args, budgets, out = parse(parser, argv)
+    if args.bases and budgets:
+        parser.error("--bases trains hand-written schemes only: drop --search")
+    stem = "language_bases" if args.bases else "language"
 
     cfg = LlamaConfig(vocab=VOCAB, max_len=64, dim=96, heads=4, kv_heads=2, layers=4, hidden=256)
     batch = 8
@@ -259,7 +282,8 @@ def main(argv=None):
                 if name not in results or r["val_loss"] < results[name]["val_loss"]:
                     results[name], trainers[name] = r, trainer
 
-    hand_written = {n: s for n, s in SCHEMES.items() if not args.quick or n in QUICK_SCHEMES}
+    chosen = (QUICK_BASES if args.bases else QUICK_SCHEMES) if args.quick else BASES_SCHEMES if args.bases else SCHEMES
+    hand_written = {n: s for n, s in SCHEMES.items() if n in chosen}
     sweep({REFERENCE: "torch", **{f"pock {n}": s for n, s in hand_written.items()}})
     at = (
         {results[f"pock {n}"]["device_mb"]: n for n in SEARCH_AGAINST if f"pock {n}" in results}
@@ -296,7 +320,7 @@ def main(argv=None):
     report = markdown_report(results, {"prompt": prompt, **samples})
     print(report)
     atomic_write(
-        out / "language.json",
+        out / f"{stem}.json",
         json.dumps(
             {
                 "config": cfg.__dict__,
@@ -309,13 +333,13 @@ def main(argv=None):
             indent=1,
         ),
     )
-    atomic_write(out / "language.md", report + "\n")
-    plot(results, out / "language.png")
+    atomic_write(out / f"{stem}.md", report + "\n")
+    plot(results, out / f"{stem}.png")
     save_against_memory(
         {name: (r["device_mb"], r["test_loss"]) for name, r in results.items() if "device_mb" in r},
         "test loss (nats/char)",
         "Language fine-tuning: test loss against training memory",
-        out / "language_memory.png",
+        out / f"{stem}_memory.png",
     )
 
 
