@@ -4,12 +4,14 @@ PyTorch eager and torch.compile, ONNX Runtime's on-device training (exported and
 bench/child.py, timed in bench/ort_child.py, which never imports torch), JAX for the LLaMA-like
 decoders (a port of the model in bench/jax_child.py, also without torch), ExecuTorch's training
 (exported in bench/child.py, timed in bench/executorch_child.py, its losses checked against eager's
-first) and pock-mlir.
+first) and pock-mlir; and, in a table of their own, ONNX Runtime and pock-mlir training the model's
+.onnx file with ONNX Runtime's recipe (ONNX_FILE_SYSTEMS).
 
     python -m bench                       # everything (about 50 minutes on 2 cores)
     python -m bench --quick               # the MLP, few steps: a smoke test of the harness
     python -m bench --models mlp,bert --schemes sparse --systems eager,pock-mlir
     python -m bench --update --models kws       # re-measure a model a busy moment disturbed, keep the rest
+    python -m bench --systems ort-training-onnx,pock-mlir-onnx  # the ONNX files' rows alone
     python -m bench --recount-flops             # count the stored rows' FLOPs again (bench/flops.py); times nothing
 """
 
@@ -29,8 +31,8 @@ import threading
 import time
 from pathlib import Path
 
-from bench.models import MODELS, PEFT_SCHEMES, QUICK_MODELS, SCHEMES, ort_optimizer, runs_scheme
-from bench.report import add_ratios, write_markdown, write_plot
+from bench.models import MODELS, ORT_LOSS_TYPES, PEFT_SCHEMES, QUICK_MODELS, SCHEMES, ort_optimizer, runs_scheme
+from bench.report import ONNX_FILE_SYSTEMS, add_ratios, write_markdown, write_plot
 from pock_mlir.files import atomic_write
 from pock_mlir.stages import pipelines_with_switch, pipelines_without
 from pock_mlir.tuning import host_cpu
@@ -52,6 +54,8 @@ SYSTEMS = (
     "pock-mlir-no-factor-reductions",
     "pock-mlir-no-per-image",
     "pock-mlir-no-flipped",
+    "ort-training-onnx",
+    "pock-mlir-onnx",
 )
 QUICK_SYSTEMS = (
     "eager",
@@ -125,6 +129,13 @@ DEPLOYED_SCHEMES = ("full", "sparse")  # pock-mlir's bundle in a torch-free proc
 # The deployed bundle compiled with the optimizer ONNX Runtime runs (bench.models.ort_optimizer), on
 # the models where that differs from theirs: ONNX Runtime's memory against the same training.
 ORT_OPTIMIZER = "pock-mlir-deployed-ort-optimizer"
+# The ONNX file's rows (ONNX_FILE_SYSTEMS): the model's .onnx file (bench/child.py's "onnx-file", on
+# the models whose loss ONNX Runtime's LossType states) trained by ONNX Runtime (generate_artifacts)
+# and by pock-mlir (pock.from_ort_recipe, its deployed bundle) with the same recipe. They compare with
+# each other only, are measured as a pair, and are reported once their warm-up losses agree
+# (check_same_losses: relative, on each warm-up step's loss, for the float32 rounding of two
+# runtimes' kernels a few steps in).
+SAME_LOSS_TOLERANCE = 1e-4
 THREADS = os.cpu_count() or 1  # IREE's local-task driver starts one worker per core; torch and ONNX Runtime get as many
 # tasks in a child of their own, which does not import torch (but ExecuTorch's runtime does); the rest run in bench.child
 CHILD_MODULES = {
@@ -253,6 +264,28 @@ class TrainingChild:
         return self.failure
 
 
+def check_same_losses(rows: dict[str, dict], systems=ONNX_FILE_SYSTEMS) -> None:
+    """Fail the rows of `systems` (which train the same file with the same recipe) unless each
+    warm-up step's loss agrees between them within SAME_LOSS_TOLERANCE: their times compare the
+    same training only then."""
+    first, second = (rows.get(system, {}) for system in systems)
+    if not (first.get("status") == second.get("status") == "ok"):
+        return
+    a, b = first.pop("warmup_losses"), second.pop("warmup_losses")
+    differ = [
+        f"step {i + 1}: {x:.6g} against {y:.6g}"
+        for i, (x, y) in enumerate(zip(a, b))
+        if abs(x - y) > SAME_LOSS_TOLERANCE * max(abs(x), abs(y))
+    ]
+    if len(a) != len(b) or not a:
+        differ = [f"{len(a)} and {len(b)} warm-up losses; give --warmup 1 or more"]
+    for row in (first, second):
+        if differ:
+            row["status"] = f"failed: the two systems' losses on the same file differ ({'; '.join(differ[:3])})"
+        else:
+            row["same_losses"] = {"steps": len(a), "rel_tolerance": SAME_LOSS_TOLERANCE}
+
+
 def measure(model: str, scheme: str, systems, args, workdir: Path) -> dict[str, dict]:
     """Every system's row for one model and scheme. The pock-mlir variants compile first, and
     ONNX Runtime's artifacts are generated, one process each; then every system starts training in
@@ -261,7 +294,35 @@ def measure(model: str, scheme: str, systems, args, workdir: Path) -> dict[str, 
     common = {"model": model, "scheme": scheme, "warmup": args.warmup, "steps": args.steps}
     rows, children, outputs = {}, {}, []
     bundle = workdir / f"{model}-{scheme}-bundle"  # the pock-mlir row's, for pock-mlir-deployed
+    onnx_file, exported = workdir / f"{model}-{scheme}-onnx-file", None  # the ONNX file's rows'
     for system in systems:
+        if system in ONNX_FILE_SYSTEMS:
+            if exported is None:
+                outputs.append(onnx_file)
+                exported = run_child({**common, "task": "onnx-file", "file": str(onnx_file)}, args.timeout)
+            rows[system] = dict(exported)
+            if exported["status"] != "ok":
+                continue
+            output = workdir / f"{model}-{scheme}-{system}"
+            outputs.append(output)
+            setup, run = (
+                (
+                    {"task": "ort-file-artifacts", "artifacts": str(output)},
+                    {"task": "ort-run", "artifacts": str(output)},
+                )
+                if system == "ort-training-onnx"
+                else (
+                    {"task": "pock-file-compile", "bundle": str(output), "iree_flags": args.iree_flags},
+                    {"task": "pock-deployed", "bundle": str(output)},
+                )
+            )
+            made = run_child({**common, **setup, "file": str(onnx_file)}, args.timeout)
+            rows[system].update(made)
+            if made["status"] == "ok":
+                children[system] = TrainingChild(
+                    {**common, **run, "learning_rate": exported["learning_rate"], "warmup_losses": True}, args.timeout
+                )
+            continue
         if system in ("eager", "torch.compile"):
             children[system] = TrainingChild({**common, "task": system, "count_flops": system == "eager"}, args.timeout)
             continue
@@ -341,6 +402,7 @@ def measure(model: str, scheme: str, systems, args, workdir: Path) -> dict[str, 
             child.round()
     for system, child in children.items():
         rows[system] = {**rows.get(system, {}), **child.finish()}
+    check_same_losses(rows)
     for output in outputs:
         if output.is_dir():
             shutil.rmtree(output)
@@ -405,6 +467,8 @@ def parse_args(argv):
     args.models = subset(args.models, MODELS, QUICK_MODELS if args.quick else tuple(MODELS))
     args.schemes = subset(args.schemes, SCHEMES, SCHEMES)
     args.systems = subset(args.systems, SYSTEMS, QUICK_SYSTEMS if args.quick else SYSTEMS)
+    if len(set(args.systems) & set(ONNX_FILE_SYSTEMS)) == 1:
+        parser.error(f"the ONNX file's rows are measured as a pair: give both {' and '.join(ONNX_FILE_SYSTEMS)}")
     args.steps = args.steps or (5 if args.quick else 20)
     args.warmup = args.warmup if args.warmup is not None else (2 if args.quick else 3)
     args.rounds = args.rounds or (1 if args.quick else 5)
@@ -527,6 +591,7 @@ def main(argv=None) -> int:
                     if (s not in ABLATIONS or (model, scheme) in ABLATIONS[s])
                     and (s != "jax" or MODELS[model].jax_port)
                     and (s != ORT_OPTIMIZER or ort_optimizer(MODELS[model].optimizer) != MODELS[model].optimizer)
+                    and (s not in ONNX_FILE_SYSTEMS or MODELS[model].loss in ORT_LOSS_TYPES)
                     and scheme
                     in {
                         "ort-training": ORT_SCHEMES,
@@ -534,6 +599,7 @@ def main(argv=None) -> int:
                         "executorch": EXECUTORCH_SCHEMES,
                         "pock-mlir-deployed": DEPLOYED_SCHEMES,
                         ORT_OPTIMIZER: DEPLOYED_SCHEMES,
+                        **dict.fromkeys(ONNX_FILE_SYSTEMS, ORT_SCHEMES),
                     }.get(s, SCHEMES if s.startswith("pock-mlir") else ("full", "sparse", *PEFT_SCHEMES))
                 ]
                 for system, measured in measure(model, scheme, systems, args, Path(workdir)).items():

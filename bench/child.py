@@ -17,6 +17,7 @@ import gc
 import io
 import json
 import pickle
+import shutil
 import sys
 import time
 from pathlib import Path
@@ -28,12 +29,13 @@ import torch
 import pock_mlir as pock
 from bench.flops import step_flops
 from bench.memory import rss_kb
-from bench.models import PEFT_SCHEMES, ort_optimizer, scheme_spec, trainable_names
+from bench.models import ORT_LOSS_TYPES, PEFT_SCHEMES, ort_optimizer, scheme_spec, trainable_names
 from bench.protocol import Unsupported, first_line, memory_facts, print_result, timed_rounds
 from bench.zoo import bench_model
 from pock_mlir.bundle import write_bundle
 from pock_mlir.frontend import resolve_loss
 from pock_mlir.iree_flags import CHOSEN_VECTOR_TAILS
+from pock_mlir.ort_recipe import ORT_LOSSES
 
 
 def _setup(spec):
@@ -190,17 +192,32 @@ def _layer_norms_with_statistics(graph) -> None:
             node.output.extend([f"{node.output[0]}.mean", f"{node.output[0]}.inv_std_dev"])
 
 
+ORT_PLAIN_SGD = "SGD without momentum (ONNX Runtime has none)"
+
+
 def _ort_optimizer(optimizer):
     """ONNX Runtime's optimizer block for the model's optimizer (bench.models.ort_optimizer), and
     the note when it differs."""
-    from onnxruntime.training.onnxblock import optim
+    note = ORT_PLAIN_SGD if ort_optimizer(optimizer) != optimizer else None
+    return _ort_block(*_ort_recipe_optimizer(optimizer)), note
 
+
+def _ort_recipe_optimizer(optimizer) -> tuple[str, dict]:
+    """ONNX Runtime's optimizer for the model's (bench.models.ort_optimizer) as generate_artifacts and
+    pock.from_ort_recipe name it: its OptimType name and its block's arguments."""
     runs = ort_optimizer(optimizer)
     if isinstance(runs, pock.AdamW):
-        return optim.AdamW(betas=runs.betas, eps=runs.eps, weight_decay=runs.weight_decay), None
+        return "AdamW", {"betas": list(runs.betas), "eps": runs.eps, "weight_decay": runs.weight_decay}
     if isinstance(runs, pock.SGD) and not (runs.momentum or runs.weight_decay or runs.nesterov):
-        return optim.SGD(), "SGD without momentum (ONNX Runtime has none)" if runs != optimizer else None
+        return "SGD", {}
     raise NotImplementedError(f"ONNX Runtime's on-device training has no optimizer like {optimizer}")
+
+
+def _ort_block(name: str, options: dict):
+    """ONNX Runtime's optimizer block of an _ort_recipe_optimizer."""
+    from onnxruntime.training.onnxblock import optim
+
+    return optim.AdamW(**options) if name == "AdamW" else optim.SGD()
 
 
 def export_ort(spec) -> dict:
@@ -254,6 +271,121 @@ def export_ort(spec) -> dict:
         "trainable_params": sum(p.numel() for n, p in module.named_parameters() if n in trainable),
     }
     return {**result, "optimizer_differs": optimizer_note} if optimizer_note else result
+
+
+def export_onnx_file(spec) -> dict:
+    """The file an ONNX Runtime user trains: the model alone (its loss is ONNX Runtime's) exported by
+    torch's TorchScript ONNX exporter in training mode (BatchNormalization trains), parameters
+    unfolded, as model.onnx; the batch as batch.npz; and the generate_artifacts arguments of the
+    scheme (whole tensors), the loss and ONNX Runtime's optimizer as recipe.json, in spec["file"].
+    Dropouts are exported at p = 0: ONNX Runtime and pock-mlir draw their masks apart, and the
+    losses of the two systems are checked equal (bench.__main__.check_same_losses)."""
+    import onnx
+
+    model_def, module, inputs, target, scheme, label = _setup(spec)
+    if model_def.loss not in ORT_LOSS_TYPES:
+        raise Unsupported(f"ONNX Runtime's LossType has no loss like {model_def.loss}")
+    zeroed = sorted(n for n, m in module.named_modules() if isinstance(m, torch.nn.Dropout) and m.p > 0)
+    for name in zeroed:
+        module.get_submodule(name).p = 0.0
+    directory = Path(spec["file"])
+    directory.mkdir()
+    np.savez(directory / "batch.npz", *(x.numpy() for x in (*inputs, target)))  # positional: the graph's inputs
+    exported = io.BytesIO()
+    torch.onnx.export(
+        module,
+        inputs,
+        exported,
+        dynamo=False,
+        training=torch.onnx.TrainingMode.TRAINING,
+        do_constant_folding=False,
+        export_params=True,
+        input_names=[f"input{i}" for i in range(len(inputs))],
+        output_names=["output"],
+    )
+    graph = onnx.load_from_string(exported.getvalue())
+    _layer_norms_with_statistics(graph)  # what ONNX Runtime's gradient reads: the file a user of it makes
+    onnx.save(graph, directory / "model.onnx")
+    trainable = trainable_names(scheme, module)
+    parameters = {name for name, _ in module.named_parameters()}
+    initializers = [i.name for i in graph.graph.initializer if i.name in parameters]
+    lost = sorted(trainable - set(initializers))
+    if lost:  # the exporter folded or renamed them: neither system could train them
+        raise RuntimeError(f"trainable parameters missing from the exported graph: {', '.join(lost)}")
+    optimizer, options = _ort_recipe_optimizer(model_def.optimizer)
+    recipe = {
+        "requires_grad": [n for n in initializers if n in trainable],
+        "frozen_params": [n for n in initializers if n not in trainable],
+        "loss": ORT_LOSS_TYPES[model_def.loss],
+        "optimizer": optimizer,
+        "lr": model_def.optimizer.lr,
+        "optimizer_options": options,
+    }
+    (directory / "recipe.json").write_text(json.dumps(recipe))
+    result = {
+        "scheme_used": label,
+        "learning_rate": model_def.optimizer.lr,
+        "trainable_params": sum(p.numel() for n, p in module.named_parameters() if n in trainable),
+    }
+    if ort_optimizer(model_def.optimizer) != model_def.optimizer:
+        result["optimizer_differs"] = ORT_PLAIN_SGD
+    return {**result, "dropout_zeroed": zeroed} if zeroed else result
+
+
+def _onnx_file(spec) -> tuple[Path, dict, list[np.ndarray]]:
+    """export_onnx_file's directory, its recipe and its batch (inputs, then the target)."""
+    directory = Path(spec["file"])
+    with np.load(directory / "batch.npz") as saved:
+        batch = [saved[f"arr_{i}"] for i in range(len(saved.files))]
+    return directory, json.loads((directory / "recipe.json").read_text()), batch
+
+
+def ort_file_artifacts(spec) -> dict:
+    """ONNX Runtime's training artifacts of the .onnx file with the recipe (generate_artifacts with
+    its LossType and optimizer), and the batch, in spec["artifacts"] for bench/ort_child.py."""
+    import onnx
+    from onnxruntime.training import artifacts
+
+    source, recipe, _ = _onnx_file(spec)
+    directory = Path(spec["artifacts"])
+    directory.mkdir()
+    shutil.copy(source / "batch.npz", directory / "batch.npz")
+    start = time.perf_counter()
+    artifacts.generate_artifacts(
+        onnx.load(source / "model.onnx"),
+        requires_grad=recipe["requires_grad"],
+        frozen_params=recipe["frozen_params"],
+        loss=artifacts.LossType[recipe["loss"]],
+        optimizer=_ort_block(recipe["optimizer"], recipe["optimizer_options"]),
+        artifact_directory=directory,
+    )
+    return {"compile_s": time.perf_counter() - start}
+
+
+def compile_onnx_file(spec) -> dict:
+    """pock.from_ort_recipe of the .onnx file with the recipe ONNX Runtime's row trains, written as a
+    device bundle in spec["bundle"] for bench/deployed_child.py."""
+    source, recipe, batch = _onnx_file(spec)
+    *inputs, target = (torch.from_numpy(x) for x in batch)
+    start = time.perf_counter()
+    program = pock.from_ort_recipe(
+        source / "model.onnx",
+        tuple(inputs),
+        target,
+        **recipe,
+        iree_flags=tuple(spec["iree_flags"]),
+        cache=False,  # time the compilation itself
+    )
+    compile_s = time.perf_counter() - start
+    write_bundle(
+        program, spec["bundle"], example_inputs=tuple(inputs), example_target=target, loss=ORT_LOSSES[recipe["loss"]]
+    )
+    return {
+        "compile_s": compile_s,
+        "compile_breakdown_s": dict(program.timings),
+        "iree_flags": program.iree_flags(),
+        "trainable_params": program.signature.trained_values,
+    }
 
 
 def export_jax(spec) -> dict:
@@ -418,6 +550,9 @@ RUNNERS = {
     "pock-compile": compile_pock,
     "pock-run": run_pock,
     "ort-export": export_ort,  # its training runs in bench/ort_child.py, without torch
+    "onnx-file": export_onnx_file,  # the .onnx file both of the ONNX file's rows train
+    "ort-file-artifacts": ort_file_artifacts,  # ONNX Runtime's on it, trained in bench/ort_child.py
+    "pock-file-compile": compile_onnx_file,  # pock-mlir's on it, trained in bench/deployed_child.py
     "jax-export": export_jax,  # its training runs in bench/jax_child.py, without torch
     "executorch-export": export_executorch,  # its training runs in bench/executorch_child.py
     "sgemm": measure_sgemm,

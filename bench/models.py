@@ -391,6 +391,11 @@ def ort_optimizer(optimizer):
     return optimizer
 
 
+# The bench losses ONNX Runtime's LossType states on the model's output, for the rows that train the
+# model's .onnx file (bench/child.py's "onnx-file"): cross entropy on (N, C) logits and (N,) labels.
+ORT_LOSS_TYPES = {"cross_entropy": "CrossEntropyLoss"}
+
+
 def runs_scheme(model: BenchModel, scheme: str) -> bool:
     """Whether the model has the scheme, without reading the files a searched scheme comes from (its
     row's child does: missing files fail that row alone)."""

@@ -41,9 +41,9 @@ def timed_rounds(step, spec) -> dict:
     for the step to finish). The parent interleaves the rounds of every system of one model and
     scheme, so a burst of other jobs on the shared machine hits them alike; a round starts with one
     untimed step, which brings caches and idle worker threads back after another process ran. The
-    round with the lowest median counts."""
-    for _ in range(spec["warmup"]):
-        step()
+    round with the lowest median counts. With spec["warmup_losses"], the result lists the warm-up
+    steps' losses too (the parent checks two systems' against each other)."""
+    warmup_losses = [step() for _ in range(spec["warmup"])]
     reset_peak()
     print("READY", flush=True)
     rounds, loss = [], None
@@ -61,7 +61,7 @@ def timed_rounds(step, spec) -> dict:
     if not rounds:
         raise RuntimeError("the parent asked for no round of timed steps")
     best = min(rounds, key=statistics.median)
-    return {
+    result = {
         "step_ms": 1000 * statistics.median(best),
         "step_ms_min": 1000 * min(best),
         "step_ms_max": 1000 * max(best),
@@ -70,6 +70,7 @@ def timed_rounds(step, spec) -> dict:
         "loss": float(loss),
         "peak_kb": rss_kb("VmHWM"),
     }
+    return {**result, "warmup_losses": warmup_losses} if spec.get("warmup_losses") else result
 
 
 def print_result(

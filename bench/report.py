@@ -24,7 +24,12 @@ SYSTEM_TITLES = {
     "pock-mlir-no-factor-reductions": "pock-mlir, no factor-reductions (each batch norm's backward sums four times)",
     "pock-mlir-no-per-image": "pock-mlir, no per-image form (1x1 convolutions as im2col or direct)",
     "pock-mlir-no-flipped": "pock-mlir, no flipped form (stride-1 input gradients as im2col or direct)",
+    "ort-training-onnx": "ONNX Runtime training, the .onnx file",
+    "pock-mlir-onnx": "pock-mlir, the .onnx file (from_ort_recipe, deployed bundle)",
 }
+# The ONNX file's rows (bench.__main__.measure): ONNX Runtime's and pock-mlir's training of one .onnx
+# file, compared with each other only, in their own table.
+ONNX_FILE_SYSTEMS = ("ort-training-onnx", "pock-mlir-onnx")
 CNNS_AND_TRANSFORMERS = ("mobilenetv2", "resnet18", "bert", "llama")
 SPARSE_VS_EAGER_4X = ("mobilenetv2", "bert")
 PEERS = ("eager", "torch.compile", "ort-training", "jax", "executorch")  # the systems an edge user would otherwise pick
@@ -40,9 +45,10 @@ def _find(rows, model, scheme, system):
 def add_ratios(rows: list[dict], models: dict, peak_gflops: float | None) -> list[dict]:
     """Speed-ups against PyTorch eager full BP and against the same system's full BP, memory
     against eager full BP, achieved GFLOP/s (the FLOPs PyTorch's autograd step performs, from
-    bench/flops.py, over the step time) and tokens/s."""
+    bench/flops.py, over the step time) and tokens/s. The ONNX file's rows take none: their table
+    compares them with each other."""
     for row in rows:
-        if row["status"] != "ok":
+        if row["status"] != "ok" or row["system"] in ONNX_FILE_SYSTEMS:
             continue
         eager_full = _find(rows, row["model"], "full", "eager")
         same_full = _find(rows, row["model"], "full", row["system"])
@@ -317,13 +323,24 @@ def write_markdown(results: dict, path: Path) -> None:
         f"(torch {_fmt(m.get('sgemm_gflops', {}).get('torch'), '{:.0f}')}, "
         f"numpy {_fmt(m.get('sgemm_gflops', {}).get('numpy'), '{:.0f}')}).",
         f"pock-mlir IREE flags: `{' '.join(s['pock_iree_flags'])}`{_chosen_per_program(results['rows'])}.",
+    ]
+    rows = [r for r in results["rows"] if r["system"] not in ONNX_FILE_SYSTEMS]
+    if rows:
+        lines += _main_table(rows, s["models"]) + _targets_section(rows, m.get("peak_gflops"))
+    lines += onnx_file_section(results["rows"], s["models"])
+    lines += profile_section(results["rows"])
+    atomic_write(path, "\n".join(lines) + "\n")
+
+
+def _main_table(rows: list[dict], titles: dict) -> list[str]:
+    lines = [
         "",
         "| model | scheme | system | trained values | step ms | fastest step ms | speed-up vs eager full | vs own full | "
         "peak MB | memory vs eager full | loss | GFLOP/s (% peak) | tokens/s | compile s |",
         "| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
     ]
-    for r in results["rows"]:
-        model = s["models"].get(r["model"], r["model"])
+    for r in rows:
+        model = titles.get(r["model"], r["model"])
         system = SYSTEM_TITLES.get(r["system"], r["system"])
         scheme = r["scheme"] if r["scheme"] == "full" else f"{r['scheme']} ({r.get('scheme_used', '?')})"
         if r["status"] != "ok":
@@ -338,7 +355,11 @@ def write_markdown(results: dict, path: Path) -> None:
             f"{_fmt(r.get('memory_vs_eager_full'), '{:.2f}x')} | {r['loss']:.4f} | {gflops} | "
             f"{_fmt(r.get('tokens_per_s'), '{:.0f}')} | {_fmt(r.get('compile_s'), '{:.1f}')} |"
         )
-    lines += [
+    return lines
+
+
+def _targets_section(rows: list[dict], peak_gflops: float | None) -> list[str]:
+    lines = [
         "",
         "## Targets",
         "",
@@ -352,10 +373,79 @@ def write_markdown(results: dict, path: Path) -> None:
         "| target | reached | ratio of medians | ratio of fastest steps | GFLOP/s it takes |",
         "| --- | --- | ---: | ---: | ---: |",
     ]
-    for target, ok, value, fastest, rate in check_targets(results["rows"], m.get("peak_gflops")):
+    for target, ok, value, fastest, rate in check_targets(rows, peak_gflops):
         lines.append(f"| {target} | {'yes' if ok else 'no' if ok is False else '-'} | {value} | {fastest} | {rate} |")
-    lines += profile_section(results["rows"])
-    atomic_write(path, "\n".join(lines) + "\n")
+    return lines
+
+
+def onnx_file_section(rows: list[dict], titles: dict) -> list[str]:
+    """The ONNX file's rows: ONNX Runtime's and pock-mlir's training of one .onnx file, side by side."""
+    ort, pock = ONNX_FILE_SYSTEMS
+    pairs = {}
+    for r in rows:
+        if r["system"] in ONNX_FILE_SYSTEMS:
+            pairs.setdefault((r["model"], r["scheme"]), {})[r["system"]] = r
+    if not pairs:
+        return []
+    measured = [r for pair in pairs.values() for r in pair.values() if r["status"] == "ok"]
+    checked = next((r["same_losses"] for r in measured if "same_losses" in r), None)
+    plain_sgd = sorted({r["model"] for r in measured if r.get("optimizer_differs")})
+    zeroed = sorted({r["model"] for r in measured if r.get("dropout_zeroed")})
+    version = next((r["onnxruntime"] for r in measured if "onnxruntime" in r), None)
+    lines = [
+        "",
+        "## ONNX files",
+        "",
+        "The .onnx file an ONNX Runtime user trains, for the models whose loss ONNX Runtime's LossType states "
+        "(cross entropy on the logits): the model alone, exported by torch's TorchScript ONNX exporter in "
+        "training mode (BatchNormalization trains) with its parameters unfolded, its LayerNormalizations given "
+        "the statistics outputs ONNX Runtime's gradient reads (bench/child.py's export_onnx_file). Both systems "
+        "train that file with one recipe: the scheme's tensors (whole) as requires_grad and the other parameters "
+        "as frozen_params, LossType.CrossEntropyLoss, ONNX Runtime's optimizer with the model's learning rate"
+        + (
+            f" (AdamW, or SGD without momentum where the model trains with momentum SGD: {', '.join(plain_sgd)})"
+            if plain_sgd
+            else ""
+        )
+        + f". ONNX Runtime{f' (onnxruntime {version})' if version else ''}: generate_artifacts (its setup s), "
+        "trained by its on-device API in a process that never imports torch (bench/ort_child.py). pock-mlir: "
+        "pock.from_ort_recipe with the same arguments (its compile s), written as a device bundle and trained by "
+        "Trainer.from_bundle in a process that never imports torch (bench/deployed_child.py). Peak memory: each "
+        "process's over its resident set after its runtime's imports. Speed-up: ONNX Runtime's step time over "
+        "pock-mlir's; memory: pock-mlir's peak over ONNX Runtime's. The rows of a pair are reported once "
+        + (
+            f"the losses of their {checked['steps']} warm-up steps agree within a relative {checked['rel_tolerance']:g}"
+            if checked
+            else "the losses of their warm-up steps agree"
+        )
+        + " (else both fail and say where they differ)."
+        + (
+            f" Dropouts are exported at p = 0 ({', '.join(zeroed)}): the two runtimes draw their masks apart."
+            if zeroed
+            else ""
+        ),
+        "",
+        "| model | scheme | trained values | ONNX Runtime step ms | pock-mlir step ms | speed-up | speed-up, "
+        "fastest steps | ONNX Runtime peak MB | pock-mlir peak MB | memory | loss (ONNX Runtime, pock-mlir) | "
+        "ONNX Runtime setup s | pock-mlir compile s |",
+        "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+    ]
+    for (model, scheme), pair in pairs.items():
+        title = titles.get(model, model)
+        a, b = pair.get(ort, {"status": "not measured"}), pair.get(pock, {"status": "not measured"})
+        shown = scheme if scheme == "full" else f"{scheme} ({(a if 'scheme_used' in a else b).get('scheme_used', '?')})"
+        if a["status"] != "ok" or b["status"] != "ok":
+            status = a["status"] if a["status"] != "ok" else b["status"]
+            lines.append(f"| {title} | {shown} |  | {status} |  |  |  |  |  |  |  |  |  |")
+            continue
+        lines.append(
+            f"| {title} | {shown} | {_fmt(a.get('trainable_params'), '{:,}')} | {a['step_ms']:.2f} | "
+            f"{b['step_ms']:.2f} | {a['step_ms'] / b['step_ms']:.2f}x | {a['step_ms_min'] / b['step_ms_min']:.2f}x | "
+            f"{a['peak_mb']:.1f} | {b['peak_mb']:.1f} | {b['peak_mb'] / a['peak_mb']:.2f}x | "
+            f"{a['loss']:.4f}, {b['loss']:.4f} | {_fmt(a.get('compile_s'), '{:.1f}')} | "
+            f"{_fmt(b.get('compile_s'), '{:.1f}')} |"
+        )
+    return lines
 
 
 def profile_section(rows: list[dict], top: int = 6) -> list[str]:
@@ -398,7 +488,7 @@ def write_plot(results: dict, path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    rows = [r for r in results["rows"] if r["status"] == "ok"]
+    rows = [r for r in results["rows"] if r["status"] == "ok" and r["system"] not in ONNX_FILE_SYSTEMS]
     groups = list(dict.fromkeys((r["model"], r["scheme"]) for r in rows)) or [("none", "")]
     systems = list(dict.fromkeys(r["system"] for r in rows))
     fig, axes = plt.subplots(2, 1, figsize=(max(6, 1.6 * len(groups) + 2), 7), constrained_layout=True)

@@ -472,6 +472,46 @@ def test_the_report_says_how_the_onnx_runtime_rows_were_made(tmp_path):
     assert "ONNX Runtime training (onnxruntime 1.19.2)" in text and "its mlp rows take plain SGD" in text
 
 
+def test_the_onnx_file_rows_have_their_own_table_beside_the_others(tmp_path):
+    from bench.report import add_ratios, write_markdown
+
+    def row(system, ms, mb, **more):
+        return {
+            "model": "mlp",
+            "scheme": "full",
+            "system": system,
+            "status": "ok",
+            "step_ms": ms,
+            "step_ms_min": ms / 2,
+            "peak_mb": mb,
+            "loss": 2.0,
+            **more,
+        }
+
+    checked = {"same_losses": {"steps": 3, "rel_tolerance": 1e-4}, "optimizer_differs": "SGD without momentum"}
+    rows = [
+        row("eager", 4.0, 40.0),
+        row("ort-training-onnx", 3.0, 20.0, compile_s=0.5, trainable_params=10, onnxruntime="1.19.2", **checked),
+        row("pock-mlir-onnx", 1.5, 5.0, compile_s=9.0, trainable_params=10, **checked),
+    ]
+    results = {
+        "date": "today",
+        "machine": {"cpu": "cpu", "cores": 2, "threads": 2, "load_before": [0.0] * 3, "load_after": [0.0] * 3},
+        "settings": {"steps": 1, "warmup": 3, "pock_iree_flags": [], "models": {}},
+        "rows": add_ratios(rows, MODELS, None),
+    }
+    assert "speedup_vs_eager_full" not in rows[2]  # compared with ONNX Runtime's row on the file only
+    write_markdown(results, tmp_path / "results.md")
+    text = (tmp_path / "results.md").read_text()
+    main, onnx_files = text.split("## ONNX files")
+    assert "| mlp | full | PyTorch eager |" in main and ".onnx file" not in main.split("## Targets")[0]
+    assert "| mlp | full | 10 | 3.00 | 1.50 | 2.00x | 2.00x | 20.0 | 5.0 | 0.25x | 2.0000, 2.0000 | 0.5 | 9.0 |" in (
+        onnx_files
+    )
+    assert "the losses of their 3 warm-up steps agree within a relative 0.0001" in onnx_files
+    assert "SGD without momentum where the model trains with momentum SGD: mlp" in onnx_files
+
+
 def test_compile_time_targets_read_the_full_step_compile():
     from bench.models import MODELS
     from bench.report import check_targets

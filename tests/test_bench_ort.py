@@ -52,3 +52,76 @@ def test_ort_trains_the_mlp_like_torch_sgd_without_torch(scheme, tmp_path):
     # the 4th loss follows three updates: matching it checks them, as they move it well beyond the tolerance
     assert abs(losses[-1] - losses[0]) > 10 * TOLERANCE * losses[0]
     assert trained["loss"] == pytest.approx(losses[-1], rel=TOLERANCE)
+
+
+def test_the_onnx_file_rows_train_the_mlp_file_alike_in_both_runtimes(tmp_path):
+    """The ONNX file's rows on the MLP: ONNX Runtime's generate_artifacts and pock.from_ort_recipe
+    train one .onnx file, each in a process without torch; both losses are torch.optim's plain SGD
+    steps on the PyTorch model (ONNX Runtime's SGD has no momentum), the pair is reported once their
+    warm-up losses agree, and results.md has their table."""
+    import json
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    out = tmp_path / "bench"
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "bench",
+            "--quick",
+            "--systems",
+            "ort-training-onnx,pock-mlir-onnx",
+            *("--warmup", str(WARMUP), "--steps", str(STEPS), "--rounds", "1", "--out", str(out)),
+        ],
+        cwd=Path(__file__).resolve().parent.parent,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    rows = {(r["scheme"], r["system"]): r for r in json.loads((out / "results.json").read_text())["rows"]}
+    assert set(rows) == {(s, system) for s in ("full", "sparse") for system in ("ort-training-onnx", "pock-mlir-onnx")}
+    for scheme in ("full", "sparse"):
+        losses, trainable = torch_sgd_losses(scheme, WARMUP + 1 + STEPS)
+        ort, pock_row = rows[scheme, "ort-training-onnx"], rows[scheme, "pock-mlir-onnx"]
+        for row in (ort, pock_row):
+            assert row["status"] == "ok", row["status"]
+            assert row["torch_loaded"] is False and row["trainable_params"] == trainable
+            assert row["same_losses"] == {"steps": WARMUP, "rel_tolerance": 1e-4}
+            assert row["loss"] == pytest.approx(losses[-1], rel=TOLERANCE)
+        assert pock_row["loss"] == pytest.approx(ort["loss"], rel=TOLERANCE)
+    text = (out / "results.md").read_text()
+    assert "## ONNX files" in text and "| MLP 256-512-512-10, batch 64 | sparse (bias-only) | 1,034 |" in text
+    assert "| model | scheme | system |" not in text  # no other system ran: no table of them, no targets
+
+
+def test_the_onnx_file_rows_fail_when_their_losses_differ():
+    from bench.__main__ import check_same_losses
+
+    def rows(second):
+        return {
+            "ort-training-onnx": {"status": "ok", "warmup_losses": [2.3, 2.2, 2.1]},
+            "pock-mlir-onnx": {"status": "ok", "warmup_losses": second},
+        }
+
+    same = rows([2.3, 2.2 * (1 + 5e-5), 2.1])
+    check_same_losses(same)
+    assert [r["status"] for r in same.values()] == ["ok", "ok"]
+    differ = rows([2.3, 2.2, 2.11])
+    check_same_losses(differ)
+    for row in differ.values():
+        assert row["status"] == "failed: the two systems' losses on the same file differ (step 3: 2.1 against 2.11)"
+    none = rows([])
+    none["ort-training-onnx"]["warmup_losses"] = []
+    check_same_losses(none)
+    assert "give --warmup 1 or more" in none["pock-mlir-onnx"]["status"]
+
+
+def test_the_onnx_file_rows_are_measured_as_a_pair(capsys):
+    from bench.__main__ import parse_args
+
+    with pytest.raises(SystemExit):
+        parse_args(["--quick", "--systems", "eager,pock-mlir-onnx"])
+    assert "give both ort-training-onnx and pock-mlir-onnx" in capsys.readouterr().err
