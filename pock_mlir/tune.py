@@ -20,8 +20,10 @@ import os
 import shutil
 import sys
 import tempfile
+import threading
 import time
 import warnings
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from pock_mlir.abi import FUNCTIONS
@@ -173,15 +175,20 @@ def _is_tune_bundle(directory: Path) -> bool:
         return False
 
 
-def prepare(file, model_name: str, target: str, directory, *, optimizer=None, sparse=None, sets=None, log=None) -> Path:
+def prepare(
+    file, model_name: str, target: str, directory, *, optimizer=None, sparse=None, sets=None, jobs=None, log=None
+) -> Path:
     """Compile every candidate for the model of `file` (pock-compile's ModelFile) into a tuning
     bundle at `directory` (see the module docstring); `sets` limits the flag sets (of
-    candidate_sets). Nothing appears at `directory` unless the whole bundle was written."""
-    from iree.compiler import compile_str
-
+    candidate_sets). `jobs` compilations run at once (default: one per CPU; each is an
+    iree-compile process), and a candidate whose text another's repeats is compiled once.
+    Nothing appears at `directory` unless the whole bundle was written."""
     from pock_mlir.compiler import compile_training
 
     log = log or (lambda message: print(f"pock-tune: {message}", file=sys.stderr, flush=True))
+    jobs = (os.cpu_count() or 1) if jobs is None else jobs
+    if jobs < 1:
+        raise ValueError(f"--jobs {jobs}: give the number of compilations to run at once, 1 or more")
     resolved = resolve_target(target)
     destination = check_tune_destination(directory)
     chosen_sets = candidate_sets(resolved)
@@ -207,58 +214,73 @@ def prepare(file, model_name: str, target: str, directory, *, optimizer=None, sp
     )
     ops = conv_ops(program)
     count = sum(len(shape.forms(op)) for shape, shape_ops in ops.items() for op in shape_ops) + len(chosen_sets)
-    done = 0
+    progress = _Progress(count, log)
     destination.parent.mkdir(parents=True, exist_ok=True)
     staged = staging_directory(destination)
+
+    def step(i: int, flag_set: str) -> dict:
+        progress.log(f"the whole step under {flag_set}")
+        variant = dataclasses.replace(
+            program,
+            backend=dataclasses.replace(program.backend, **_chosen(flag_set)),
+            modules={},
+            streams={},
+            replaced={},
+            timings={},
+        )
+        try:
+            variant.module(FUNCTIONS)
+        except RuntimeError as e:
+            return {"set": flag_set, "error": str(e).strip().splitlines()[0][:300]}
+        if "fusion" in variant.replaced:
+            return {"set": flag_set, "error": variant.replaced["fusion"].reason.rpartition(": ")[2][:300]}
+        write_bundle(
+            variant,
+            staged / "steps" / str(i),
+            example_inputs=file.inputs,
+            example_target=file.target,
+            loss=file.loss,
+            model_file=model_name,
+            sparse=sparse,
+        )
+        return {"set": flag_set, "bundle": f"steps/{i}", "iree_flags": variant.iree_flags()}
+
+    def conv(text: str, what: str) -> bytes:
+        from iree.compiler import compile_str
+
+        progress.log(what)
+        return compile_str(text, extra_args=[INPUT_TORCH, *resolved.compile_flags()])
+
+    pool = ThreadPoolExecutor(jobs)
     try:
         (staged / "convs").mkdir()
-        cases, modules = [], 0
-        for shape, shape_ops in ops.items():
-            candidates = []
-            for op in shape_ops:
-                for form in shape.forms(op):
-                    done += 1
-                    log(f"[{done}/{count}] {shape.kind()} {op} {form}")
-                    module, modules = f"convs/{modules}.vmfb", modules + 1
-                    text = form_function(shape, op, form)
-                    (staged / module).write_bytes(
-                        compile_str(text, extra_args=[INPUT_TORCH, *resolved.compile_flags()])
-                    )
-                    candidates.append(
-                        {"key": f"{op}/{form}", "op": op, "module": module, "arguments": arguments(shape, op)}
-                    )
-            cases.append({"shape": shape.to_json(), "class": shape.kind(), "candidates": candidates})
-        steps = []
-        for i, flag_set in enumerate(chosen_sets):
-            done += 1
-            log(f"[{done}/{count}] the whole step under {flag_set}")
-            variant = dataclasses.replace(
-                program,
-                backend=dataclasses.replace(program.backend, **_chosen(flag_set)),
-                modules={},
-                streams={},
-                replaced={},
-            )
-            try:
-                with warnings.catch_warnings():
-                    warnings.simplefilter("ignore")  # a failure under aggressive fusion is this candidate's result
-                    variant.module(FUNCTIONS)
-            except RuntimeError as e:
-                steps.append({"set": flag_set, "error": str(e).strip().splitlines()[0][:300]})
-                continue
-            if "fusion" in variant.replaced:
-                steps.append({"set": flag_set, "error": variant.replaced["fusion"].reason.rpartition(": ")[2][:300]})
-                continue
-            write_bundle(
-                variant,
-                staged / "steps" / str(i),
-                example_inputs=file.inputs,
-                example_target=file.target,
-                loss=file.loss,
-                model_file=model_name,
-                sparse=sparse,
-            )
-            steps.append({"set": flag_set, "bundle": f"steps/{i}", "iree_flags": variant.iree_flags()})
+        # Filters are process-wide, so set once for every thread: a failure under aggressive fusion
+        # is that candidate's result, not a warning.
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message="IREE failed to compile .* with the aggressive fusion")
+            # the whole steps first, the longest compilations; the convolutions' texts are emitted meanwhile
+            stepping = [pool.submit(step, i, flag_set) for i, flag_set in enumerate(chosen_sets)]
+            cases, modules, compiling = [], 0, {}  # compiling: each distinct candidate text, its module files
+            for shape, shape_ops in ops.items():
+                candidates = []
+                for op in shape_ops:
+                    for form in shape.forms(op):
+                        module, modules = f"convs/{modules}.vmfb", modules + 1
+                        text, what = form_function(shape, op, form), f"{shape.kind()} {op} {form}"
+                        if text in compiling:
+                            progress.log(f"{what}: the same text as an earlier candidate")
+                        else:
+                            compiling[text] = pool.submit(conv, text, what), []
+                        compiling[text][1].append(module)
+                        candidates.append(
+                            {"key": f"{op}/{form}", "op": op, "module": module, "arguments": arguments(shape, op)}
+                        )
+                cases.append({"shape": shape.to_json(), "class": shape.kind(), "candidates": candidates})
+            steps = [future.result() for future in stepping]
+            for future, files in compiling.values():
+                vmfb = future.result()
+                for module in files:
+                    (staged / module).write_bytes(vmfb)
         manifest = {
             "format": BUNDLE_FORMAT,
             "target": target,
@@ -272,10 +294,25 @@ def prepare(file, model_name: str, target: str, directory, *, optimizer=None, sp
         atomic_write(staged / MANIFEST, json.dumps(manifest, indent=1) + "\n")
         _replace(staged, destination)
     except BaseException:
+        pool.shutdown(cancel_futures=True)  # what has not started does not; what has is waited for
         shutil.rmtree(staged, ignore_errors=True)
         raise
+    finally:
+        pool.shutdown()
     log(f"wrote {destination}/: {count} candidates in {time.perf_counter() - start:.0f}s")
     return destination
+
+
+class _Progress:
+    """prepare's progress lines, "[done/count] what", from the threads that compile."""
+
+    def __init__(self, count: int, log):
+        self.count, self.write, self.done, self.lock = count, log, 0, threading.Lock()
+
+    def log(self, what: str) -> None:
+        with self.lock:
+            self.done += 1
+            self.write(f"[{self.done}/{self.count}] {what}")
 
 
 def _replace(staged: Path, destination: Path) -> None:

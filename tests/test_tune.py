@@ -220,6 +220,32 @@ def test_a_form_whose_results_disagree_is_never_in_the_table(model_file, tmp_pat
     assert sorted(case["ms"]) == ["forward/direct", "weight_grad/direct", "weight_grad/im2col"]
 
 
+def test_concurrent_compilations_write_the_same_bundle(model_file, tmp_path):
+    """prepare's jobs change how long it takes, not what it writes: every file byte for byte, the
+    manifest but for the time it took."""
+    from pock_mlir import tune
+
+    file = pock_compile.load_model_file(str(model_file))
+    lines = {}
+    for jobs in (1, 2):
+        lines[jobs] = []
+        tune.prepare(
+            file, "tiny_cnn.py", "host", tmp_path / str(jobs), sets=SETS.split(","), jobs=jobs, log=lines[jobs].append
+        )
+
+    def files(root):
+        return {p.relative_to(root): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
+
+    one, two = files(tmp_path / "1"), files(tmp_path / "2")
+    manifests = [json.loads(f.pop(Path("tune.json"))) for f in (one, two)]
+    assert [m.pop("prepare_s") > 0 for m in manifests] == [True, True]
+    assert manifests[0] == manifests[1] and one == two
+    assert len(one) > 6  # four convolution modules and two step bundles
+    # each candidate's progress line, in whichever order the threads started them
+    assert len(lines[1]) == 2 + 4 + 2
+    assert sorted(line.partition("] ")[2] for line in lines[1]) == sorted(line.partition("] ")[2] for line in lines[2])
+
+
 def test_on_the_host_one_command_does_both(model_file, tmp_path, capsys):
     table_path = tmp_path / "both.json"
     argv = [str(model_file), "-o", str(table_path), "--sets", "im2col", "--repeats", "1", "--steps", "5"]
@@ -245,6 +271,9 @@ def test_bad_tuning_input_is_one_line(tuned, model_file, tmp_path, capsys):
     assert "needs an aarch64 CPU" in line and not (tmp_path / "t.json").exists()
     assert pock_tune.main(["prepare", str(model_file), "-o", str(tmp_path / "p"), "--sets", "im2col+ukernels"]) == 1
     assert "not among the sets chosen for host" in capsys.readouterr().err
+    assert pock_tune.main(["prepare", str(model_file), "-o", str(tmp_path / "p"), "--jobs", "0"]) == 1
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert "--jobs 0: give the number of compilations" in line and not (tmp_path / "p").exists()
     assert pock_compile.main([str(model_file), "--tuning-any", "-o", str(tmp_path / "b")]) == 1
     assert "--tuning-any applies to a --tuning table" in capsys.readouterr().err
 

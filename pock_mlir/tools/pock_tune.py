@@ -45,6 +45,9 @@ def _prepare_options(parser) -> None:
         default=None,
         help="only these of the flag sets pock-backend-switch chooses between (comma-separated; default all)",
     )
+    parser.add_argument(
+        "--jobs", type=int, default=None, help="candidates compiled at once (default: one per CPU, os.cpu_count())"
+    )
 
 
 def _run_options(parser) -> None:
@@ -101,7 +104,9 @@ def _prepare(args, target: str, output) -> None:
     check_tune_destination(output)
     file = load_model_file(args.model)
     sets = args.sets.split(",") if args.sets else None
-    prepare(file, Path(args.model).name, target, output, optimizer=optimizer, sparse=args.sparse, sets=sets)
+    prepare(
+        file, Path(args.model).name, target, output, optimizer=optimizer, sparse=args.sparse, sets=sets, jobs=args.jobs
+    )
 
 
 def _run(command: str, args) -> int:
