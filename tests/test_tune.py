@@ -246,6 +246,19 @@ def test_concurrent_compilations_write_the_same_bundle(model_file, tmp_path):
     assert sorted(line.partition("] ")[2] for line in lines[1]) == sorted(line.partition("] ")[2] for line in lines[2])
 
 
+def test_the_bench_can_hide_this_cpus_shipped_table(tmp_path):
+    """bench/tune.py's default: the tables a CPU without a shipped table of its own reads."""
+    from bench.tune import own_table_hidden
+    from pock_mlir import tuning
+
+    shipped, own = tuning.TUNING_DIR, tuning.own_table_path("host")
+    with own_table_hidden(tmp_path):
+        nearest = tuning.table_path("host")
+        assert nearest.name != own.name and nearest.exists()
+        assert tuning.Tuning.of_target("host").name.endswith(f"not this {tuning.host_cpu()})")
+    assert tuning.TUNING_DIR == shipped and tuning.own_table_path("host") == own
+
+
 def test_on_the_host_one_command_does_both(model_file, tmp_path, capsys):
     table_path = tmp_path / "both.json"
     argv = [str(model_file), "-o", str(table_path), "--sets", "im2col", "--repeats", "1", "--steps", "5"]
