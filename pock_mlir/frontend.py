@@ -176,10 +176,13 @@ class Rewrites:
         result = {name: value for name, value in params.items() if name not in {w.weight for w in self.quantized}}
         for weight in self.quantized:
             value = params[weight.weight]
-            # on meta (weights= files): the stored tensors' shapes and dtypes, from a zero weight
-            # (the values are quantized from the files later, one tensor at a time: weights.py)
-            stored = weight.quantize(np.zeros(value.shape, np.float32) if value.is_meta else value.numpy())
-            result.update({n: torch.from_numpy(v).to(value.device) for n, v in stored.items()})
+            if value.is_meta:
+                # weights= files: the stored tensors' shapes and dtypes alone (the values are
+                # quantized from the files later, one tensor at a time: weights.py)
+                for name, (shape, dtype) in weight.stored_specs.items():
+                    result[name] = torch.empty(shape, dtype=torch.from_numpy(np.empty(0, dtype)).dtype, device="meta")
+                continue
+            result.update({n: torch.from_numpy(v) for n, v in weight.quantize(value.numpy()).items()})
         device = "meta" if any(v.is_meta for v in params.values()) else "cpu"
         adapters = layers.initial_adapter_values(list(self.adapters))
         result.update({n: torch.from_numpy(v).to(device) for n, v in adapters.items()})

@@ -46,6 +46,8 @@ FORMATS = ("int8", "int4")  # `int4:group=N` chooses int4's group size (parse_fo
 DEFAULT_GROUP = 32
 # The layer kinds a quantized weight can have: abi.KINDS, and (int4 only) embeddings
 QUANTIZED_KINDS = (*KINDS, "embedding")
+VALUE_DTYPES = {"int8": np.int8, "int4": np.uint8}  # each format's stored values (int4: two a byte)
+BLOCK_ELEMENTS = 1 << 22  # quantize's block of output channels: about 16 MB of float32 at a time
 _FORMAT = re.compile(r"^(int8|int4)(?::group=(\d+))?$")
 
 
@@ -100,6 +102,12 @@ class QuantizedWeight:
         return (out, inputs // 2), (out, inputs // self.group)
 
     @property
+    def stored_specs(self) -> dict[str, tuple[tuple[int, ...], np.dtype]]:
+        """{values, scale}: each stored tensor's shape and dtype, as quantize returns them."""
+        values, scale = self.stored_shapes
+        return {self.values: (values, np.dtype(VALUE_DTYPES[self.format])), self.scale: (scale, np.dtype(np.float32))}
+
+    @property
     def saved_bytes(self) -> int:
         """What storing it as its values and float32 scales saves over float32."""
         values, scale = self.stored_shapes
@@ -119,14 +127,20 @@ class QuantizedWeight:
 
     def quantize(self, weight: np.ndarray) -> dict[str, np.ndarray]:
         """{values, scale} for a float32 weight: int8 with a scale per output channel, or int4
-        packed two a byte with a scale per group of input values."""
+        packed two a byte with a scale per group of input values. A block of output channels at a
+        time, so that its temporaries stay small next to the weight (a 1B model's embedding)."""
         if self.format == "int4":
             return self._quantize_int4(weight)
-        reduce = tuple(i for i in range(weight.ndim) if i != self.channel_axis)
-        largest = np.abs(weight).max(axis=reduce)
-        scale = np.where(largest > 0, largest / 127, 1).astype(np.float32)
-        q = np.clip(np.rint(weight / self._broadcast(scale, weight.ndim)), -127, 127).astype(np.int8)
-        return {self.values: q, self.scale: scale}
+        channels = np.moveaxis(weight, self.channel_axis, 0)  # views, [out, ...]
+        values = np.empty(weight.shape, VALUE_DTYPES["int8"])
+        scale = np.empty(channels.shape[0], np.float32)
+        for rows in _blocks(channels.shape[0], channels[0].size):
+            block = channels[rows]
+            largest = np.abs(block).reshape(len(block), -1).max(axis=1)
+            scale[rows] = np.where(largest > 0, largest / 127, 1)
+            shaped = scale[rows].reshape((-1,) + (1,) * (block.ndim - 1))
+            np.moveaxis(values, self.channel_axis, 0)[rows] = np.clip(np.rint(block / shaped), -127, 127)
+        return {self.values: values, self.scale: scale}
 
     def dequantize(self, values: np.ndarray, scale: np.ndarray) -> np.ndarray:
         if self.format == "int4":
@@ -135,12 +149,16 @@ class QuantizedWeight:
 
     def _quantize_int4(self, weight: np.ndarray) -> dict[str, np.ndarray]:
         out, inputs = self._rows_columns
-        grouped = (weight.T if self.kind == "conv1d" else weight).reshape(out, inputs // self.group, self.group)
-        largest = np.abs(grouped).max(axis=2)
-        scale = np.where(largest > 0, largest / 7, 1).astype(np.float32)
-        q = np.clip(np.rint(grouped / scale[:, :, None]), -7, 7).astype(np.int16) + 8  # 1..15, a nibble
-        pairs = q.reshape(out, inputs // 2, 2)
-        packed = (pairs[:, :, 0] | (pairs[:, :, 1] << 4)).astype(np.uint8)
+        rows_in = weight.T if self.kind == "conv1d" else weight  # a view, [out, in]
+        packed = np.empty((out, inputs // 2), VALUE_DTYPES["int4"])
+        scale = np.empty((out, inputs // self.group), np.float32)
+        for rows in _blocks(out, inputs):
+            grouped = rows_in[rows].reshape(-1, inputs // self.group, self.group)
+            largest = np.abs(grouped).max(axis=2)
+            scale[rows] = np.where(largest > 0, largest / 7, 1)
+            q = np.clip(np.rint(grouped / scale[rows][:, :, None]), -7, 7).astype(np.int16) + 8  # 1..15, a nibble
+            pairs = q.reshape(-1, inputs // 2, 2)
+            packed[rows] = pairs[:, :, 0] | (pairs[:, :, 1] << 4)
         return {self.values: packed, self.scale: scale}
 
     def _dequantize_int4(self, packed: np.ndarray, scale: np.ndarray) -> np.ndarray:
@@ -174,6 +192,13 @@ class QuantizedWeight:
             int(entry["group"]),
             tuple(str(m) for m in entry["tied"]),
         )
+
+
+def _blocks(channels: int, per_channel: int):
+    """Slices of `channels` output channels of `per_channel` values each, BLOCK_ELEMENTS at a time."""
+    step = max(1, BLOCK_ELEMENTS // max(per_channel, 1))
+    for start in range(0, channels, step):
+        yield slice(start, min(start + step, channels))
 
 
 def stored_policies(policies: dict, quantized: list[QuantizedWeight]) -> dict:

@@ -15,6 +15,7 @@ import torch.nn.functional as F
 from oracle import assert_gradients_close, torch_gradients, torch_trajectory
 
 import pock_mlir as pock
+from pock_mlir import quantize
 from pock_mlir.layers import frozen_weights
 from pock_mlir.quantize import QuantizedWeight, QuantizeError
 from pock_mlir.sparse import SparseConfigError, resolve_sparse
@@ -44,7 +45,11 @@ def reference_int4(weight: np.ndarray, group: int):
     return packed, scales, values
 
 
-def test_int4_packs_and_dequantizes_as_the_element_by_element_reference():
+@pytest.mark.parametrize("block", [quantize.BLOCK_ELEMENTS, 16, 40])
+def test_int4_packs_and_dequantizes_as_the_element_by_element_reference(block, monkeypatch):
+    """Whole, a row at a time and two rows at a time with a partial last block (quantize's
+    blocks, which bound its temporaries on a large weight)."""
+    monkeypatch.setattr(quantize, "BLOCK_ELEMENTS", block)
     g = np.random.default_rng(0)
     weight = g.standard_normal((5, 16)).astype(np.float32)
     weight[1, 8:] = 0  # an all-zero group: scale 1, every value 0
@@ -64,7 +69,25 @@ def test_int4_packs_and_dequantizes_as_the_element_by_element_reference():
     np.testing.assert_array_equal(stored[conv1d.values], packed)
     np.testing.assert_array_equal(conv1d.dequantize(stored[conv1d.values], stored[conv1d.scale]), values.T)
     assert conv1d.stored_shapes == ((5, 8), (5, 2))
+    assert conv1d.stored_specs == {n: (v.shape, v.dtype) for n, v in stored.items()}
     assert QuantizedWeight.from_json(conv1d.to_json()) == conv1d
+
+
+@pytest.mark.parametrize("block", [quantize.BLOCK_ELEMENTS, 12, 30])
+@pytest.mark.parametrize("kind, shape", [("linear", (5, 12)), ("conv1d", (12, 5)), ("conv", (5, 3, 2, 2))])
+def test_int8_quantizes_each_output_channel_in_blocks_as_the_whole_weight(kind, shape, block, monkeypatch):
+    """int8 per output channel (a Conv1D's columns), scale = max |W| / 127, q = round(W / scale),
+    against that formula on the whole weight, quantized one, two and all channels at a time."""
+    monkeypatch.setattr(quantize, "BLOCK_ELEMENTS", block)
+    weight = np.random.default_rng(1).standard_normal(shape).astype(np.float32)
+    w = QuantizedWeight("layer", kind, shape, "int8")
+    stored = w.quantize(weight)
+    axis = w.channel_axis
+    others = tuple(d for d in range(weight.ndim) if d != axis)
+    scale = (np.abs(weight).max(axis=others, keepdims=True) / np.float32(127)).astype(np.float32)
+    np.testing.assert_array_equal(stored[w.values], np.clip(np.rint(weight / scale), -127, 127).astype(np.int8))
+    np.testing.assert_array_equal(stored[w.scale], scale.reshape(-1))
+    assert w.stored_specs == {n: (v.shape, v.dtype) for n, v in stored.items()}
 
 
 class TinyLM(nn.Module):
