@@ -6,12 +6,14 @@ pock-tune took (prepare + run). Writes tune_results.json and tune_results.md in 
     python -m bench.tune                     # every bench model (an hour or more on 2 cores)
     python -m bench.tune --models mlp,kws    # some; the others' rows are kept
     python -m bench.tune --shipped-table     # the default with this CPU's own shipped table
+    python -m bench.tune --retime            # time the two programs again, by the tables kept
 
 By default the bench hides this CPU's own shipped table, if it has one, so that the default is
 what a CPU without one gets (the issue's case: the nearest CPU's table); --shipped-table keeps
-it. Each condition has its own rows. The two programs take turns of back-to-back steps
-(pock_mlir/runtime/timing.py), so that load from other jobs hits both alike; ratios are tuned /
-default (below 1: tuning gained).
+it. Each condition has its own rows. The table pock-tune measured for each model is kept, in
+tune_tables/<condition>/, and --retime times the two programs again from it (pock-tune's own
+times are kept). The two programs take turns of back-to-back steps (pock_mlir/runtime/timing.py),
+so that load from other jobs hits both alike; ratios are tuned / default (below 1: tuning gained).
 """
 
 from __future__ import annotations
@@ -34,8 +36,10 @@ from pock_mlir.runtime.timing import step_statistics, time_in_turns
 
 ROOT = Path(__file__).resolve().parent
 DEFAULT_MODELS = "mlp,bert,llama,resnet18,mobilenetv2,tiny-vit,tiny-llama,kws"
-# the conditions of the default, by whether this CPU's own shipped table is hidden
+# the conditions of the default, by whether this CPU's own shipped table is hidden, and the
+# directory of tune_tables/ that keeps each one's pock-tune tables
 HIDDEN, SHIPPED = "without this CPU's shipped table", "with this CPU's shipped table"
+TABLES = {HIDDEN: "hidden", SHIPPED: "shipped"}
 
 
 @contextlib.contextmanager
@@ -53,7 +57,9 @@ def own_table_hidden(directory: Path):
         tuning.TUNING_DIR = shipped
 
 
-def measure(name: str, steps: int, work: Path, jobs: int | None) -> dict:
+def measure(name: str, steps: int, table: Path, work: Path, jobs: int | None, earlier: dict | None) -> dict:
+    """The model's row: pock-tune run into `table`, unless `earlier` (a row of it, whose pock-tune
+    times are kept) is given, then the default and the tuned program timed in turns."""
     import pock_mlir as pock
     from pock_mlir.runtime.tune import run
     from pock_mlir.tools.pock_compile import ModelFile
@@ -62,13 +68,16 @@ def measure(name: str, steps: int, work: Path, jobs: int | None) -> dict:
     spec = MODELS[name]
     model = spec.build()
     inputs, target = spec.batch()
-    table = work / f"{name}.json"
-    start = time.perf_counter()
-    file = ModelFile(model, inputs, target, spec.loss, None)
-    prepare(file, name, "host", work / name, optimizer=spec.optimizer, jobs=jobs)
-    prepared = time.perf_counter() - start
-    run(work / name, table)
-    tune_s = time.perf_counter() - start
+    if earlier is None:
+        start = time.perf_counter()
+        file = ModelFile(model, inputs, target, spec.loss, None)
+        prepare(file, name, "host", work / name, optimizer=spec.optimizer, jobs=jobs)
+        prepared = time.perf_counter() - start
+        run(work / name, table)
+        tune_s = time.perf_counter() - start
+        shutil.rmtree(work / name)
+    else:
+        tune_s, prepared = earlier["tune_s"], earlier["prepare_s"]
     programs = {
         "default": pock.compile_training(model, inputs, target, loss=spec.loss, optimizer=spec.optimizer),
         "tuned": pock.compile_training(model, inputs, target, loss=spec.loss, optimizer=spec.optimizer, tuning=table),
@@ -81,6 +90,7 @@ def measure(name: str, steps: int, work: Path, jobs: int | None) -> dict:
     times = time_in_turns({label: lambda t=t: t.step(inputs, target) for label, t in trainers.items()}, steps)
     row = {
         "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+        "steps": steps,
         "load_average": [load_before, os.getloadavg()[0]],  # 1-minute, before and after the timed steps
         "tune_s": tune_s,
         "prepare_s": prepared,
@@ -130,7 +140,7 @@ def write_markdown(results: dict) -> str:
                 f"| {name} | {row['default']['step_ms_min']:.2f} | {row['tuned']['step_ms_min']:.2f} | "
                 f"{row['step_ratio']:.2f} | {row['memory_ratio']:.2f} | {row['tune_s']:.0f} "
                 f"({row['prepare_s']:.0f} + {row['run_s']:.0f}) | {'; '.join(differ) or 'none'} | "
-                f"{row['load_average'][0]:.1f}, {row['load_average'][1]:.1f} | {row['date']} |"
+                f"{row['load_average'][0]:.1f}, {row['load_average'][1]:.1f} | {row['date']}, {row['steps']} steps |"
             )
         lines += ["", *(f"Default: {applied}." for applied in sorted({row["default_tuning"] for row in rows.values()}))]
     return "\n".join(lines) + "\n"
@@ -139,11 +149,14 @@ def write_markdown(results: dict) -> str:
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.tune", description=__doc__.splitlines()[0])
     parser.add_argument("--models", default=DEFAULT_MODELS)
-    parser.add_argument("--steps", type=int, default=20, help="timed steps of each program")
+    parser.add_argument("--steps", type=int, default=200, help="timed steps of each program")
     parser.add_argument(
         "--shipped-table", action="store_true", help="the default with this CPU's own shipped table, not hidden"
     )
     parser.add_argument("--jobs", type=int, default=None, help="pock-tune prepare's compilations at once")
+    parser.add_argument(
+        "--retime", action="store_true", help="time the two programs again from the kept tables, without pock-tune"
+    )
     parser.add_argument(
         "--out", default=None, help="directory for tune_results.json/.md (default bench/runs/<machine>)"
     )
@@ -162,15 +175,22 @@ def main(argv=None) -> int:
             f"{results_path} holds results of {results['device']}, not this {tuning.cpu_device()}; move it away"
         )
     results.update(device=tuning.cpu_device())
-    rows = results.setdefault("conditions", {}).setdefault(SHIPPED if args.shipped_table else HIDDEN, {})
-    out.mkdir(parents=True, exist_ok=True)
+    condition = SHIPPED if args.shipped_table else HIDDEN
+    rows = results.setdefault("conditions", {}).setdefault(condition, {})
+    tables = out / "tune_tables" / TABLES[condition]
+    if args.retime:
+        missing = [n for n in names if n not in rows or not (tables / f"{n}.json").exists()]
+        if missing:
+            parser.error(f"--retime: no row or kept table of {', '.join(missing)} {condition}; run them without it")
+    tables.mkdir(parents=True, exist_ok=True)
     work = Path(tempfile.mkdtemp(prefix="pock-tune-bench-"))
     try:
         (work / "tables").mkdir()
         with contextlib.nullcontext() if args.shipped_table else own_table_hidden(work / "tables"):
             for name in names:
                 print(f"bench.tune: {name}", file=sys.stderr, flush=True)
-                rows[name] = measure(name, args.steps, work, args.jobs)
+                earlier = rows.get(name) if args.retime else None
+                rows[name] = measure(name, args.steps, tables / f"{name}.json", work, args.jobs, earlier)
                 atomic_write(results_path, json.dumps(results, indent=1) + "\n")  # each model as it is done
                 atomic_write(report_path, write_markdown(results))
     finally:
