@@ -134,8 +134,10 @@ ORT_OPTIMIZER = "pock-mlir-deployed-ort-optimizer"
 # and by pock-mlir (pock.from_ort_recipe, its deployed bundle) with the same recipe. They compare with
 # each other only, are measured as a pair, and are reported once their warm-up losses agree
 # (check_same_losses: relative, on each warm-up step's loss, for the float32 rounding of two
-# runtimes' kernels a few steps in).
+# runtimes' kernels a few steps in; or, where PyTorch's own float32 run strays further from float64
+# there, SAME_LOSS_SLACK times that stray for each of the two, as tests/oracle.py holds pock-mlir).
 SAME_LOSS_TOLERANCE = 1e-4
+SAME_LOSS_SLACK = 10.0
 THREADS = os.cpu_count() or 1  # IREE's local-task driver starts one worker per core; torch and ONNX Runtime get as many
 # tasks in a child of their own, which does not import torch (but ExecuTorch's runtime does); the rest run in bench.child
 CHILD_MODULES = {
@@ -266,16 +268,21 @@ class TrainingChild:
 
 def check_same_losses(rows: dict[str, dict], systems=ONNX_FILE_SYSTEMS) -> None:
     """Fail the rows of `systems` (which train the same file with the same recipe) unless each
-    warm-up step's loss agrees between them within SAME_LOSS_TOLERANCE: their times compare the
-    same training only then."""
+    warm-up step's loss agrees between them within SAME_LOSS_TOLERANCE, or within twice
+    SAME_LOSS_SLACK times PyTorch's float32 stray from float64 at that step where the file's row
+    measured it ("float32_strays"): their times compare the same training only then."""
     first, second = (rows.get(system, {}) for system in systems)
     if not (first.get("status") == second.get("status") == "ok"):
         return
     a, b = first.pop("warmup_losses"), second.pop("warmup_losses")
+    strays = first.get("float32_strays") or [0.0] * len(a)
+    bounds = [
+        max(SAME_LOSS_TOLERANCE * max(abs(x), abs(y)), 2 * SAME_LOSS_SLACK * stray) for x, y, stray in zip(a, b, strays)
+    ]
     differ = [
         f"step {i + 1}: {x:.6g} against {y:.6g}"
-        for i, (x, y) in enumerate(zip(a, b))
-        if abs(x - y) > SAME_LOSS_TOLERANCE * max(abs(x), abs(y))
+        for i, (x, y, bound) in enumerate(zip(a, b, bounds))
+        if abs(x - y) > bound
     ]
     if len(a) != len(b) or not a:
         differ = [f"{len(a)} and {len(b)} warm-up losses; give --warmup 1 or more"]
@@ -283,7 +290,12 @@ def check_same_losses(rows: dict[str, dict], systems=ONNX_FILE_SYSTEMS) -> None:
         if differ:
             row["status"] = f"failed: the two systems' losses on the same file differ ({'; '.join(differ[:3])})"
         else:
-            row["same_losses"] = {"steps": len(a), "rel_tolerance": SAME_LOSS_TOLERANCE}
+            row["same_losses"] = {
+                "steps": len(a),
+                "rel_tolerance": SAME_LOSS_TOLERANCE,
+                "float32_slack": SAME_LOSS_SLACK,
+                "bounds": bounds,
+            }
 
 
 def measure(model: str, scheme: str, systems, args, workdir: Path) -> dict[str, dict]:

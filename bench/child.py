@@ -329,7 +329,29 @@ def export_onnx_file(spec) -> dict:
     }
     if ort_optimizer(model_def.optimizer) != model_def.optimizer:
         result["optimizer_differs"] = ORT_PLAIN_SGD
+    if optimizer == "SGD":  # torch.optim has ONNX Runtime's SGD, not its AdamW (pock.OrtAdamW)
+        result["float32_strays"] = _float32_strays(spec, ort_optimizer(model_def.optimizer))
     return {**result, "dropout_zeroed": zeroed} if zeroed else result
+
+
+FLOAT32_THREADS = (1, 2)  # the bench's PyTorch runs on two threads, make test's on one
+
+
+def _float32_strays(spec, optimizer) -> list[float]:
+    """How far PyTorch's float32 loss strays from its float64 loss at each warm-up step of the
+    file's training (the larger over FLOAT32_THREADS: the order of float32 sums depends on how many
+    threads split them), for check_same_losses: a trajectory that amplifies rounding (train-mode
+    BatchNorm on a small batch) separates any two float32 runtimes by about as much."""
+    want = _eager_losses(spec, optimizer, spec["warmup"], float64=True, dropout_off=True)
+    threads, strays = torch.get_num_threads(), [0.0] * len(want)
+    try:
+        for count in FLOAT32_THREADS:
+            torch.set_num_threads(count)
+            losses = _eager_losses(spec, optimizer, spec["warmup"], dropout_off=True)
+            strays = [max(s, abs(a - b)) for s, a, b in zip(strays, losses, want)]
+    finally:
+        torch.set_num_threads(threads)
+    return strays
 
 
 def _onnx_file(spec) -> tuple[Path, dict, list[np.ndarray]]:
@@ -459,10 +481,16 @@ def _check_executorch_kernels(graph) -> None:
             raise Unsupported("ExecuTorch has no backward of 1-D (or 3-D) convolutions, only of 2-D ones")
 
 
-def _eager_losses(spec, optimizer, steps: int) -> list[float]:
-    """The losses of eager PyTorch's first `steps` steps with `optimizer` (the one ExecuTorch runs):
-    what the ExecuTorch child's must equal before it is timed."""
+def _eager_losses(spec, optimizer, steps: int, float64: bool = False, dropout_off: bool = False) -> list[float]:
+    """The losses of eager PyTorch's first `steps` steps with `optimizer` (the one ExecuTorch runs:
+    what the ExecuTorch child's must equal before it is timed), in float64 if asked, with the
+    Dropouts at p = 0 if asked (as export_onnx_file exports them)."""
     model_def, module, inputs, target, scheme, _ = _setup(spec)
+    if float64:
+        module = module.double()
+        inputs = tuple(x.double() if x.is_floating_point() else x for x in inputs)
+    for dropout in (m for m in module.modules() if dropout_off and isinstance(m, torch.nn.Dropout)):
+        dropout.p = 0.0
     trainable = trainable_names(scheme, module)
     for name, p in module.named_parameters():
         p.requires_grad_(name in trainable)

@@ -414,7 +414,13 @@ def onnx_file_section(rows: list[dict], titles: dict) -> list[str]:
         "process's over its resident set after its runtime's imports. Speed-up: ONNX Runtime's step time over "
         "pock-mlir's; memory: pock-mlir's peak over ONNX Runtime's. The rows of a pair are reported once "
         + (
-            f"the losses of their {checked['steps']} warm-up steps agree within a relative {checked['rel_tolerance']:g}"
+            f"the losses of their {checked['steps']} warm-up steps agree within a relative {checked['rel_tolerance']:g}, "
+            f"or, on the plain-SGD rows, within {2 * checked.get('float32_slack', 0):g} times as far as PyTorch's own "
+            "float32 loss strays from its float64 loss at that step where that is larger (a trajectory that "
+            "amplifies rounding, as train-mode BatchNorm on a small batch does; torch.optim has no ONNX Runtime AdamW "
+            "to measure it with)"
+            if checked and "float32_slack" in checked
+            else f"the losses of their {checked['steps']} warm-up steps agree within a relative {checked['rel_tolerance']:g}"
             if checked
             else "the losses of their warm-up steps agree"
         )
