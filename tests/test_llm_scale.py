@@ -47,3 +47,19 @@ def test_meta_flops_are_the_real_steps_plus_the_attention_matmuls(tmp_path):
     real = step_flops(lambda: llm_scale._loss(model(**inputs), target).backward())
     assert counted["flops"] == real
     assert counted["parameters"] == counted["trainable"] == sum(p.numel() for p in model.parameters())
+
+
+def test_a_missed_memory_target_says_where_each_phase_peaked():
+    row = {
+        **{"arch": "1b", "scheme": "sparse", "base": "int4", "system": "pock-mlir", "status": "ok"},
+        **{"peak_mib": 4096, "peak_compile_mib": 512, "peak_load_mib": 2560, "peak_steps_mib": 4096},
+        **{"device_mib": 3072, "workspace_mib": 1024, "peak_cold_mib": 4608, "peak_percent": 40.0},
+    }
+    line = next(x for x in llm_scale.targets([row]) if "sparse over int4, peak under 3" in x)
+    assert line.endswith(
+        "**missed by 1.00 GiB** (4.00 GiB); compiling from the cache peaked at 0.50 GiB, loading the Trainer at "
+        "2.50, the steps at 4.00 (the device's 3.00, of which 1.00 workspace), the cold process at 4.50"
+    )
+    earlier = {k: v for k, v in row.items() if k not in ("peak_load_mib", "peak_steps_mib", "device_mib")}
+    line = next(x for x in llm_scale.targets([earlier]) if "sparse over int4, peak under 3" in x)
+    assert line.endswith("compiling from the cache peaked at 0.50 GiB, the cold process at 4.50")
