@@ -388,7 +388,8 @@ def onnx_file_section(rows: list[dict], titles: dict) -> list[str]:
     if not pairs:
         return []
     measured = [r for pair in pairs.values() for r in pair.values() if r["status"] == "ok"]
-    checked = next((r["same_losses"] for r in measured if "same_losses" in r), None)
+    # the fullest record of the check (rows measured before it recorded float32 strays say less)
+    checked = max((r["same_losses"] for r in measured if "same_losses" in r), key=len, default=None)
     plain_sgd = sorted({r["model"] for r in measured if r.get("optimizer_differs")})
     zeroed = sorted({r["model"] for r in measured if r.get("dropout_zeroed")})
     version = next((r["onnxruntime"] for r in measured if "onnxruntime" in r), None)
