@@ -24,7 +24,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from bench.__main__ import ROOT, _cpu_name, measure, pock_flags
+from bench.__main__ import _cpu_name, measure, pock_flags
+from bench.machine import runs_dir
 from bench.models import MODELS
 from bench.report import PEERS, SYSTEM_TITLES, _find
 from bench.zoo import HELD_OUT, bench_model
@@ -35,13 +36,6 @@ PARTS = {"fit": tuple(MODELS), "held-out": tuple(HELD_OUT)}
 SYSTEMS = ("eager", "torch.compile", "ort-training", "jax", "pock-mlir", "pock-mlir-deployed")
 SCHEMES = ("full", "sparse")
 AHEAD_SHARE, WORST_RATIO = 0.8, 1.25  # #65's targets: ahead on 80% of the held-out models, never over 1.25x
-
-
-def runs_dir() -> Path:
-    """This machine's directory of runs, named as the others are: vendor, family and model."""
-    vendor, family, model = host_cpu().split("-")[1:4]
-    name = {"GenuineIntel": "intel-xeon", "AuthenticAMD": "amd-epyc"}.get(vendor, vendor.lower())
-    return ROOT / "bench" / "runs" / f"{name}-{family}-{model}"
 
 
 def model_summary(rows: list[dict], model: str) -> dict:

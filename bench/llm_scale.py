@@ -35,6 +35,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from bench.machine import runs_dir
+
 ROOT = Path(__file__).resolve().parent.parent
 ARCHS = {
     # Llama-3.2-1B's shape (tied embeddings, grouped-query attention), 1.24 B parameters.
@@ -306,15 +308,6 @@ def available_gib() -> float:
     return info["MemAvailable"] / 2**20
 
 
-def machine_name() -> str:
-    """bench/runs/<name>: the CPU's vendor family and model (pock_mlir.tuning.host_cpu)."""
-    from pock_mlir.tuning import host_cpu
-
-    _, vendor, family, model = host_cpu().split("-")
-    brand = {"GenuineIntel": "intel-xeon", "AuthenticAMD": "amd-epyc"}.get(vendor, vendor.lower())
-    return f"{brand}-{family}-{model}"
-
-
 def write_checkpoint(name: str, seq_len: int, directory: Path) -> None:
     import torch
     import transformers
@@ -474,7 +467,7 @@ def main(argv=None) -> int:
     if args.child:
         print("RESULT " + json.dumps(CHILDREN[args.child[0]](json.loads(args.child[1]))), flush=True)
         return 0
-    out = Path(args.out) if args.out else ROOT / "bench" / "runs" / machine_name()
+    out = Path(args.out) if args.out else runs_dir()
     out.mkdir(parents=True, exist_ok=True)
     load_before = os.getloadavg()
     machine = run_child("sgemm", {"size": 2048})

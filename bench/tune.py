@@ -28,7 +28,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from bench.llm_scale import machine_name
+from bench.machine import runs_dir
 from bench.models import MODELS
 from pock_mlir import tuning
 from pock_mlir.files import atomic_write
@@ -166,7 +166,7 @@ def main(argv=None) -> int:
     unknown = [n for n in names if n not in MODELS]
     if unknown:
         parser.error(f"--models: no bench model {', '.join(unknown)}; they are {', '.join(MODELS)}")
-    out = Path(args.out) if args.out else ROOT / "runs" / machine_name()
+    out = Path(args.out) if args.out else runs_dir()
     results_path, report_path = out / "tune_results.json", out / "tune_results.md"
     results = json.loads(results_path.read_text()) if results_path.exists() else {}
     if results and "conditions" not in results:
