@@ -400,3 +400,25 @@ def test_the_guide_tunes_and_compiles_the_digits_mlp(tmp_path):
     assert outputs[-1].splitlines()[-2].endswith("measured for this program (mlp_digits.py)")
     manifest = json.loads((tmp_path / "bundle" / "manifest.json").read_text())
     assert manifest["model"] == "mlp_digits.py"
+
+
+def test_a_busy_machine_is_warned_of_and_recorded(tuned, tmp_path, monkeypatch):
+    """busy_share from two planted /proc/stat snapshots (user nice system idle iowait irq softirq
+    steal: 600 of 1000 ticks not idle), and a run on a machine that busy says so and records it."""
+    from pock_mlir.runtime import tune
+
+    stat = tmp_path / "stat"
+    snapshots = iter(["cpu  100 0 0 900 0 0 0 0 0 0\n", "cpu  650 0 50 1250 50 0 0 0 7 0\n"])
+    stat.write_text(next(snapshots))
+    monkeypatch.setattr(tune, "PROC_STAT", stat)
+    with monkeypatch.context() as m:
+        m.setattr(tune.time, "sleep", lambda seconds: stat.write_text(next(snapshots)))
+        assert tune.busy_share() == pytest.approx(0.6)
+    monkeypatch.setattr(tune, "PROC_STAT", tmp_path / "missing")
+    assert tune.busy_share() is None  # not Linux: nothing to say
+
+    logged = []
+    monkeypatch.setattr(tune, "busy_share", lambda: 0.6)
+    table = tune.run(tuned[0], tmp_path / "t.json", repeats=1, steps=5, log=logged.append)
+    assert table["busy_before"] == 0.6
+    assert logged[0].startswith("warning: other jobs keep 60% of this machine's CPU time busy")

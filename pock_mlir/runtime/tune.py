@@ -42,7 +42,33 @@ from pock_mlir.targets import CPU_DRIVERS, resolve_target
 from pock_mlir.tuning import BUNDLE_FORMAT, TABLE_FORMAT, cpu_device, iree_version
 
 MANIFEST = "tune.json"
-STEPS = 20  # timed steps of each flag set, as the flag study's
+# Timed steps of each flag set: whole steps vary more than single forms, and twenty let a disturbed
+# turn decide a 5% margin (a resnet18 table at load 11 chose data tiling, 1.22x slower after).
+STEPS = 60
+# Where other jobs keep more than this share of the CPUs busy, they take turns with the candidates
+# and the timings say more about them than about the candidates.
+BUSY_SHARE = 0.25
+PROC_STAT = Path("/proc/stat")
+
+
+def busy_share(seconds: float = 1.0) -> float | None:
+    """The share of the CPUs' time other processes used over `seconds` while this one slept, from
+    Linux's /proc/stat (None elsewhere). Not the load average: that still counts, for minutes, the
+    compilations `pock-tune MODEL.py` ran just before."""
+
+    def times():
+        fields = [int(f) for f in PROC_STAT.read_text().split("\n", 1)[0].split()[1:]]
+        return fields[3] + fields[4], sum(fields[:8])  # idle + iowait, all but guest time (counted in user)
+
+    try:
+        idle0, total0 = times()
+        time.sleep(seconds)
+        idle1, total1 = times()
+    except (OSError, ValueError, IndexError):
+        return None
+    return 1 - (idle1 - idle0) / (total1 - total0) if total1 > total0 else None
+
+
 # Two forms of one op sum in different orders; each is within 1e-4 of the largest value of
 # PyTorch's result (the conv study's check), so within twice that of each other.
 AGREEMENT = 2e-4
@@ -242,6 +268,12 @@ def run(
     check_writable(output)
     if repeats < 1 or steps < 1:
         raise TuneError(f"--repeats and --steps must be at least 1, got {repeats} and {steps}")
+    busy = busy_share()
+    if busy is not None and busy > BUSY_SHARE:
+        log(
+            f"warning: other jobs keep {100 * busy:.0f}% of this machine's CPU time busy: they disturb the timings "
+            "and a choice made by them may be wrong; tune when nothing else runs"
+        )
     start = time.perf_counter()
     benchmark = Benchmark(benchmark_module, driver) if benchmark_module else None
     config = None if benchmark else rt.Config(device=rt.get_device(driver, cache=False))
@@ -277,6 +309,7 @@ def run(
         "driver": driver,
         "iree": {"compiler": manifest["iree"]["compiler"], "runtime": iree_version("iree-base-runtime")},
         "model": model,
+        "busy_before": busy,  # the share of CPU time other jobs used just before the timing (busy_share)
         "load_average": os.getloadavg()[0],
         "convs": {"cases": cases},
         "flags": {
