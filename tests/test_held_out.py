@@ -97,3 +97,24 @@ def test_summarize_keeps_the_parts_apart():
     assert [s["model"] for s in parts["held-out"]["models"]] == ["b", "c"]
     assert parts["fit"]["distribution"]["targets"]["ahead on >= 80%"] is True
     assert parts["held-out"]["distribution"]["full_vs_fastest_peer"]["median"] == pytest.approx(1.15)
+
+
+def test_the_drivers_bench_steps_one_module_alike_on_both_cpu_drivers(tmp_path):
+    """bench.drivers on the smallest held-out model: both drivers and both conditions timed, the
+    two trainers' parameters the same after the same steps, and a second run adds to the rows."""
+    from bench import drivers
+
+    assert drivers.main(["--models", "ho-edge-mlp", "--steps", "5", "--out", str(tmp_path)]) == 0
+    row = json.loads((tmp_path / "drivers.json").read_text())["rows"]["ho-edge-mlp"]
+    assert row["max_parameter_difference"] <= 1e-6
+    for state in (drivers.IDLE, drivers.ONE_CORE_BUSY):
+        timed = row[state]
+        assert timed["sync_vs_task"] == pytest.approx(
+            timed["local-sync"]["step_ms_median"] / timed["local-task"]["step_ms_median"]
+        )
+        assert all(0 < timed[d]["step_ms_min"] <= timed[d]["step_ms_median"] for d in drivers.DRIVERS)
+    assert drivers.main(["--models", "mlp", "--steps", "5", "--out", str(tmp_path)]) == 0
+    table = (tmp_path / "drivers.md").read_text()
+    assert "| ho-edge-mlp |" in table and "| mlp |" in table
+    with pytest.raises(SystemExit):
+        drivers.main(["--models", "no-such-model", "--out", str(tmp_path)])
