@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 import sys
-from functools import partial
+from functools import cache, partial
 from pathlib import Path
 
 import iree.runtime as rt
@@ -54,12 +54,20 @@ IGNORE_INDEX = -100  # PyTorch's cross_entropy / nll_loss default: a target entr
 INT32 = np.iinfo(np.int32)
 
 
+@cache
+def _dtype_name(dtype: np.dtype) -> str:
+    """str(dtype), remembered: numpy builds the name anew on every call, which every step's batch check paid."""
+    return str(dtype)
+
+
 def check_class_indices(values: np.ndarray, classes: int | None, what: str) -> None:
     """Refuse, on the host, integer values the device would read out of bounds: beyond int32, or
     class indices outside [0, classes) other than IGNORE_INDEX. Names the array, index and value."""
     if values.dtype.kind not in "iu" or values.size == 0:
         return
     low, high = (0, classes) if classes is not None else (INT32.min, INT32.max + 1)
+    if low <= values.min() and values.max() < high:  # two reductions: what every step's batch costs
+        return
     bad = ((values < low) | (values >= high)) & (values != IGNORE_INDEX)
     if bad.any():
         index = tuple(int(i) for i in np.argwhere(bad)[0])
@@ -251,7 +259,7 @@ class Trainer:
                 v = v.astype(np.int32)  # the device takes int32 indices
             elif v.dtype == np.float64 and spec.dtype == "float32":
                 v = v.astype(np.float32)
-            if str(v.dtype) != spec.dtype:
+            if _dtype_name(v.dtype) != spec.dtype:
                 raise InputError(f"{spec.name}: expected dtype {spec.dtype}, got {v.dtype}")
             if tuple(v.shape) != tuple(spec.shape):
                 hint = (
