@@ -152,11 +152,18 @@ def compile_pock(spec) -> dict:
     }
 
 
+def device_batch(inputs: tuple[torch.Tensor, ...], target: torch.Tensor) -> tuple[tuple[np.ndarray, ...], np.ndarray]:
+    """A bench batch as a Trainer's device takes it (int64 as int32), converted once, not in every timed step."""
+
+    def converted(x):
+        return x.numpy().astype(np.int32) if x.dtype == torch.int64 else x.numpy()
+
+    return tuple(converted(x) for x in inputs), converted(target)
+
+
 def run_pock(spec) -> dict:
     model_def = bench_model(spec["model"])
-    inputs, target = model_def.batch()
-    inputs = tuple(x.numpy().astype(np.int32) if x.dtype == torch.int64 else x.numpy() for x in inputs)
-    target = target.numpy().astype(np.int32) if target.dtype == torch.int64 else target.numpy()
+    inputs, target = device_batch(*model_def.batch())
     with open(spec["program"], "rb") as f:
         program = pickle.load(f)
     trainer = program.trainer(retain_memory=spec.get("retain_memory", True))

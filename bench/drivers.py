@@ -25,14 +25,13 @@ import time
 from pathlib import Path
 
 import numpy as np
-import torch
 
+from bench.child import device_batch
 from bench.machine import runs_dir
 from bench.models import MODELS
 from bench.zoo import HELD_OUT, bench_model
 from pock_mlir.files import atomic_write
-from pock_mlir.runtime.timing import step_statistics, time_in_turns
-from pock_mlir.runtime.tune import busy_share
+from pock_mlir.runtime.timing import busy_share, step_statistics, time_in_turns
 from pock_mlir.tuning import host_cpu
 
 DRIVERS = ("local-task", "local-sync")
@@ -45,16 +44,13 @@ def condition(name: str):
     """The machine as `name` says: as it is, or with a process spinning on one core meanwhile."""
     spinner = subprocess.Popen([sys.executable, "-c", SPIN]) if name == ONE_CORE_BUSY else None
     try:
-        time.sleep(0.5 if spinner else 0)  # the spinner running before the first step
+        if spinner:
+            time.sleep(0.5)  # the spinner running before the first step
         yield
     finally:
         if spinner:
             spinner.kill()
             spinner.wait()
-
-
-def _device_array(x: torch.Tensor) -> np.ndarray:
-    return x.numpy().astype(np.int32) if x.dtype == torch.int64 else x.numpy()
 
 
 def measure(name: str, steps: int) -> dict:
@@ -66,7 +62,7 @@ def measure(name: str, steps: int) -> dict:
     program = pock.compile_training(
         spec.build(), inputs, target, loss=spec.loss, optimizer=spec.optimizer, functions=("step",)
     )
-    batch = tuple(_device_array(x) for x in inputs), _device_array(target)
+    batch = device_batch(inputs, target)
     trainers = {driver: program.trainer(device=driver) for driver in DRIVERS}
     # "idle" is the machine as other jobs leave it: what share of its CPU time they took just before
     row = {"model": name, "title": spec.title, "steps": steps, "busy_before": busy_share()}

@@ -100,21 +100,21 @@ def test_summarize_keeps_the_parts_apart():
 
 
 def test_the_drivers_bench_steps_one_module_alike_on_both_cpu_drivers(tmp_path):
-    """bench.drivers on the smallest held-out model: both drivers and both conditions timed, the
-    two trainers' parameters the same after the same steps, and a second run adds to the rows."""
+    """bench.drivers on the smallest held-out model: both drivers timed under both conditions, the
+    two trainers' parameters the same after the same steps, and a second run keeps earlier rows."""
     from bench import drivers
 
     assert drivers.main(["--models", "ho-edge-mlp", "--steps", "5", "--out", str(tmp_path)]) == 0
-    row = json.loads((tmp_path / "drivers.json").read_text())["rows"]["ho-edge-mlp"]
+    results = json.loads((tmp_path / "drivers.json").read_text())
+    row = results["rows"]["ho-edge-mlp"]
     assert row["max_parameter_difference"] <= 1e-6
     for state in (drivers.IDLE, drivers.ONE_CORE_BUSY):
-        timed = row[state]
-        assert timed["sync_vs_task"] == pytest.approx(
-            timed["local-sync"]["step_ms_median"] / timed["local-task"]["step_ms_median"]
-        )
-        assert all(0 < timed[d]["step_ms_min"] <= timed[d]["step_ms_median"] for d in drivers.DRIVERS)
-    assert drivers.main(["--models", "mlp", "--steps", "5", "--out", str(tmp_path)]) == 0
+        assert all(row[state][d]["step_ms_min"] > 0 for d in drivers.DRIVERS)
+    results["rows"] = {"earlier": {**row, "model": "earlier"}}  # a row an earlier run wrote, of another model
+    (tmp_path / "drivers.json").write_text(json.dumps(results))
+    # the same model again: its step comes from the session's compile cache
+    assert drivers.main(["--models", "ho-edge-mlp", "--steps", "5", "--out", str(tmp_path)]) == 0
     table = (tmp_path / "drivers.md").read_text()
-    assert "| ho-edge-mlp |" in table and "| mlp |" in table
+    assert "| earlier |" in table and "| ho-edge-mlp |" in table
     with pytest.raises(SystemExit):
         drivers.main(["--models", "no-such-model", "--out", str(tmp_path)])

@@ -405,17 +405,17 @@ def test_the_guide_tunes_and_compiles_the_digits_mlp(tmp_path):
 def test_a_busy_machine_is_warned_of_and_recorded(tuned, tmp_path, monkeypatch):
     """busy_share from two planted /proc/stat snapshots (user nice system idle iowait irq softirq
     steal: 600 of 1000 ticks not idle), and a run on a machine that busy says so and records it."""
-    from pock_mlir.runtime import tune
+    from pock_mlir.runtime import timing, tune
 
     stat = tmp_path / "stat"
     snapshots = iter(["cpu  100 0 0 900 0 0 0 0 0 0\n", "cpu  650 0 50 1250 50 0 0 0 7 0\n"])
     stat.write_text(next(snapshots))
-    monkeypatch.setattr(tune, "PROC_STAT", stat)
+    monkeypatch.setattr(timing, "PROC_STAT", stat)
     with monkeypatch.context() as m:
-        m.setattr(tune.time, "sleep", lambda seconds: stat.write_text(next(snapshots)))
-        assert tune.busy_share() == pytest.approx(0.6)
-    monkeypatch.setattr(tune, "PROC_STAT", tmp_path / "missing")
-    assert tune.busy_share() is None  # not Linux: nothing to say
+        m.setattr(timing.time, "sleep", lambda seconds: stat.write_text(next(snapshots)))
+        assert timing.busy_share() == pytest.approx(0.6)
+    monkeypatch.setattr(timing, "PROC_STAT", tmp_path / "missing")
+    assert timing.busy_share() is None  # not Linux: nothing to say
 
     logged = []
     monkeypatch.setattr(tune, "busy_share", lambda: 0.6)

@@ -35,7 +35,14 @@ import numpy as np
 from pock_mlir.abi import TRAIN_STEP
 from pock_mlir.files import atomic_write, check_writable
 from pock_mlir.runtime.bundle import ARGS, load_bundle
-from pock_mlir.runtime.timing import REPEATS, STEPS_PER_TURN, step_statistics, time_in_turns, time_interleaved
+from pock_mlir.runtime.timing import (
+    REPEATS,
+    STEPS_PER_TURN,
+    busy_share,
+    step_statistics,
+    time_in_turns,
+    time_interleaved,
+)
 from pock_mlir.runtime.trainer import CALLED, Trainer
 from pock_mlir.runtime.workspace import ModuleFunctions, module_transient_bytes, to_host
 from pock_mlir.targets import CPU_DRIVERS, resolve_target
@@ -48,25 +55,6 @@ STEPS = 60
 # Where other jobs keep more than this share of the CPUs busy, they take turns with the candidates
 # and the timings say more about them than about the candidates.
 BUSY_SHARE = 0.25
-PROC_STAT = Path("/proc/stat")
-
-
-def busy_share(seconds: float = 1.0) -> float | None:
-    """The share of the CPUs' time other processes used over `seconds` while this one slept, from
-    Linux's /proc/stat (None elsewhere). Not the load average: that still counts, for minutes, the
-    compilations `pock-tune MODEL.py` ran just before."""
-
-    def times():
-        fields = [int(f) for f in PROC_STAT.read_text().split("\n", 1)[0].split()[1:]]
-        return fields[3] + fields[4], sum(fields[:8])  # idle + iowait, all but guest time (counted in user)
-
-    try:
-        idle0, total0 = times()
-        time.sleep(seconds)
-        idle1, total1 = times()
-    except (OSError, ValueError, IndexError):
-        return None
-    return 1 - (idle1 - idle0) / (total1 - total0) if total1 > total0 else None
 
 
 # Two forms of one op sum in different orders; each is within 1e-4 of the largest value of
