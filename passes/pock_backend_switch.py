@@ -55,6 +55,7 @@ from pock_mlir.tuning import (
     Tuning,
     choose_conv_form,
     choose_data_tiling,
+    choose_driver,
     choose_fusion,
     choose_vector_tails,
 )
@@ -158,7 +159,7 @@ class BackendSwitchPass(ModulePass):
         "gradient, a convolution with the flipped weight; marks the choice as "
         "pock.backend. Marks the module with whether IREE should data-tile its matmuls "
         "(pock.data_tiling), how it should vectorize loop remainders (pock.vector_tails) and fuse "
-        "(pock.fusion)"
+        "(pock.fusion), and with the driver a Trainer steps it on (pock.driver)"
     )
     target: str = option(
         "host",
@@ -197,7 +198,13 @@ class BackendSwitchPass(ModulePass):
         data_tiled = tiling.form == "data-tiled"
         tails = choose_vector_tails(self.measurements, flops, data_tiled)
         fusion = choose_fusion(self.measurements, flops, data_tiled, masked_tails=tails.form == "masked")
-        for mark, choice in (("pock.data_tiling", tiling), ("pock.vector_tails", tails), ("pock.fusion", fusion)):
+        driver = choose_driver(self.measurements, flops, TARGETS[self.target].drivers)
+        for mark, choice in (
+            ("pock.data_tiling", tiling),
+            ("pock.vector_tails", tails),
+            ("pock.fusion", fusion),
+            ("pock.driver", driver),
+        ):
             module.attributes[mark] = ir.StringAttr.get(choice.form)
             module.attributes[f"{mark}_reason"] = ir.StringAttr.get(choice.reason)
         chosen = {}
@@ -211,7 +218,7 @@ class BackendSwitchPass(ModulePass):
                 elif op.name == "torch.aten.convolution_backward":
                     self._backward(op, paired, chosen_here)
             chosen[ir.StringAttr(func.attributes["sym_name"]).value] = tuple(chosen_here)
-        return BackendChoices(tiling, tails, fusion, chosen, self.measurements.applied(flops))
+        return BackendChoices(tiling, tails, fusion, chosen, self.measurements.applied(flops), driver, flops)
 
     def _choose(self, shape: ConvShape, op: str) -> Choice:
         forms = shape.forms(op)

@@ -88,6 +88,8 @@ def _manifest(program, *, model_file: str | None, loss, sparse) -> dict:
             "hal_device": target.hal_device,
             "backend": target.backend,
             "drivers": list(target.drivers),
+            "driver": program.driver.form,  # the one chosen for this program (TrainingProgram.driver)
+            "driver_reason": program.driver.reason,
             "arch": target.arch,
             "iree_compile_flags": program.iree_flags(),
         },
@@ -164,7 +166,7 @@ def run_step_script(manifest: dict) -> str:
 #
 # IREE_RUN_MODULE: the iree-run-module command (default: the one on PATH), e.g. for an ARM module
 #   on an x86 machine: "qemu-aarch64 -L /usr/aarch64-linux-gnu /path/to/aarch64/iree-run-module".
-# IREE_DEVICE: the IREE driver (default {target["drivers"][0]}; this module runs on {", ".join(target["drivers"])}).
+# IREE_DEVICE: the IREE driver (default {target["driver"]}, chosen for this program; this module runs on {", ".join(target["drivers"])}).
 set -eu
 bundle=$(cd "$(dirname "$0")" && pwd)
 out=${{1:-out}}
@@ -182,7 +184,7 @@ mkdir -p {" ".join(f'"$out/{d}"' for d in state_dirs)}
 status=0
 # $runtime is split into words on purpose: it may be a command with arguments.
 $runtime \\
-  --device="${{IREE_DEVICE:-{target["drivers"][0]}}}" \\
+  --device="${{IREE_DEVICE:-{target["driver"]}}}" \\
   --module="$bundle/{MODULE}" \\
   --function={TRAIN_STEP} \\
 {inputs}{outputs} || status=$?

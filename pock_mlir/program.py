@@ -23,7 +23,7 @@ from pock_mlir.iree_flags import (
 from pock_mlir.runtime import Trainer
 from pock_mlir.runtime.artifact import CompiledModule, Schedule, TrainingArtifact, trainer_module
 from pock_mlir.targets import Target
-from pock_mlir.tuning import UNCHOSEN, BackendChoices, Choice
+from pock_mlir.tuning import NOT_CHOSEN, UNCHOSEN, BackendChoices, Choice
 
 METHODS = {"step": TRAIN_STEP_INTO, "gradients": GRADIENTS, "loss": LOSS, "evaluate": EVALUATE}  # Trainer's
 
@@ -105,6 +105,13 @@ class TrainingProgram:
         why, and the measurements it compared; "default" where IREE failed to compile a module of
         the program with the aggressive fusion chosen (see module())."""
         return self.replaced.get("fusion", self.backend.fusion)
+
+    @property
+    def driver(self) -> Choice:
+        """pock-backend-switch's choice of the IREE driver a Trainer runs the program on unless
+        told otherwise (on a CPU target: local-task or local-sync), why, and what it compared; the
+        target's default driver where the pass did not run."""
+        return self.backend.driver or Choice(self.target.device, NOT_CHOSEN)
 
     @property
     def vmfb(self) -> bytes:
@@ -314,6 +321,7 @@ class TrainingProgram:
                 ("matmuls", self.data_tiling),
                 ("vector tails", self.vector_tails),
                 ("fusion", self.fusion),
+                ("driver", self.driver),
             )
         ]
         if not chosen:
@@ -332,6 +340,7 @@ class TrainingProgram:
             self.modules,
             self.initial_params,
             self.initial_buffers,
+            self.driver.form,
             compile=self.compiler().module,
             hf_files=self.hf_files,
         )

@@ -282,16 +282,21 @@ func.func @pointwise_split(%arg0: !torch.vtensor<[2,4,3,5],f32>, %arg1: !torch.v
 // masked (peeled it was no slower with 0.89x the memory, and at least 5% less memory in no more
 // time counts as a gain, but the CNN's tails are masked); the MLP's failed to compile plain (so its
 // unaligned MLP keeps the default too), the transformer's data-tiled and the decoder's plain. A
-// program without matmuls or convolutions is like none measured and keeps every default.
+// program without matmuls or convolutions is like none measured and keeps every default. The driver
+// follows the driver study's step nearest in FLOPs: a 1 MFLOP one faster on local-sync, a 100 MFLOP
+// one slower there (a program without matmuls, of no FLOPs, is nearest the first).
 // TILING:            module attributes {pock.data_tiling = "plain", pock.data_tiling_reason = "convolutions carry most of the FLOPs, no attention; the most alike step measured on tuning file '{{.*}}tuning.json', cnn (convolutions carry most of the FLOPs, no attention), took 1.38x the time and 0.80x the device memory data-tiled, the fastest of each (im2col+global-data-tiling against im2col+masked-tails)"
+// TILING-SAME:       pock.driver = "local-sync", pock.driver_reason = "0 MFLOP of matmuls and convolutions; the step nearest in size measured on tuning file '{{.*}}tuning.json', small-step (1 MFLOP), took 0.60x the time on local-sync"
 // TILING-SAME:       pock.fusion = "default", pock.fusion_reason = "the most alike step measured on tuning file '{{.*}}tuning.json' (plain, masked tails), cnn, took 1.02x the time and 1.00x the device memory with aggressive fusion"
 // TILING-SAME:       pock.vector_tails = "masked", pock.vector_tails_reason = "the most alike step measured on tuning file '{{.*}}tuning.json' (plain), cnn, took 0.90x the time and 1.00x the device memory with masked tails"
 // TILING-UNMEASURED: module attributes {pock.data_tiling = "plain", pock.data_tiling_reason = "no data-tiling measurements for target 'cuda'
+// TILING-UNMEASURED-SAME: pock.driver = "cuda", pock.driver_reason = "the target's driver (cuda)"
 // TILING-UNMEASURED-SAME: pock.fusion = "default", pock.fusion_reason = "no aggressive-fusion measurements for target 'cuda'
 // TILING-UNMEASURED-SAME: pock.vector_tails = "target default", pock.vector_tails_reason = "no vector-tails measurements for target 'cuda' (python -m bench.iree_study flags --sets im2col,im2col+masked-tails)"
 // BAD-TUNING:        cannot read tuning table '{{.*}}no-such-table.json'
 // TILING-LABEL:      func.func @main
 // TILING:            module attributes {pock.data_tiling = "data-tiled", pock.data_tiling_reason = "matmuls carry most of the FLOPs, with attention, largest matmul 537 MFLOP, 0% of matmul FLOPs with a dimension not a multiple of 8; {{.*}}, transformer ({{.*}}), took 0.91x the time data-tiled, the fastest of each (im2col+global-data-tiling against im2col+masked-tails)"
+// TILING-SAME:       pock.driver = "local-task", pock.driver_reason = "537 MFLOP {{.*}}, large-step (100 MFLOP), took 1.40x the time on local-sync"
 // TILING-SAME:       pock.fusion = "default", pock.fusion_reason = "{{.*}} (data-tiled), transformer, failed to compile with aggressive fusion"
 // TILING-SAME:       pock.vector_tails = "peeled", pock.vector_tails_reason = "{{.*}} (data-tiled), transformer, took 1.00x the time with masked tails"
 // TILING-LABEL:      func.func @attention_sized_matmul
@@ -311,7 +316,7 @@ func.func @pointwise_split(%arg0: !torch.vtensor<[2,4,3,5],f32>, %arg1: !torch.v
 // TILING-SAME:       pock.fusion = "default", pock.fusion_reason = "{{.*}}, mlp, failed to compile with aggressive fusion"
 // TILING-SAME:       pock.vector_tails = "peeled", pock.vector_tails_reason = "{{.*}} (plain), mlp, took 1.20x the time with masked tails"
 // TILING-LABEL:      func.func @tiny_unaligned_matmul
-// TILING:            module attributes {pock.data_tiling = "plain", pock.data_tiling_reason = "no matmuls or convolutions, like no program measured", pock.fusion = "default", pock.fusion_reason = "no matmuls or convolutions, like no program measured", pock.vector_tails = "target default", pock.vector_tails_reason = "no matmuls or convolutions, like no program measured"}
+// TILING:            module attributes {pock.data_tiling = "plain", pock.data_tiling_reason = "no matmuls or convolutions, like no program measured", pock.driver = "local-sync", pock.driver_reason = "0 MFLOP {{.*}}, small-step (1 MFLOP), took 0.60x the time on local-sync", pock.fusion = "default", pock.fusion_reason = "no matmuls or convolutions, like no program measured", pock.vector_tails = "target default", pock.vector_tails_reason = "no matmuls or convolutions, like no program measured"}
 // TILING-LABEL:      func.func @elementwise_only
 // TILING:            module attributes {pock.data_tiling = "plain", pock.data_tiling_reason = "matmuls carry most of the FLOPs, with attention, largest matmul 67 MFLOP, 0% {{.*}}, decoder ({{.*}}), took 1.13x the time data-tiled, the fastest of each (im2col+global-data-tiling+masked-tails against im2col+masked-tails)"
 // TILING-SAME:       pock.fusion = "default", pock.fusion_reason = "{{.*}} (plain, masked tails), decoder, failed to compile with aggressive fusion"

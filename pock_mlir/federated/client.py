@@ -55,7 +55,7 @@ def train(msg: Message, context: Context) -> Message:
     config = msg.content["config"]
     bundle = _open_bundle(context, config)
     train_split, val_split = load_data(context.node_config["data"], bundle)
-    trainer = open_trainer(bundle, bundle.target.device, "stop")
+    trainer = open_trainer(bundle, bundle.driver, "stop")
     trainer.load_state_dict(from_wire(bundle, trainer.state_dict(), arrays_of(msg.content["arrays"])), strict=False)
     server_round, epochs = int(config["server-round"]), int(config["local-epochs"])
     node_seed = int(context.node_config.get("seed", 0))

@@ -139,7 +139,7 @@ def federate(grid: Grid, run) -> None:
         raise DataError(f"{run['test-data']} holds no held-out split (x_val, y_val) for the server to evaluate on")
     out = Path(run["out"])
     out.mkdir(parents=True, exist_ok=True)
-    evaluator = open_trainer(bundle, bundle.target.device, "stop")
+    evaluator = open_trainer(bundle, bundle.driver, "stop")
     strategy_name = str(run["strategy"])
     if strategy_name not in STRATEGIES:
         raise ValueError(f"strategy {strategy_name!r}: choose one of {', '.join(STRATEGIES)}")

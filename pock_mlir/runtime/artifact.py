@@ -56,6 +56,8 @@ class TrainingArtifact:
     modules: dict[tuple[str, ...], CompiledModule]
     initial_params: dict[str, np.ndarray]
     initial_buffers: dict[str, np.ndarray]
+    # the IREE driver a Trainer runs on unless told otherwise, chosen per program (TrainingProgram.driver)
+    driver: str
     # compiles a TRAINER_MODULES group the modules lack, on the first call of one of its functions
     # (None: nothing is left to compile)
     compile: Callable[[tuple[str, ...]], CompiledModule] | None = None

@@ -39,8 +39,8 @@ from pock_mlir.targets import Target, TargetError, resolve_target
 FORMAT = "pock-bundle"
 # 2: the module has a `loss` function; 3: every file's sha256; 4: LoRA adapters, int8 weights; 5: keyword
 # inputs, loss and evaluate in eval mode beside loss_train and evaluate_train; 6: int4 weights (each
-# quantized weight's format, group and tied heads)
-FORMAT_VERSION = 6
+# quantized weight's format, group and tied heads); 7: the driver chosen for the program
+FORMAT_VERSION = 7
 MANIFEST, MODULE, PARAMS, OPTIMIZER, ARGS, RUN_STEP = (
     "manifest.json",
     "module.vmfb",
@@ -75,6 +75,7 @@ class Bundle:
     initial_params: dict[str, np.ndarray]
     initial_buffers: dict[str, np.ndarray]
     optimizer_state: dict[str, np.ndarray]
+    driver: str  # see TrainingArtifact
     hf_files: dict[str, dict] = dataclasses.field(default_factory=dict)  # see TrainingArtifact
 
     @cached_property
@@ -100,6 +101,7 @@ class Bundle:
             {FUNCTIONS: module},
             self.initial_params,
             self.initial_buffers,
+            self.driver,
             hf_files=self.hf_files,
         )
 
@@ -283,6 +285,12 @@ def load_bundle(directory) -> Bundle:
             state_dict=dict(manifest["state_dict"]),
         )
         target = dataclasses.replace(resolve_target(manifest["target"]["name"]), arch=manifest["target"]["arch"])
+        driver = manifest["target"]["driver"]
+        if driver not in target.drivers:
+            raise BundleError(
+                f"{path / MANIFEST}: its driver '{driver}' is not one of target '{target.name}' "
+                f"({', '.join(target.drivers)}); rewrite the bundle with pock-compile"
+            )
         unknown_sources = (
             set(manifest["state_dict"].values())
             - {s.name for s in signature.params + signature.buffers}
@@ -317,4 +325,5 @@ def load_bundle(directory) -> Bundle:
         initial_buffers={b.name: state[b.name] for b in signature.buffers},
         optimizer_state=optimizer_state,
         hf_files=hf_files,
+        driver=driver,
     )

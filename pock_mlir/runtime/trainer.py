@@ -115,7 +115,8 @@ class Trainer:
     ):
         """artifact: what a TrainingProgram or a loaded bundle gives (program.trainer() and
         Trainer.from_bundle make one from either); device: an IREE driver
-        (local-task, local-sync, vulkan, cuda), by default the target's. retain_memory keeps
+        (local-task, local-sync, vulkan, cuda), by default the one chosen for the program (on a
+        CPU, local-sync for a step too small to share out between cores). retain_memory keeps
         the memory each step frees mapped for the next one (process-wide, glibc only; see
         pock_mlir/runtime/memory.py; the bench's "freed memory not retained" rows measure it,
         bench/results.md). on_nonfinite: what step() does when a loss is NaN or infinite (the
@@ -127,7 +128,7 @@ class Trainer:
         if retain_memory:
             retain_freed_memory()
         self.signature = artifact.signature
-        self.device_name = device or artifact.target.device
+        self.device_name = device or artifact.driver
         artifact.target.check_runtime(self.device_name)
         # A device of the trainer's own, freed with it: iree.runtime's shared devices live as long as
         # the process, and a Vulkan device on Mesa's lavapipe keeps two threads polling while it exists.

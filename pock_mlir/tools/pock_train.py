@@ -132,7 +132,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--epochs", type=int, default=1, help="epochs to train in all (default 1)")
     parser.add_argument("--batch-size", type=int, help="must be the bundle's batch size (the default)")
-    parser.add_argument("--device", choices=DRIVERS, help="the IREE driver (default: the bundle target's)")
+    parser.add_argument(
+        "--device", choices=DRIVERS, help="the IREE driver (default: the one chosen for the bundle's program)"
+    )
     parser.add_argument("--checkpoint", help="checkpoint file, written at every epoch end and when training stops")
     parser.add_argument("--resume", action="store_true", help="continue from --checkpoint")
     parser.add_argument("--checkpoint-every", type=int, metavar="N", help="also write the checkpoint every N steps")
@@ -317,7 +319,7 @@ def open_trainer(bundle: Bundle, device: str, on_nonfinite: str) -> Trainer:
 
 def _run(args) -> int:
     bundle = load_bundle(args.bundle)
-    device = args.device or bundle.target.device
+    device = args.device or bundle.driver
     bundle.target.check_runtime(device)
     _check_arguments(args, bundle)
     train, val = load_data(args.data, bundle)

@@ -7,7 +7,8 @@ docs/tuning-for-your-device.md) takes their place where given; `choose_conv_form
 fastest measured form (pock_mlir/conv_forms.py) for the nearest measured shape,
 `choose_data_tiling` whether IREE data-tiles a program's matmuls, `choose_vector_tails` how it
 vectorizes loop remainders and `choose_fusion` how it forms dispatches, each as measured on the
-most alike program.
+most alike program, and `choose_driver` which CPU driver a Trainer steps it on, as measured on the
+program of the nearest size.
 """
 
 from __future__ import annotations
@@ -31,9 +32,12 @@ from pock_mlir.iree_flags import (
     MASKED_AGGRESSIVE_FUSION_SET,
     MASKED_TAILS_SET,
 )
-from pock_mlir.targets import host_arch
+from pock_mlir.targets import CPU_DRIVERS, host_arch
 
 TUNING_DIR = Path(__file__).resolve().parent
+# The CPU drivers the driver study (bench.drivers) compares: local-task hands a step's dispatches
+# to a worker thread per core, local-sync runs them all in the calling thread.
+LOCAL_TASK, LOCAL_SYNC = CPU_DRIVERS
 
 
 # -- the measured table ----------------------------------------------------------------
@@ -196,6 +200,12 @@ def _read_choices_inputs(table: dict) -> None:
     flags = table.get("flags", {})
     for flops in flags.get("programs", {}).values():
         MatmulFlops(**flops)
+    drivers = table.get("drivers", {})
+    for flops in drivers.get("programs", {}).values():
+        MatmulFlops(**flops)
+    for model, ms in drivers.get("step_ms", {}).items():
+        drivers["programs"][model]
+        float(ms[LOCAL_TASK]), float(ms[LOCAL_SYNC])
     for sets in flags.get("step_ms", {}).values():
         for result in sets.values():
             float(result.get("step_ms_min", 0))
@@ -242,13 +252,16 @@ NOT_CHOSEN_TABLE = "none (no pock-backend-switch)"
 @dataclass(frozen=True)
 class BackendChoices:
     """Everything pock-backend-switch chose for a module, as it hands it to compile_training: the
-    whole program's data tiling, vector tails and fusion, and each function's convolution forms."""
+    whole program's data tiling, vector tails, fusion and driver, and each function's convolution
+    forms."""
 
     data_tiling: Choice
     vector_tails: Choice
     fusion: Choice
     ops: dict[str, tuple[OpChoice, ...]]  # by function, in the order of its ops
     tuning: str = NOT_CHOSEN_TABLE  # which measurements decided (Tuning.applied)
+    driver: Choice | None = None  # None: the target's default driver, not chosen
+    flops: MatmulFlops | None = None  # what the choices read of the program
 
 
 UNCHOSEN = BackendChoices(
@@ -538,4 +551,34 @@ def choose_fusion(tuning: Tuning, flops: MatmulFlops, data_tiled: bool, masked_t
         FUSION_SETS[data_tiled, masked_tails],
         ("aggressive", "default", "default"),
         "with aggressive fusion",
+    )
+
+
+def choose_driver(tuning: Tuning, flops: MatmulFlops, drivers: tuple[str, ...]) -> Choice:
+    """The IREE driver a Trainer steps the program on unless told otherwise: for a target whose
+    modules run on both CPU drivers, "local-sync" where the program of the table's driver study
+    (bench.drivers) nearest in FLOPs took at most MAX_CHOSEN_RATIO of its local-task step time on
+    it (a small step's dispatches are too short to share out between cores), else the target's
+    default driver, drivers[0], also where the table measured no program so."""
+    if not {LOCAL_TASK, LOCAL_SYNC} <= set(drivers):
+        return Choice(drivers[0], f"the target's driver ({' or '.join(drivers)})")
+    study = tuning.table.get("drivers", {})
+    measured = [(model, MatmulFlops(**study["programs"][model]), ms) for model, ms in study.get("step_ms", {}).items()]
+    if not measured:
+        return Choice(
+            drivers[0],
+            f"the target's default driver: no driver measurements for {tuning.name} (python -m bench.drivers)",
+        )
+
+    def size(f: MatmulFlops) -> float:
+        return math.log(max(f.matmuls + f.convolutions, 1))
+
+    model, alike, ms = min(measured, key=lambda m: abs(size(m[1]) - size(flops)))
+    ratio = ms[LOCAL_SYNC] / ms[LOCAL_TASK]
+    return Choice(
+        LOCAL_SYNC if ratio <= MAX_CHOSEN_RATIO else drivers[0],
+        f"{(flops.matmuls + flops.convolutions) / 1e6:.0f} MFLOP of matmuls and convolutions; the step nearest "
+        f"in size measured on {tuning.name}, {model} ({(alike.matmuls + alike.convolutions) / 1e6:.0f} MFLOP), "
+        f"took {ratio:.2f}x the time on {LOCAL_SYNC}",
+        Measured(model, dict(ms)),
     )
