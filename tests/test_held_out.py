@@ -118,3 +118,27 @@ def test_the_drivers_bench_steps_one_module_alike_on_both_cpu_drivers(tmp_path):
     assert "| earlier |" in table and "| ho-edge-mlp |" in table
     with pytest.raises(SystemExit):
         drivers.main(["--models", "no-such-model", "--out", str(tmp_path)])
+
+
+def test_the_drivers_bench_puts_the_fit_part_in_the_cpus_table_and_judges_held_out_rows_by_it(tmp_path, monkeypatch):
+    """A bench model's idle medians and FLOPs go into this CPU's table (here one in tmp_path), which
+    the choice then reads; a held-out row is reported with the driver that table chooses for it."""
+    from bench import drivers
+
+    table = tmp_path / "host-this-cpu.json"
+    table.write_text(json.dumps({"flags": {"programs": {}}}))  # another study's section stays
+    monkeypatch.setattr(drivers, "own_table_path", lambda target: table)
+    assert drivers.main(["--models", "mlp", "--steps", "5", "--out", str(tmp_path)]) == 0
+    row = json.loads((tmp_path / "drivers.json").read_text())["rows"]["mlp"]
+    written = json.loads(table.read_text())
+    assert written["flags"] == {"programs": {}}
+    assert written["drivers"]["programs"] == {"mlp": row["flops"]} and row["flops"]["matmuls"] > 0
+    medians = {d: row[drivers.IDLE][d]["step_ms_median"] for d in drivers.DRIVERS}
+    assert written["drivers"]["step_ms"] == {"mlp": medians}
+    # a held-out row is judged by the table's one program: its faster driver is the one chosen
+    mlp_choice = "local-sync" if medians["local-sync"] <= 0.95 * medians["local-task"] else "local-task"
+    for ratio, faster in [(0.5, "local-sync"), (2.0, "local-task")]:
+        held_out = {**row, "model": "ho-edge-mlp", drivers.IDLE: {**row[drivers.IDLE], "sync_vs_task": ratio}}
+        report = drivers.markdown({"cpu": "this", "cores": 2, "rows": {"ho-edge-mlp": held_out}})
+        judged = "the faster" if mlp_choice == faster else "the slower"
+        assert f"| {mlp_choice} ({judged}) |" in report, report
