@@ -122,6 +122,8 @@ def test_ir_stages_are_inspectable(compiled):
         "pock.vector_tails_reason",
         "pock.fusion",
         "pock.fusion_reason",
+        "pock.driver",
+        "pock.driver_reason",
     }
     with pytest.raises(KeyError, match="stages are"):
         program.ir("nonsense")
