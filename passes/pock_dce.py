@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from torch_mlir import ir
 
 import pock_mlir.autodiff  # noqa: F401  (its rule files fill op_facts.FACTS)
-from pock_mlir.op_facts import facts_of
+from pock_mlir.op_facts import FACTS, facts_of, op_key
 
 from .base import ModulePass, functions
 
@@ -25,6 +25,8 @@ def is_pure(op: ir.Operation) -> bool:
         return False
     if len(op.regions):  # torch.prim.If / Loop: their bodies may raise or print
         return False
+    if name == "torch.operator":  # a custom op: pure if pock knows it (declared, not effectful)
+        return op_key(op) in FACTS
     return name.startswith(
         ("torch.aten.", "torch.prims.", "torch.constant.", "torch.prim.", "torch.vtensor.literal", "pock.")
     )

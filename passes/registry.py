@@ -4,6 +4,7 @@ from .pock_apply_sparse_config import ApplySparseConfigPass
 from .pock_autodiff import AutodiffPass
 from .pock_backend_switch import BackendSwitchPass
 from .pock_dce import DeadCodeEliminationPass
+from .pock_expand_custom import ExpandCustomPass
 from .pock_factor_reductions import FactorReductionsPass
 from .pock_lower_optimizers import LowerOptimizersPass
 from .pock_order_param_reads import OrderParamReadsPass
@@ -19,6 +20,7 @@ PASSES = {
         AutodiffPass,
         BackendSwitchPass,
         DeadCodeEliminationPass,
+        ExpandCustomPass,
         FactorReductionsPass,
         LowerOptimizersPass,
         OrderParamReadsPass,

@@ -136,16 +136,17 @@ def int4_rows(packed: torch.Tensor, scale: torch.Tensor, group: int) -> torch.Te
     return grouped.flatten(-2)
 
 
+@torch.library.custom_op("pock::int4_linear", mutates_args=())
 def int4_linear(x: torch.Tensor, packed: torch.Tensor, scale: torch.Tensor, group: int) -> torch.Tensor:
-    """x @ W^T for the int4 weight W ([out, in/2] bytes, [out, in/G] scales). The weight is
-    unpacked in [out, group, G/2, 2] (the values of each byte on the last axis, its group's scale
-    broadcast over the two inner ones) and contracted with x over those three axes, with no
-    reshape between the unpacking and the contraction: so IREE computes the unpacking inside the
-    contraction, forward and input gradient alike, instead of writing the float32 weight."""
-    out, groups = scale.shape
-    weight = _nibbles(packed.reshape(out, groups, group // 2)) * scale[:, :, None, None]
-    x = x.reshape(*x.shape[:-1], 1, groups, group // 2, 2)
-    return (x * weight).sum((-3, -2, -1))
+    """x @ W^T for the int4 weight W ([out, in/2] bytes, [out, in/G] scales), one op in the traced
+    step: pock-autodiff differentiates it and pock-expand-custom expands it into matmuls over
+    chunks of W (pock_mlir/autodiff/rules/quantized.py), so W is never whole in float32."""
+    return F.linear(x, int4_rows(packed, scale, group))
+
+
+@int4_linear.register_fake
+def _(x, packed, scale, group):
+    return x.new_empty((*x.shape[:-1], packed.shape[0]))
 
 
 @contextlib.contextmanager

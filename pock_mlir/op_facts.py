@@ -31,6 +31,7 @@ class OpFacts:
     flops: Callable | None = None  # (op) -> FLOPs; None: the element count of its largest operand or result
     effectful: bool = False  # effects beyond its results: pock-dce never erases it
     shape_only: Callable | None = None  # (op) -> indices of the operands it reads for their shape alone
+    expand: Callable | None = None  # (b, chunk, *operands) -> its result in aten ops, for an op IREE lacks
 
 
 FACTS: dict[str, OpFacts] = {}
@@ -48,7 +49,10 @@ def declare(*names: str, **facts) -> None:
 
 
 def op_key(op: ir.Operation) -> str:
-    """An op's name as FACTS and the rules know it: `aten.mm` for `torch.aten.mm`."""
+    """An op's name as FACTS and the rules know it: `aten.mm` for `torch.aten.mm`, and a custom op,
+    which the importer emits as torch.operator, by the name it carries (`pock.int4_linear`)."""
+    if op.name == "torch.operator":
+        return ir.StringAttr(op.attributes["name"]).value.removeprefix("torch.")
     return op.name.removeprefix("torch.")
 
 

@@ -171,6 +171,17 @@ class TorchBuilder:
         op = self._create(mlir_name, result_types, operands)
         return op.results[0] if len(op.results) == 1 else tuple(op.results)
 
+    def operator(self, name: str, shape, *args):
+        """`torch.operator "torch.<name>"` on args, of a float32 result of `shape`: an op of pock's own
+        that IREE does not know (pock-expand-custom expands it before IREE sees it)."""
+        import torch
+
+        result_type = ir.Type.parse(TensorType.of(tuple(shape), torch.float32).asm())
+        operands = [self.operand(a) for a in args]
+        return self._create(
+            "torch.operator", [result_type], operands, {"name": ir.StringAttr.get(f"torch.{name}")}
+        ).result
+
     def _meta(self, arg):
         if isinstance(arg, ir.Value):
             t = tensor_type_of(arg)

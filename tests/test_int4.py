@@ -221,11 +221,12 @@ def test_int4_adamw_steps_match_torch_optim(lm):
         np.testing.assert_allclose(trainer.evaluate(lm.x.numpy()), tuned(lm.x).numpy(), rtol=1e-5, atol=1e-6)
 
 
-def test_int4_unpacks_inside_the_matmuls(lm):
+def test_int4_unpacks_its_weights_chunk_by_chunk(lm):
     """No dispatch of the program writes a float32 tensor of a quantized weight's size, nor the
-    products of the contraction (tokens x weight): the unpacking and the products run inside
-    the contractions of the forward and of the input gradient (the embedding's lookup unpacks
-    the rows it gathers only)."""
+    products of a contraction (tokens x weight): the forward and the input gradient unpack each
+    weight in chunks of at most half of it (pock-expand-custom), different for the two, so
+    IREE cannot merge them into one float32 weight (the embedding's lookup unpacks the rows it
+    gathers only)."""
     from iree.compiler import compile_str
 
     from pock_mlir.iree_flags import TO_STREAM
