@@ -23,7 +23,7 @@ class ExpandCustomPass(ModulePass):
     name = "pock-expand-custom"
     description = "Expand pock's custom ops (torch.operator: the int4 matmuls) into aten ops for IREE"
 
-    chunk: int = option(1 << 20, "the most float32 values an expansion materializes at once")
+    chunk: int = option(1 << 22, "the most float32 values an expansion materializes at once")
 
     def apply(self, module: ir.Operation) -> None:
         for func in functions(module):
