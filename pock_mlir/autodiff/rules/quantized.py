@@ -8,7 +8,6 @@ chunk, which IREE's CSE would merge into one float32 copy of W living from the f
 """
 
 import numpy as np
-import torch
 
 from pock_mlir.op_facts import declare, shape_of
 
@@ -20,7 +19,7 @@ def _unpack(b, packed, scale, group):
     nibble is the first of its two values, its high nibble the second, each less 8 and times its
     group's scale."""
     rows, half = b.shape(packed)
-    byte = b.cast(packed, torch.float32)  # exact: the nibbles in float32 arithmetic
+    byte = b.cast(packed, b.type_of(scale).dtype)  # exact: the nibbles in the scales' float32
     high = b.aten.floor(b.mul(byte, 1 / 16))
     low = b.sub(byte, b.mul(high, 16.0))
     values = b.sub(b.aten.stack([low, high], 2), 8.0)
