@@ -53,6 +53,7 @@ from pock_mlir.tuning import (
     MatmulFlops,
     OpChoice,
     Tuning,
+    WeightCopies,
     choose_conv_form,
     choose_data_tiling,
     choose_driver,
@@ -125,6 +126,39 @@ def matmul_flops(ops) -> MatmulFlops:
     )
 
 
+def _bytes(value) -> int:
+    t = tensor_type_of(value)
+    return t.numel * t.itemsize
+
+
+def weight_copies(ops) -> WeightCopies:
+    """What data tiling would copy of the weights of one function's `ops`: its matmuls' operands
+    computed from pock.param values alone (views, transposes, int4 unpackings), and the parameters
+    they are computed from."""
+    params_of, copied, read = {}, 0, set()
+    for op in ops:
+        if op.name == "pock.param":
+            params_of[op.results[0]] = frozenset(op.operands)
+            continue
+        tensors = [v for v in op.operands if v in params_of or tensor_type_of(v) is not None]  # lists of them too
+        if tensors and all(v in params_of for v in tensors):
+            params_of.update((result, frozenset().union(*map(params_of.get, tensors))) for result in op.results)
+        if op.name in MATMULS:
+            for operand in (v for v in op.operands[:2] if v in params_of):
+                copied += _bytes(operand)
+                read |= params_of[operand]
+    return WeightCopies(copied, sum(map(_bytes, read)))
+
+
+def module_weight_copies(module: ir.Operation) -> WeightCopies:
+    """weight_copies of the module's function that would copy the most, for its size."""
+    return max(
+        (weight_copies(op.operation for op in func.regions[0].blocks[0].operations) for func in functions(module)),
+        key=lambda copies: copies.ratio,
+        default=WeightCopies(0, 0),
+    )
+
+
 def module_matmul_flops(module: ir.Operation) -> MatmulFlops:
     """matmul_flops of every op of the module's functions, as the per-program choices see them
     (bench/iree_study.py records it for each program it measures)."""
@@ -194,7 +228,7 @@ class BackendSwitchPass(ModulePass):
         if self.target not in TARGETS:
             raise PassError(f"target must be one of {', '.join(TARGETS)}, got '{self.target}'")
         flops = module_matmul_flops(module)
-        tiling = choose_data_tiling(self.measurements, flops)
+        tiling = choose_data_tiling(self.measurements, flops, module_weight_copies(module))
         data_tiled = tiling.form == "data-tiled"
         tails = choose_vector_tails(self.measurements, flops, data_tiled)
         fusion = choose_fusion(self.measurements, flops, data_tiled, masked_tails=tails.form == "masked")

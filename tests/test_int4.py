@@ -13,12 +13,17 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 from oracle import assert_gradients_close, torch_gradients, torch_trajectory
+from pock_mlir.passes.pipeline import run_pipeline
+from pock_mlir.passes.pock_backend_switch import module_weight_copies
+from torch_mlir import ir
 
 import pock_mlir as pock
 from pock_mlir import quantize
+from pock_mlir.context import make_context
 from pock_mlir.layers import frozen_weights
 from pock_mlir.quantize import QuantizedWeight, QuantizeError
 from pock_mlir.sparse import SparseConfigError, resolve_sparse
+from pock_mlir.tuning import MAX_WEIGHT_COPIES
 
 VOCAB, WIDTH, HIDDEN, GROUP = 37, 32, 64, 16
 OPTIMIZER = pock.AdamW(lr=0.01)
@@ -241,6 +246,28 @@ def test_int4_unpacks_its_weights_chunk_by_chunk(lm):
     assert written and weights == {VOCAB * WIDTH, HIDDEN * WIDTH}
     assert not weights & set(written), sorted(set(written))
     assert max(written) < lm.x.numel() * min(weights), sorted(set(written))
+
+
+def test_int4_weights_would_cost_data_tiling_several_times_their_bytes(lm):
+    """Data tiling would re-lay every unpacked float32 weight a matmul reads, the forward's and the
+    input gradient's, in every step: at least the forward's reads of the up, down and tied head
+    weights, against the int4 bytes and scales they are stored in (and the adapters'), more than
+    MAX_WEIGHT_COPIES, so the switch never data-tiles an int4 program (the rule's cases:
+    lit_tests/passes/pock-backend-switch.mlir)."""
+    with make_context():
+        module = ir.Module.parse(lm.program.ir("sparse"))
+        run_pipeline(module, "pock-expand-custom")
+        copies = module_weight_copies(module.operation)
+    specs = {p.name: p for p in lm.program.signature.params}
+    (adapter,) = lm.program.signature.adapters
+    stored = sum(
+        int(np.prod(specs[name].shape)) * np.dtype(specs[name].dtype).itemsize
+        for name in (*(n for w in lm.program.signature.quantized for n in (w.values, w.scale)), adapter.a, adapter.b)
+    )
+    assert copies.stored == stored
+    assert copies.copied >= 4 * (2 * HIDDEN * WIDTH + VOCAB * WIDTH)
+    assert copies.ratio > MAX_WEIGHT_COPIES
+    assert lm.program.backend.data_tiling.form == "plain"
 
 
 def test_an_int4_bundle_stores_the_packed_bytes_and_trains_as_the_program(lm, tmp_path):

@@ -389,3 +389,40 @@ func.func @decoder_sized_matmul(%arg0: !torch.vtensor<[128,256],f32>, %arg1: !to
   %1 = torch.aten._softmax %0, %int1, %false : !torch.vtensor<[128,1024],f32>, !torch.int, !torch.bool -> !torch.vtensor<[128,1024],f32>
   return %1 : !torch.vtensor<[128,1024],f32>
 }
+
+// Data tiling copies each weight a matmul reads, per step: a float32 one read forward and backward
+// is copied twice its bytes and stays data-tiled; an int8 one (with its float32 scales) is copied at
+// 3.8x and goes plain, whatever the step measured alike (pock_mlir.tuning.MAX_WEIGHT_COPIES).
+// TILING:            module attributes {pock.data_tiling = "data-tiled", pock.data_tiling_reason = "matmuls carry most of the FLOPs, with attention, {{.*}}, vit ({{.*}}), took 0.75x the time data-tiled
+// TILING-LABEL:      func.func @float32_weight_read_twice
+// TILING:            module attributes {pock.data_tiling = "plain", pock.data_tiling_reason = "data tiling would re-lay 0.14 MiB of weights, stored in 0.04 MiB, into its tile layout in every step (3.8x), more than 2.5x; matmuls carry most of the FLOPs, with attention, {{.*}}, vit ({{.*}}), took 0.75x the time data-tiled
+// TILING-LABEL:      func.func @int8_weight
+
+// -----
+
+func.func @float32_weight_read_twice(%x: !torch.vtensor<[260,96],f32>, %w: !torch.vtensor<[96,384],f32>, %g: !torch.vtensor<[260,384],f32>) -> (!torch.vtensor<[260,384],f32>, !torch.vtensor<[260,96],f32>) {
+  %pw = "pock.param"(%w) {param_name = "w", policy = "frozen", ratio = 1.0 : f64} : (!torch.vtensor<[96,384],f32>) -> !torch.vtensor<[96,384],f32>
+  %0 = torch.aten.mm %x, %pw : !torch.vtensor<[260,96],f32>, !torch.vtensor<[96,384],f32> -> !torch.vtensor<[260,384],f32>
+  %int1 = torch.constant.int 1
+  %false = torch.constant.bool false
+  %1 = torch.aten._softmax %0, %int1, %false : !torch.vtensor<[260,384],f32>, !torch.int, !torch.bool -> !torch.vtensor<[260,384],f32>
+  %int0 = torch.constant.int 0
+  %wt = torch.aten.transpose.int %pw, %int0, %int1 : !torch.vtensor<[96,384],f32>, !torch.int, !torch.int -> !torch.vtensor<[384,96],f32>
+  %2 = torch.aten.mm %g, %wt : !torch.vtensor<[260,384],f32>, !torch.vtensor<[384,96],f32> -> !torch.vtensor<[260,96],f32>
+  return %1, %2 : !torch.vtensor<[260,384],f32>, !torch.vtensor<[260,96],f32>
+}
+
+// -----
+
+func.func @int8_weight(%x: !torch.vtensor<[260,96],f32>, %q: !torch.vtensor<[96,384],si8>, %scale: !torch.vtensor<[1,384],f32>) -> !torch.vtensor<[260,384],f32> {
+  %pq = "pock.param"(%q) {param_name = "w_int8", policy = "frozen", ratio = 1.0 : f64} : (!torch.vtensor<[96,384],si8>) -> !torch.vtensor<[96,384],si8>
+  %ps = "pock.param"(%scale) {param_name = "w_scale", policy = "frozen", ratio = 1.0 : f64} : (!torch.vtensor<[1,384],f32>) -> !torch.vtensor<[1,384],f32>
+  %int6 = torch.constant.int 6
+  %wf = torch.prims.convert_element_type %pq, %int6 : !torch.vtensor<[96,384],si8>, !torch.int -> !torch.vtensor<[96,384],f32>
+  %w = torch.aten.mul.Tensor %wf, %ps : !torch.vtensor<[96,384],f32>, !torch.vtensor<[1,384],f32> -> !torch.vtensor<[96,384],f32>
+  %0 = torch.aten.mm %x, %w : !torch.vtensor<[260,96],f32>, !torch.vtensor<[96,384],f32> -> !torch.vtensor<[260,384],f32>
+  %int1 = torch.constant.int 1
+  %false = torch.constant.bool false
+  %1 = torch.aten._softmax %0, %int1, %false : !torch.vtensor<[260,384],f32>, !torch.int, !torch.bool -> !torch.vtensor<[260,384],f32>
+  return %1 : !torch.vtensor<[260,384],f32>
+}

@@ -217,6 +217,26 @@ def _read(path: Path) -> dict:
 
 
 @dataclass(frozen=True)
+class WeightCopies:
+    """What data tiling would copy of a program's weights in a step (see MAX_WEIGHT_COPIES): the
+    bytes of the matmul operands computed from parameters alone (a weight, or a view or unpacking of
+    it; once per matmul reading it), and the bytes the parameters they come from are stored in."""
+
+    copied: int
+    stored: int
+
+    @property
+    def ratio(self) -> float:
+        return self.copied / self.stored if self.stored else 0.0
+
+    def describe(self) -> str:
+        return (
+            f"data tiling would re-lay {self.copied / 2**20:,.2f} MiB of weights, stored in "
+            f"{self.stored / 2**20:,.2f} MiB, into its tile layout in every step ({self.ratio:.1f}x)"
+        )
+
+
+@dataclass(frozen=True)
 class Measured:
     """The measurements a choice compared: the measured case it was decided on (a program of the
     flag study, a convolution's shape class) and each candidate's time there, by flag set or form
@@ -339,6 +359,13 @@ DATA_TILED_SETS = (
 # (whole steps vary by a few percent between rounds), or no slower and held at most this share of
 # the device memory (a Trainer's, which does not vary): on a device memory is as scarce as time.
 MAX_CHOSEN_RATIO = 0.95
+# Data tiling re-lays each weight a matmul reads into the CPU's tile layout in every step (IREE
+# encodes a function argument per call) and holds many of these copies at once: the 1B decoder's
+# sparse step over an int4 base held 2.85 GiB of them for 1.3 GiB of state, peaking at 4.78 GiB
+# against 2.51 plain, whose step took 1.26x the time (bench/runs/intel-xeon-6-207/NOTES.md). Float32
+# weights are copied at 1-2x their own bytes (a forward, and input gradients where they flow),
+# int8 at 4-8x, int4 at 7-14x: past this ratio a program is plain, whatever its speed measured.
+MAX_WEIGHT_COPIES = 2.5
 # IREE's plain CPU matmul code handles a dimension that is not a multiple of its tile through a
 # remainder path: 260 rows (a ViT's 4 x 65 tokens) ran 1.2-1.6x slower than 256, data-tiled not.
 MATMUL_TILE = 8
@@ -461,12 +488,13 @@ def _by_most_alike(
     )
 
 
-def choose_data_tiling(tuning: Tuning, flops: MatmulFlops) -> Choice:
+def choose_data_tiling(tuning: Tuning, flops: MatmulFlops, weights: WeightCopies | None = None) -> Choice:
     """Form "data-tiled" or "plain" for a whole program: data-tiled if the most alike program of
     the target's flag study took at most MAX_CHOSEN_RATIO of its fastest plain step's time at its
     fastest data-tiled one (of the sets measured with each data tiling, DATA_TILED_SETS and
-    PLAIN_SETS; or no more time in less memory, see _by_most_alike)."""
-    return _by_most_alike(
+    PLAIN_SETS; or no more time in less memory, see _by_most_alike), unless data tiling would copy
+    more than MAX_WEIGHT_COPIES times the bytes of the program's `weights`."""
+    measured = _by_most_alike(
         tuning,
         flops,
         "data-tiling",
@@ -480,6 +508,11 @@ def choose_data_tiling(tuning: Tuning, flops: MatmulFlops) -> Choice:
             f"({sets[0]} against {sets[1]})"
         ),
     )
+    if measured.form == "data-tiled" and weights is not None and weights.ratio > MAX_WEIGHT_COPIES:
+        return Choice(
+            "plain", f"{weights.describe()}, more than {MAX_WEIGHT_COPIES}x; {measured.reason}", measured.measured
+        )
+    return measured
 
 
 def _by_most_alike_under(
