@@ -86,6 +86,12 @@ CONV_CASES = [
 
 @functools.cache  # the study checks a form's values, then times it
 def load_function(text: str, flags: tuple[str, ...], function="main"):
+    config, functions = load_functions(text, flags, (function,))
+    return config, functions[function]
+
+
+def load_functions(text: str, flags: tuple[str, ...], names: tuple[str, ...]):
+    """The module `text` compiled with `flags`: its device config and {name: call returning numpy arrays}."""
     import iree.compiler as ic
     import iree.runtime as rt
 
@@ -93,8 +99,12 @@ def load_function(text: str, flags: tuple[str, ...], function="main"):
     config = rt.Config("local-task")
     context = rt.SystemContext(config=config)
     context.add_vm_module(rt.VmModule.copy_buffer(config.vm_instance, vmfb))
-    functions = ModuleFunctions(context, config.device, (function,))  # with the workspace the target's flags ask for
-    return config, lambda *args: [np.asarray(r.to_host()) for r in functions(function, *args)]
+    functions = ModuleFunctions(context, config.device, names)  # with the workspace the target's flags ask for
+
+    def call(name):
+        return lambda *args: [np.asarray(r.to_host()) for r in functions(name, *args)]
+
+    return config, {name: call(name) for name in names}
 
 
 def time_variants(variants: dict) -> dict[str, float]:

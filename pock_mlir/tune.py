@@ -42,6 +42,12 @@ def form_function(shape: ConvShape, op: str, form: str) -> str:
     """One form of `op` as a torch-dialect function @main(g, x, w) (forward: (x, w)), emitted by
     the function pock-backend-switch emits it with. GRADIENTS, form "<input>+<weight>": both
     gradients of g * g, the elementwise producer a step's g always has."""
+    return form_functions({"main": (shape, op, form)})
+
+
+def form_functions(forms: dict[str, tuple[ConvShape, str, str]]) -> str:
+    """Several forms as form_function emits each, one module with a function per name: one IREE
+    compilation for them all."""
     from torch_mlir import ir
     from torch_mlir.dialects import func
 
@@ -54,24 +60,25 @@ def form_function(shape: ConvShape, op: str, form: str) -> str:
 
     with make_context(), ir.Location.unknown() as loc:
         module = ir.Module.create()
-        with ir.InsertionPoint(module.body):
-            function = func.FuncOp(
-                "main", ([vtensor(a) for a in arguments(shape, op)], [vtensor(r) for r in results(shape, op)])
-            )
-        entry = function.add_entry_block()
-        args = list(entry.arguments)
-        g, (x, w) = (None, args) if op == "forward" else (args[0], args[1:])
-        b = TorchBuilder(ir.InsertionPoint(entry), loc)
-        if op == GRADIENTS:
-            g = b.mul(g, g)
-            values = [
-                FORMS[name, part](b, shape, g, x, w)
-                for name, part in zip(("input_grad", "weight_grad"), form.split("+"))
-            ]
-        else:
-            values = [FORMS[op, form](b, shape, g, x, w)]
-        with ir.InsertionPoint(entry):
-            func.ReturnOp(values)
+        for name, (shape, op, form) in forms.items():
+            with ir.InsertionPoint(module.body):
+                function = func.FuncOp(
+                    name, ([vtensor(a) for a in arguments(shape, op)], [vtensor(r) for r in results(shape, op)])
+                )
+            entry = function.add_entry_block()
+            args = list(entry.arguments)
+            g, (x, w) = (None, args) if op == "forward" else (args[0], args[1:])
+            b = TorchBuilder(ir.InsertionPoint(entry), loc)
+            if op == GRADIENTS:
+                g = b.mul(g, g)
+                values = [
+                    FORMS[part_op, part](b, shape, g, x, w)
+                    for part_op, part in zip(("input_grad", "weight_grad"), form.split("+"))
+                ]
+            else:
+                values = [FORMS[op, form](b, shape, g, x, w)]
+            with ir.InsertionPoint(entry):
+                func.ReturnOp(values)
         return str(module)
 
 

@@ -173,29 +173,34 @@ def _shapes():
 @pytest.mark.parametrize("name", list(_shapes()))
 def test_every_form_bench_measures_is_the_convolution(name):
     """The functions bench.iree_study times are the forms pock-backend-switch emits (the same
-    conv_forms functions); each, compiled by IREE, computes torch's convolution and gradients, and
-    each pair of gradient forms both gradients of g * g."""
+    conv_forms functions); each, compiled by IREE (all of a shape's in one module), computes
+    torch's convolution and gradients, and each pair of gradient forms both gradients of g * g."""
     import iree.runtime as rt
 
-    from bench.iree_study import _reference, load_function
+    from bench.iree_study import _reference, load_functions
     from pock_mlir.conv_forms import CONV_OPS, GRADIENTS
     from pock_mlir.targets import resolve_target
-    from pock_mlir.tune import form_function
+    from pock_mlir.tune import form_functions
 
     shape = _shapes()[name]
     g = torch.Generator().manual_seed(3)
     x, w, grad = (
         torch.randn(dims, generator=g) for dims in (shape.input_shape(), shape.weight_shape(), shape.output_shape())
     )
-    checked = []
-    for op in (*CONV_OPS, GRADIENTS):
+    forms = {
+        f"f{i}": (op, form)
+        for i, (op, form) in enumerate((op, f) for op in (*CONV_OPS, GRADIENTS) for f in shape.forms(op))
+    }
+    config, functions = load_functions(
+        form_functions({fn: (shape, op, form) for fn, (op, form) in forms.items()}),
+        tuple(resolve_target("host").compile_flags()),
+        tuple(forms),
+    )
+    for fn, (op, form) in forms.items():
         wants = _reference(shape, op, grad, x, w)
-        for form in shape.forms(op):
-            config, fn = load_function(form_function(shape, op, form), tuple(resolve_target("host").compile_flags()))
-            args = (x, w) if op == "forward" else (grad, x, w)
-            gots = fn(*(rt.asdevicearray(config.device, a.numpy()) for a in args))
-            assert len(gots) == len(wants) == (2 if op == GRADIENTS else 1)
-            for got, want in zip(gots, wants):
-                assert_close_to_norm(got, want.numpy(), 1e-5, f"{name} {op} {form}")
-            checked.append((op, form))
-    assert {op for op, _ in checked} == {*CONV_OPS, GRADIENTS}
+        args = (x, w) if op == "forward" else (grad, x, w)
+        gots = functions[fn](*(rt.asdevicearray(config.device, a.numpy()) for a in args))
+        assert len(gots) == len(wants) == (2 if op == GRADIENTS else 1)
+        for got, want in zip(gots, wants):
+            assert_close_to_norm(got, want.numpy(), 1e-5, f"{name} {op} {form}")
+    assert {op for op, _ in forms.values()} == {*CONV_OPS, GRADIENTS}
