@@ -125,8 +125,11 @@ def compile_pock(spec) -> dict:
         optimizer=optimizer,
         sparse=None if scheme == "full" else scheme,
         pipelines=spec.get("pipelines"),
-        cache=False,
-    )  # time the compilation itself
+        cache=False,  # time the compilation itself
+        # another CPU's table, as on a CPU with none of its own (python -m bench.held_out --as-unmeasured-cpu)
+        tuning=spec.get("tuning"),
+        tuning_any=True,
+    )
     flags, tails = tuple(spec["iree_flags"]), None
     if spec.get("other_tails"):  # pock-mlir-other-tails: the vector tails pock-backend-switch did not choose
         chosen = pock.compile_training(module, inputs, target, functions=(), **options).vector_tails.form

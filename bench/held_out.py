@@ -30,7 +30,7 @@ from bench.models import MODELS
 from bench.report import PEERS, SYSTEM_TITLES, _find
 from bench.zoo import HELD_OUT, bench_model
 from pock_mlir.files import atomic_write
-from pock_mlir.tuning import host_cpu
+from pock_mlir.tuning import TUNING_DIR, host_cpu, table_path
 
 PARTS = {"fit": tuple(MODELS), "held-out": tuple(HELD_OUT)}
 SYSTEMS = ("eager", "torch.compile", "ort-training", "jax", "pock-mlir", "pock-mlir-deployed")
@@ -118,6 +118,12 @@ def _x(value) -> str:
     return "" if value is None else f"{value:.2f}x"
 
 
+def _table_used(machine: dict) -> str:
+    if machine.get("tuning"):  # --as-unmeasured-cpu
+        return f"shipped, but not used: as on a CPU without one, {machine['tuning']} answered"
+    return "shipped" if machine["own_table"] else "none shipped (the nearest table answers)"
+
+
 def write_markdown(results: dict, path: Path) -> None:
     machine, lines = results["machine"], []
     lines += [
@@ -125,7 +131,7 @@ def write_markdown(results: dict, path: Path) -> None:
         "",
         f"{results['date']}, {machine['cpu']} ({machine['cpu_id']}), {machine['cores']} cores, load average "
         f"{machine['load_before'][0]:.2f} before and {machine['load_after'][0]:.2f} after; this CPU's tuning "
-        f"table: {'shipped' if machine['own_table'] else 'none shipped (the nearest table answers)'}. "
+        f"table: {_table_used(machine)}. "
         "Written by `python -m bench.held_out`; the protocol is in docs/benchmarks.md#held-out-models.",
         "",
         "FIT part (what the tuning tables, flag sets and heuristics were fitted on): "
@@ -200,6 +206,12 @@ def parse_args(argv):
     parser.add_argument("--timeout", type=float, default=900)
     parser.add_argument("--out", default=None, help="directory for held_out.json/.md (default bench/runs/<machine>)")
     parser.add_argument("--rewrite-report", action="store_true", help="only rewrite held_out.md from held_out.json")
+    parser.add_argument(
+        "--as-unmeasured-cpu",
+        action="store_true",
+        help="compile by the nearest other CPU's table, as on a CPU without a shipped one "
+        "(default --out: bench/runs/<machine>/unmeasured-cpu)",
+    )
     args = parser.parse_args(argv)
     parts = PARTS if args.part == "both" else {args.part: PARTS[args.part]}
     if args.models:
@@ -211,7 +223,15 @@ def parse_args(argv):
             )
         parts = {part: tuple(m for m in chosen if m in models) for part, models in parts.items()}
     args.parts = {part: models for part, models in parts.items() if models}
-    args.out = Path(args.out) if args.out else runs_dir()
+    args.tuning = None  # what measure() gives pock-mlir's compilations: this CPU's table unless another
+    if args.as_unmeasured_cpu:
+        other = table_path("host", others_only=True)
+        if other is None:
+            parser.error(
+                f"--as-unmeasured-cpu: no other CPU's table in {TUNING_DIR} shares this {host_cpu()}'s architecture"
+            )
+        args.tuning = str(other)
+    args.out = Path(args.out) if args.out else runs_dir() / ("unmeasured-cpu" if args.as_unmeasured_cpu else "")
     args.iree_flags, args.profile = [], True  # what measure() reads: the host target's flags, profiled
     return args
 
@@ -252,6 +272,7 @@ def write(args, rows: list[dict], started: float, load_before) -> None:
             "cpu": _cpu_name(),
             "cpu_id": host_cpu(),
             "own_table": own_table_path("host").exists(),
+            "tuning": args.tuning and Path(args.tuning).name,  # another CPU's table, --as-unmeasured-cpu
             "cores": os.cpu_count(),
             "load_before": load_before,
             "load_after": os.getloadavg(),

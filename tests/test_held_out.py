@@ -99,6 +99,21 @@ def test_summarize_keeps_the_parts_apart():
     assert parts["held-out"]["distribution"]["full_vs_fastest_peer"]["median"] == pytest.approx(1.15)
 
 
+def test_as_an_unmeasured_cpu_the_bench_compiles_by_another_cpus_table(tmp_path):
+    """--as-unmeasured-cpu: pock-mlir's compilations take the nearest other CPU's table (never this
+    CPU's), the report says which, and its default directory is apart from this CPU's own runs."""
+    from bench.held_out import _table_used, parse_args
+    from bench.machine import runs_dir
+    from pock_mlir.tuning import own_table_path, table_path
+
+    args = parse_args(["--part", "held-out", "--models", "ho-edge-mlp", "--as-unmeasured-cpu"])
+    assert args.tuning == str(table_path("host", others_only=True)) and Path(args.tuning) != own_table_path("host")
+    assert Path(args.tuning).is_file() and args.out == runs_dir() / "unmeasured-cpu"
+    said = _table_used({"own_table": True, "tuning": Path(args.tuning).name})
+    assert said == f"shipped, but not used: as on a CPU without one, {Path(args.tuning).name} answered"
+    assert parse_args(["--part", "held-out"]).tuning is None
+
+
 def test_the_drivers_bench_steps_one_module_alike_on_both_cpu_drivers(tmp_path):
     """bench.drivers on the smallest held-out model: both drivers timed under both conditions, the
     two trainers' parameters the same after the same steps, and a second run keeps earlier rows."""

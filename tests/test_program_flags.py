@@ -390,6 +390,25 @@ def test_the_host_table_is_the_one_measured_on_the_most_alike_cpu(tmp_path, monk
     assert tuning.table_path("x86-64-v3") == tmp_path / "x86-64-v3.json"
 
 
+@pytest.mark.parametrize(
+    "cpu, chosen",
+    [
+        ("x86_64-GenuineIntel-6-207", "host-x86_64-AuthenticAMD-25-17.json"),  # never its own: the first alike
+        ("x86_64-AuthenticAMD-26-2", "host-x86_64-AuthenticAMD-25-17.json"),  # the same vendor
+        ("aarch64-0x41-0xd08", None),
+    ],
+)
+def test_another_cpus_table_is_the_most_alike_but_its_own(tmp_path, monkeypatch, cpu, chosen):
+    """What a CPU without a table of its own would get (python -m bench.held_out --as-unmeasured-cpu)."""
+    for name in ("host-x86_64-AuthenticAMD.json", "host-x86_64-AuthenticAMD-25-17.json"):
+        (tmp_path / name).write_text("{}")
+    (tmp_path / f"host-{cpu}.json").write_text("{}")
+    monkeypatch.setattr(tuning, "TUNING_DIR", tmp_path)
+    monkeypatch.setattr(tuning, "host_cpu", lambda: cpu)
+    assert tuning.table_path("host") == tmp_path / f"host-{cpu}.json"
+    assert tuning.table_path("host", others_only=True) == (chosen and tmp_path / chosen)
+
+
 # a program as studies wrote it before they counted softmaxes
 OLDER_PROGRAM = (
     '{"flags": {"programs": {"mlp": {"convolutions": 0, "matmuls": 1, "largest_matmul": 1, "untiled_matmuls": 0}}}}'

@@ -64,21 +64,24 @@ def own_table_path(target: str) -> Path:
     return TUNING_DIR / (f"host-{host_cpu()}.json" if target == "host" else f"{target}.json")
 
 
-def table_path(target: str) -> Path:
+def table_path(target: str, others_only: bool = False) -> Path | None:
     """Where `target`'s measurements are: for the host, this CPU's file, else the one of the CPU
     sharing the longest start of its name (the same architecture at least: same vendor, then
-    family), else this CPU's (absent)."""
+    family), else this CPU's (absent). others_only: never this CPU's own file, as on a CPU that
+    has none (the held-out bench's --as-unmeasured-cpu); None where no other CPU's shares the
+    architecture."""
     if target != "host":
         return own_table_path(target)
     this = host_cpu().split("-")
+    own = own_table_path(target)
 
     def shared(path: Path) -> int:
         other = path.stem.removeprefix("host-").split("-")
         return next((i for i, (a, b) in enumerate(zip(this, other)) if a != b), min(len(this), len(other)))
 
-    measured = [(shared(p), p) for p in sorted(TUNING_DIR.glob("host-*.json"))]
+    measured = [(shared(p), p) for p in sorted(TUNING_DIR.glob("host-*.json")) if not (others_only and p == own)]
     best = max(measured, key=lambda sp: sp[0], default=(0, None))
-    return best[1] if best[0] else own_table_path(target)
+    return best[1] if best[0] else None if others_only else own
 
 
 # What pock-tune writes: its bundle of candidates (pock_mlir/tune.py) and the table a device
