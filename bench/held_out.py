@@ -124,15 +124,74 @@ def _table_used(machine: dict) -> str:
     return "shipped" if machine["own_table"] else "none shipped (the nearest table answers)"
 
 
-def write_markdown(results: dict, path: Path) -> None:
-    machine, lines = results["machine"], []
-    lines += [
-        "# Held-out models (#65)",
-        "",
+def _header(results: dict) -> str:
+    machine = results["machine"]
+    return (
         f"{results['date']}, {machine['cpu']} ({machine['cpu_id']}), {machine['cores']} cores, load average "
         f"{machine['load_before'][0]:.2f} before and {machine['load_after'][0]:.2f} after; this CPU's tuning "
         f"table: {_table_used(machine)}. "
-        "Written by `python -m bench.held_out`; the protocol is in docs/benchmarks.md#held-out-models.",
+        "Written by `python -m bench.held_out`; the protocol is in docs/benchmarks.md#held-out-models."
+    )
+
+
+def part_section(part: str, summary: dict, titles: dict) -> list[str]:
+    """One part's distribution, the targets reached or missed, and its per-model table."""
+    dist = summary["distribution"]
+    lines = [f"## {part} part: distribution", ""]
+    full = dist.get("full_vs_fastest_peer")
+    if full:
+        lines.append(
+            f"- pock-mlir full step / fastest peer's over {dist['models_measured']} models: median "
+            f"{_x(full['median'])}, worst {_x(full['worst'])}, ahead on {full['share_ahead']:.0%}"
+        )
+    deployed = dist.get("deployed_full_vs_fastest_peer")
+    if deployed:
+        lines.append(
+            f"- the deployed trainer's full step (no torch) / fastest peer's: median {_x(deployed['median'])}, "
+            f"worst {_x(deployed['worst'])}, ahead on {deployed['share_ahead']:.0%}"
+        )
+    for key, label in (
+        ("sparse_vs_full", "pock-mlir sparse step / its full step"),
+        ("deployed_memory_vs_lowest_peer", "deployed trainer's peak memory / the lowest peer's"),
+    ):
+        if key in dist:
+            lines.append(f"- {label}: median {_x(dist[key]['median'])}, worst {_x(dist[key]['worst'])}")
+    for target, reached in dist.get("targets", {}).items():
+        lines.append(f"- target {target}: {'reached' if reached else 'MISSED'}")
+    lines += [
+        "",
+        "| model | full / fastest peer | deployed full / fastest peer | fastest peer | sparse / full | deployed memory / lowest peer "
+        "(full, sparse) | dispatch share | host overhead ms | top dispatch kind |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for s in summary["models"]:
+        memory = s.get("deployed_memory_vs_lowest_peer", {})
+        lines.append(
+            f"| {titles.get(s['model'], s['model'])} | {_x(s.get('full_vs_fastest_peer'))} | {_x(s.get('deployed_full_vs_fastest_peer'))} | "
+            f"{SYSTEM_TITLES.get(s.get('fastest_peer'), '')} | {_x(s.get('sparse_vs_full'))} | "
+            f"{', '.join(_x(memory.get(k)) for k in SCHEMES if k in memory)} | "
+            + (
+                f"{s['dispatch_share']:.0%} | {s['host_overhead_ms']:.2f} | {s['top_kind']} |"
+                if "dispatch_share" in s
+                else "| | |"
+            )
+        )
+    return lines + [""]
+
+
+def write_summary(results: dict, path: Path) -> None:
+    """held_out_summary.md: the header and the held-out part's section alone, for the README to quote."""
+    lines = [_header(results), ""]
+    if "held-out" in results["summary"]:
+        lines += part_section("held-out", results["summary"]["held-out"], results["titles"])
+    atomic_write(path, "\n".join(lines).rstrip("\n") + "\n")
+
+
+def write_markdown(results: dict, path: Path) -> None:
+    lines = [
+        "# Held-out models (#65)",
+        "",
+        _header(results),
         "",
         "FIT part (what the tuning tables, flag sets and heuristics were fitted on): "
         + ", ".join(results["parts"].get("fit", [])),
@@ -144,47 +203,7 @@ def write_markdown(results: dict, path: Path) -> None:
         "",
     ]
     for part, summary in results["summary"].items():
-        dist = summary["distribution"]
-        lines += [f"## {part} part: distribution", ""]
-        full = dist.get("full_vs_fastest_peer")
-        if full:
-            lines.append(
-                f"- pock-mlir full step / fastest peer's over {dist['models_measured']} models: median "
-                f"{_x(full['median'])}, worst {_x(full['worst'])}, ahead on {full['share_ahead']:.0%}"
-            )
-        deployed = dist.get("deployed_full_vs_fastest_peer")
-        if deployed:
-            lines.append(
-                f"- the deployed trainer's full step (no torch) / fastest peer's: median {_x(deployed['median'])}, "
-                f"worst {_x(deployed['worst'])}, ahead on {deployed['share_ahead']:.0%}"
-            )
-        for key, label in (
-            ("sparse_vs_full", "pock-mlir sparse step / its full step"),
-            ("deployed_memory_vs_lowest_peer", "deployed trainer's peak memory / the lowest peer's"),
-        ):
-            if key in dist:
-                lines.append(f"- {label}: median {_x(dist[key]['median'])}, worst {_x(dist[key]['worst'])}")
-        for target, reached in dist.get("targets", {}).items():
-            lines.append(f"- target {target}: {'reached' if reached else 'MISSED'}")
-        lines += [
-            "",
-            "| model | full / fastest peer | deployed full / fastest peer | fastest peer | sparse / full | deployed memory / lowest peer "
-            "(full, sparse) | dispatch share | host overhead ms | top dispatch kind |",
-            "|---|---|---|---|---|---|---|---|---|",
-        ]
-        for s in summary["models"]:
-            memory = s.get("deployed_memory_vs_lowest_peer", {})
-            lines.append(
-                f"| {s['model']} | {_x(s.get('full_vs_fastest_peer'))} | {_x(s.get('deployed_full_vs_fastest_peer'))} | "
-                f"{SYSTEM_TITLES.get(s.get('fastest_peer'), '')} | {_x(s.get('sparse_vs_full'))} | "
-                f"{', '.join(_x(memory.get(k)) for k in SCHEMES if k in memory)} | "
-                + (
-                    f"{s['dispatch_share']:.0%} | {s['host_overhead_ms']:.2f} | {s['top_kind']} |"
-                    if "dispatch_share" in s
-                    else "| | |"
-                )
-            )
-        lines.append("")
+        lines += part_section(part, summary, results["titles"])
     lines += ["## Rows", "", "| model | scheme | system | step ms | peak MB | status |", "|---|---|---|---|---|---|"]
     for r in results["rows"]:
         ok = r["status"] == "ok"
@@ -243,6 +262,7 @@ def main(argv=None) -> int:
         results["summary"] = summarize(results)
         atomic_write(args.out / "held_out.json", json.dumps(results, indent=2) + "\n")
         write_markdown(results, args.out / "held_out.md")
+        write_summary(results, args.out / "held_out_summary.md")
         return 0
     started, load_before, rows = time.time(), os.getloadavg(), []
     with tempfile.TemporaryDirectory(prefix="pock-held-out-") as workdir:
@@ -295,6 +315,7 @@ def write(args, rows: list[dict], started: float, load_before) -> None:
     args.out.mkdir(parents=True, exist_ok=True)
     atomic_write(args.out / "held_out.json", json.dumps(results, indent=2) + "\n")
     write_markdown(results, args.out / "held_out.md")
+    write_summary(results, args.out / "held_out_summary.md")
 
 
 if __name__ == "__main__":

@@ -114,6 +114,25 @@ def test_as_an_unmeasured_cpu_the_bench_compiles_by_another_cpus_table(tmp_path)
     assert parse_args(["--part", "held-out"]).tuning is None
 
 
+def test_a_held_out_run_as_an_unmeasured_cpu_writes_its_report_and_the_readmes_summary(tmp_path):
+    """The README's command, on the smallest held-out model: every system measured, pock-mlir's
+    compilations by another CPU's table, and the summary the README quotes is the held-out part's."""
+    from bench.held_out import main
+
+    command = "--part held-out --models ho-edge-mlp --steps 1 --rounds 1 --warmup 1 --as-unmeasured-cpu --out"
+    assert main([*command.split(), str(tmp_path)]) == 0
+    results = json.loads((tmp_path / "held_out.json").read_text())
+    assert {r["system"] for r in results["rows"] if r["status"] == "ok"} >= {
+        "ort-training",
+        "pock-mlir",
+        "pock-mlir-deployed",
+    }
+    summary = (tmp_path / "held_out_summary.md").read_text()
+    assert f"as on a CPU without one, {results['machine']['tuning']} answered" in summary
+    assert "## held-out part: distribution" in summary and "| MLP 64-128-10, batch 1 |" in summary
+    assert "## Rows" not in summary
+
+
 def test_the_drivers_bench_steps_one_module_alike_on_both_cpu_drivers(tmp_path):
     """bench.drivers on the smallest held-out model: both drivers timed under both conditions, the
     two trainers' parameters the same after the same steps, and a second run keeps earlier rows."""

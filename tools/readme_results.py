@@ -5,11 +5,12 @@
 
 A block is the text between `<!-- results: SOURCE -->` and `<!-- results:end -->`. SOURCE is either a
 Markdown file the scripts write (relative to the repository; its headings demoted two levels, so that
-they sit under the section that quotes them): bench/ writes bench/results.md, examples/quality/ writes
+they sit under the section that quotes them): bench/ writes bench/results.md, bench/held_out.py
+bench/runs/<machine>/.../held_out_summary.md, examples/quality/ writes
 examples/quality/results/{vision,vision_seeds,language,text,federated}.md; or a generated view:
 `pipeline` (the compiler's stages, from pock_mlir/stages.py), `targets` (the compilation targets, from
 pock_mlir/targets.py) or `bench-summary` (a few columns of bench/results.json). Run it after
-`make bench`, a quality run or a change of the stage pipelines or targets.
+`make bench`, a held-out run, a quality run or a change of the stage pipelines or targets.
 """
 
 from __future__ import annotations
