@@ -394,7 +394,7 @@ def measure(model: str, scheme: str, systems, args, workdir: Path) -> dict[str, 
                 "iree_flags": args.iree_flags,
                 "other_tails": system == OTHER_TAILS,
                 "pipelines": pipelines,
-                "tuning": getattr(args, "tuning", None),
+                "tuning": args.tuning,
                 **({"bundle": str(bundle)} if deployed else {}),
             },
             args.timeout,
@@ -486,6 +486,7 @@ def parse_args(argv):
     args.warmup = args.warmup if args.warmup is not None else (2 if args.quick else 3)
     args.rounds = args.rounds or (1 if args.quick else 5)
     args.iree_flags = args.iree_flags.split() if args.iree_flags else []
+    args.tuning = None  # this CPU's table (bench.held_out --as-unmeasured-cpu gives another's)
     args.profile = not args.quick if args.profile is None else args.profile
     args.previous = previous_results(parser, args) if args.update else None
     if args.recount_flops:

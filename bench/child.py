@@ -151,6 +151,7 @@ def compile_pock(spec) -> dict:
         "compile_breakdown_s": dict(program.timings),
         "iree_flags": program.iree_flags(),
         "vector_tails": tails or program.vector_tails.form,
+        "tuning": program.backend.tuning,  # the table pock-backend-switch chose by
         "trainable_params": program.signature.trained_values,
     }
 
