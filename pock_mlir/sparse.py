@@ -27,7 +27,8 @@ Presets (following PockEngine's schemes), by name or `SparseUpdate.preset(family
     full                  every parameter
     bias-only             every bias
     last-K                the last K layers: every parameter-holding module from the K-th last
-                          layer that is not a normalization on (norms go with the layer before)
+                          layer that is not a normalization on (norms go with the layer before);
+                          each level of a stacked nn.GRU/LSTM/RNN is a layer of its own
     mobilenet-last-K      every bias, plus the first pointwise layer of each of the last K blocks
                           (torchvision MobileNetV2/V3, EfficientNet, ShuffleNetV2, ConvNeXt)
     transformer-last-K    every bias and normalization parameter, plus the attention
@@ -246,14 +247,30 @@ def _blocks(model: nn.Module, is_core) -> list[str]:
     return blocks
 
 
+def _layers(model: nn.Module) -> list[tuple[str, nn.Module, list[str]]]:
+    """(name, module, its parameters) of every parameter-holding layer, in definition order. A
+    stacked recurrent module (nn.GRU, nn.LSTM, nn.RNN with num_layers > 1) holds one layer per
+    stack level, both directions in it: its parameters end in _l<i> or _l<i>_reverse."""
+    layers = []
+    for name, m in model.named_modules():
+        own = _params_of(model, name, recurse=False)
+        if own and isinstance(m, nn.RNNBase) and m.num_layers > 1:
+            for i in range(m.num_layers):
+                level = [n for n in own if re.search(rf"_l{i}(_reverse)?$", n)]
+                layers.append((f"{name}[layer {i}]", m, level))
+        elif own:
+            layers.append((name, m, own))
+    return layers
+
+
 def _last_layers(model: nn.Module, k: int) -> list[str]:
-    layers = [name for name, m in model.named_modules() if list(m.parameters(recurse=False))]
-    compute = [i for i, name in enumerate(layers) if not _is_norm(model.get_submodule(name))]
+    layers = _layers(model)
+    compute = [i for i, (_, m, _) in enumerate(layers) if not _is_norm(m)]
     if k > len(compute):
         raise SparseConfigError(
-            f"preset 'last-{k}': the model has only {len(compute)} layers ({', '.join(layers[i] for i in compute)})"
+            f"preset 'last-{k}': the model has only {len(compute)} layers ({', '.join(layers[i][0] for i in compute)})"
         )
-    return [n for name in layers[compute[-k] :] for n in _params_of(model, name, recurse=False)]
+    return [n for _, _, params in layers[compute[-k] :] for n in params]
 
 
 def _block_parameters(model: nn.Module, family: str, k: int) -> list[str]:

@@ -67,6 +67,18 @@ class MiniMobileNet(nn.Module):
         return self.classifier(self.features(x).mean((2, 3)))
 
 
+class StackedGRU(nn.Module):
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.rnn = nn.GRU(6, 8, num_layers=2, batch_first=True)
+        self.head = nn.Linear(8, 5)
+
+    def forward(self, frames):
+        outputs, _ = self.rnn(frames)
+        return self.head(outputs[:, -1])
+
+
 def batch(inputs_shape, classes):
     g = torch.Generator().manual_seed(1)
     return torch.randn(*inputs_shape, generator=g), torch.randint(0, classes, inputs_shape[:1], generator=g)
@@ -100,6 +112,14 @@ CASES = {
         SparseUpdate.preset("last", k=2),
         pock.SGD(lr=0.05, momentum=0.9, nesterov=True),
         {"2.weight": 16, "2.bias": 16, "4.weight": 5, "4.bias": 5},
+    ),
+    "preset_last_2_stacked_gru": Case(  # the GRU's second level and the head, not the whole GRU
+        StackedGRU,
+        "last-2",
+        pock.SGD(lr=0.1, momentum=0.9),
+        {f"rnn.{kind}_l1": 24 for kind in ("weight_ih", "weight_hh", "bias_ih", "bias_hh")}
+        | {"head.weight": 5, "head.bias": 5},
+        ((4, 3, 6), 5),
     ),
 }
 if "aten.convolution" in derivative_rules():  # the CNN rules (pock_mlir/autodiff/rules/conv.py)
@@ -278,6 +298,15 @@ def test_last_k_counts_normalizations_with_the_layer_before():
     torch.manual_seed(0)
     model = nn.Sequential(nn.Linear(4, 8), nn.LayerNorm(8), nn.Linear(8, 8), nn.LayerNorm(8), nn.Linear(8, 2))
     assert set(_resolve("last-2", model)) == {"2.weight", "2.bias", "3.weight", "3.bias", "4.weight", "4.bias"}
+
+
+def test_last_k_counts_each_level_of_a_stacked_recurrent_layer_with_both_directions():
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.LSTM(4, 8, num_layers=3, bidirectional=True), nn.Linear(16, 2))
+    level_2 = {f"0.{kind}_l2{d}" for kind in ("weight_ih", "weight_hh", "bias_ih", "bias_hh") for d in ("", "_reverse")}
+    assert set(_resolve("last-2", model)) == level_2 | {"1.weight", "1.bias"}
+    with pytest.raises(SparseConfigError, match=r"only 4 layers \(0\[layer 0\], 0\[layer 1\], 0\[layer 2\], 1\)"):
+        _resolve("last-5", model)
 
 
 @pytest.mark.parametrize(
