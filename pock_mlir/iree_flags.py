@@ -44,7 +44,13 @@ IM2COL = "--iree-global-opt-use-im2col-for-convs"
 # Every CPU target's: no DWARF in the kernels, which nothing on a device reads and which cost
 # compile time and about a quarter of a module's bytes.
 NO_DEBUG_SYMBOLS = "--iree-llvmcpu-debug-symbols=false"
-CPU_COMMON = (IM2COL, NO_DEBUG_SYMBOLS)
+# Every CPU target's: a transpose followed by zero padding becomes the padding then the transpose.
+# Without it, where a model changes layout around a depthwise convolution (ConvNeXt's channels-last
+# LayerNorm), each kernel tap's window of the padded input was a copy dispatch of its own (48 per
+# 7x7 convolution); with it, the bench models' steps compiled to the same modules or ran as fast
+# (the flag study's "im2col+sink-transpose-through-pad" set, bench/runs/intel-xeon-6-207/NOTES.md).
+SINK_TRANSPOSE_THROUGH_PAD = "--iree-global-opt-enable-sink-transpose-through-pad"
+CPU_COMMON = (IM2COL, SINK_TRANSPOSE_THROUGH_PAD, NO_DEBUG_SYMBOLS)
 # Vulkan: index math (class targets, gathers, torch's ignore_index) arrives as i64, which the
 # portable Vulkan profiles cannot store and IREE 3.13 fails to emulate in some vector shapes (batch
 # 64 cross-entropy); every index a training step on such a device handles fits in 32 bits.
@@ -108,6 +114,13 @@ FLAG_SETS = {
     "im2col+ukernels+O3": (IM2COL, UKERNELS, OPT_LEVEL_O3, PEELED_VECTOR_TAILS, NO_DATA_TILING, NO_AGGRESSIVE_FUSION),
     "im2col+ukernels+aggressive-fusion": (IM2COL, UKERNELS, AGGRESSIVE_FUSION, PEELED_VECTOR_TAILS, NO_DATA_TILING),
     "im2col+data-tiling": (IM2COL, OPT_DATA_TILING, PEELED_VECTOR_TAILS, NO_DATA_TILING, NO_AGGRESSIVE_FUSION),
+    "im2col+sink-transpose-through-pad": (
+        IM2COL,
+        SINK_TRANSPOSE_THROUGH_PAD,
+        PEELED_VECTOR_TAILS,
+        NO_DATA_TILING,
+        NO_AGGRESSIVE_FUSION,
+    ),
     DATA_TILING_SET: (IM2COL, PEELED_VECTOR_TAILS, DATA_TILING, NO_AGGRESSIVE_FUSION),
     DATA_TILED_MASKED_TAILS_SET: (IM2COL, MASKED_VECTOR_TAILS, DATA_TILING, NO_AGGRESSIVE_FUSION),
     AGGRESSIVE_FUSION_SET: (IM2COL, AGGRESSIVE_FUSION, PEELED_VECTOR_TAILS, NO_DATA_TILING),

@@ -137,6 +137,7 @@ def test_target_flags():
         "--iree-llvmcpu-target-cpu=generic",
         "--iree-llvmcpu-vector-pproc-strategy=peel",
         "--iree-global-opt-use-im2col-for-convs",
+        "--iree-global-opt-enable-sink-transpose-through-pad",
         "--iree-llvmcpu-debug-symbols=false",
         "--iree-torch-externalize-transients",
     ]
