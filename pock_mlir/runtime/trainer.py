@@ -65,9 +65,15 @@ def check_class_indices(values: np.ndarray, classes: int | None, what: str) -> N
     class indices outside [0, classes) other than IGNORE_INDEX. Names the array, index and value."""
     if values.dtype.kind not in "iu" or values.size == 0:
         return
-    low, high = (0, classes) if classes is not None else (INT32.min, INT32.max + 1)
-    if low <= values.min() and values.max() < high:  # two reductions: what every step's batch costs
-        return
+    if classes is not None:
+        # one reduction, what every step's batch costs: read as unsigned, a negative value is beyond any class
+        if values.view(np.dtype(f"u{values.itemsize}")).max() < classes:
+            return
+        low, high = 0, classes
+    else:
+        low, high = INT32.min, INT32.max + 1
+        if low <= values.min() and values.max() < high:
+            return
     bad = ((values < low) | (values >= high)) & (values != IGNORE_INDEX)
     if bad.any():
         index = tuple(int(i) for i in np.argwhere(bad)[0])
@@ -144,6 +150,9 @@ class Trainer:
         # Each function's arguments as the runs of roles pock_mlir.abi lays out: a call
         # concatenates the trainer's per-role lists in that order.
         self._roles = {name: [role for role, _ in runs(layout(sig, name)[0])] for name in CALLED}
+        # read by every call's batch check: the signature computes them anew on each access
+        self._model_inputs, self._seeded = sig.model_inputs, sig.seeded
+        self._target_classes = sig.target_classes
         self._params = {p.name: self._put(artifact.initial_params[p.name]) for p in sig.params}
         self._buffers = {b.name: self._put(artifact.initial_buffers[b.name]) for b in sig.buffers}
         self._state = [self._put(np.zeros(s.shape, np.float32)) for s in sig.state]
@@ -235,9 +244,9 @@ class Trainer:
     # -- data movement --------------------------------------------------------------------
 
     def _put(self, array: np.ndarray):
-        return rt.asdevicearray(
-            self._config.device, np.require(array, requirements="C")
-        )  # keeps rank 0, unlike ascontiguousarray
+        if not array.flags.c_contiguous:
+            array = np.require(array, requirements="C")  # keeps rank 0, unlike ascontiguousarray
+        return rt.asdevicearray(self._config.device, array)
 
     def _host(self, array) -> np.ndarray:
         return to_host(self._config.device, array)
@@ -254,10 +263,10 @@ class Trainer:
         checked = []
         for v, spec in zip(values, specs):
             if v.dtype.kind in "iu" and spec.dtype == "int32":
-                classes = self.signature.target_classes if spec is self.signature.target else None
+                classes = self._target_classes if spec is self.signature.target else None
                 check_class_indices(v, classes, spec.name)
                 check_token_ids(v, self.signature.vocabularies.get(spec.name), spec.name)
-                v = v.astype(np.int32)  # the device takes int32 indices
+                v = v.astype(np.int32, copy=False)  # the device takes int32 indices
             elif v.dtype == np.float64 and spec.dtype == "float32":
                 v = v.astype(np.float32)
             if _dtype_name(v.dtype) != spec.dtype:
@@ -277,8 +286,8 @@ class Trainer:
             flat = self.signature.flat_inputs(inputs)
         except ValueError as e:
             raise InputError(str(e)) from None
-        checked = self._check(flat, self.signature.model_inputs)
-        if self.signature.seeded:
+        checked = self._check(flat, self._model_inputs)
+        if self._seeded:
             checked.append(self._put(np.array(self.seed & 0xFFFFFFFF, np.uint32).view(np.int32)))
         return checked
 
@@ -290,7 +299,10 @@ class Trainer:
         by_role.setdefault("params", self._params.values())
         by_role.setdefault("buffers", self._buffers.values())  # no run of them when the model has none
         functions = self._functions_for(function)
-        return functions(function, *(value for role in self._roles[function] for value in by_role[role]))
+        arguments = []
+        for role in self._roles[function]:
+            arguments.extend(by_role[role])
+        return functions(function, *arguments)
 
     # -- the API ---------------------------------------------------------------------------
 
@@ -302,27 +314,28 @@ class Trainer:
         `self.seed`, which then increments, so every step draws fresh masks. A NaN or infinite
         loss leaves parameters, buffers and optimizer state as they were and raises
         NonFiniteLossError (or, with on_nonfinite="skip", counts the batch in skipped_steps)."""
-        sig = self.signature
         self._functions_for(TRAIN_STEP_INTO)  # which sets _in_place and _spare
-        current = {
-            "params": [self._params[name] for name in sig.trainable],
-            "optimizer": self._state,
-            "buffers": [self._buffers[name] for name in sig.updated_buffers],
-        }
-        into = {role: self._spare.get(role, current[role]) for role in current}
+        sig, spare = self.signature, self._spare
+        params = [self._params[name] for name in sig.trainable]
+        buffers = [self._buffers[name] for name in sig.updated_buffers]
+        into_params, into_state = spare.get("params", params), spare.get("optimizer", self._state)
+        into_buffers = spare.get("buffers", buffers)
         (loss,) = self._call(
             TRAIN_STEP_INTO,
             optimizer=[*self._state, self._step],
             batch=self._batch(inputs, target),
-            into=[*into["params"], *into["optimizer"], *into["buffers"], self._spare_step],
+            into=[*into_params, *into_state, *into_buffers, self._spare_step],
         )
         # a step that raised above changed nothing here (what it writes in place aside)
-        for role, old in current.items():
-            if role in self._spare:
-                self._spare[role] = old
-        self._params.update(zip(sig.trainable, into["params"]))
-        self._state = into["optimizer"]
-        self._buffers.update(zip(sig.updated_buffers, into["buffers"]))
+        if spare:
+            spare.update(
+                (role, old)
+                for role, old in (("params", params), ("optimizer", self._state), ("buffers", buffers))
+                if role in spare
+            )
+        self._params.update(zip(sig.trainable, into_params))
+        self._state = into_state
+        self._buffers.update(zip(sig.updated_buffers, into_buffers))
         self._step, self._spare_step = self._spare_step, self._step
         self.seed += 1
         value = float(self._host(loss))

@@ -15,6 +15,7 @@ import iree.runtime as rt
 import numpy as np
 
 SIZE_KEY = "iree.abi.transients.size.constant"
+MAPPABLE = int(rt.BufferUsage.MAPPING_SCOPED)  # a buffer the host reads by mapping it (CPU drivers)
 
 
 def transient_bytes(vm_module, function: str) -> int | None:
@@ -87,9 +88,10 @@ class ModuleFunctions:
 def to_host(device: rt.HalDevice, array: rt.DeviceArray) -> np.ndarray:
     """A host copy of a device array."""
     # DeviceArray has no public accessor for its buffer.
-    buffer = array._buffer_view.get_buffer()
-    if buffer.allowed_usage() & int(rt.BufferUsage.MAPPING_SCOPED):
-        return np.array(array.to_host())  # CPU drivers: maps the buffer
+    view = array._buffer_view
+    buffer = view.get_buffer()
+    if buffer.allowed_usage() & MAPPABLE:  # CPU drivers: map the buffer and copy it
+        return np.array(view.map().asarray(array.shape, array.dtype))
     # to_host() would import a numpy allocation into the driver, which lavapipe rejects
     # (minImportedHostPointerAlignment 4096): copy through a staging buffer the driver allocates.
     staging = device.allocator.allocate_buffer(
