@@ -187,16 +187,22 @@ def write_summary(results: dict, path: Path) -> None:
     atomic_write(path, "\n".join(lines).rstrip("\n") + "\n")
 
 
+def _part_line(results: dict, part: str, what: str) -> str:
+    """Which models of `part` the report holds; for a part not run, its models all the same."""
+    run = results["parts"].get(part)
+    models = ", ".join(run) if run else f"not run in this report (its models: {', '.join(PARTS[part])})"
+    return f"{part.upper()} part ({what}): {models}"
+
+
 def write_markdown(results: dict, path: Path) -> None:
     lines = [
         "# Held-out models (#65)",
         "",
         _header(results),
         "",
-        "FIT part (what the tuning tables, flag sets and heuristics were fitted on): "
-        + ", ".join(results["parts"].get("fit", [])),
+        _part_line(results, "fit", "what the tuning tables, flag sets and heuristics were fitted on"),
         "",
-        "HELD-OUT part (nothing fitted on them): " + ", ".join(results["parts"].get("held-out", [])),
+        _part_line(results, "held-out", "nothing fitted on them"),
         "",
         "Ratios are of step medians from interleaved rounds, every system of a model and scheme taking turns "
         "in its own process, on a machine shared with other jobs. Below 1.00x pock-mlir is ahead.",

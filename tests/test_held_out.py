@@ -133,6 +133,11 @@ def test_a_held_out_run_as_an_unmeasured_cpu_writes_its_report_and_the_readmes_s
     assert f"as on a CPU without one, {results['machine']['tuning']} answered" in summary
     assert "## held-out part: distribution" in summary and "| MLP 64-128-10, batch 1 |" in summary
     assert "## Rows" not in summary
+    report = (tmp_path / "held_out.md").read_text()
+    assert (
+        f"FIT part (what the tuning tables, flag sets and heuristics were fitted on): not run in this report (its models: {', '.join(PARTS['fit'])})"
+        in report
+    )
 
 
 def test_the_drivers_bench_steps_one_module_alike_on_both_cpu_drivers(tmp_path):
