@@ -327,12 +327,9 @@ class Trainer:
             into=[*into_params, *into_state, *into_buffers, self._spare_step],
         )
         # a step that raised above changed nothing here (what it writes in place aside)
-        if spare:
-            spare.update(
-                (role, old)
-                for role, old in (("params", params), ("optimizer", self._state), ("buffers", buffers))
-                if role in spare
-            )
+        for role, old in (("params", params), ("optimizer", self._state), ("buffers", buffers)):
+            if role in spare:
+                spare[role] = old
         self._params.update(zip(sig.trainable, into_params))
         self._state = into_state
         self._buffers.update(zip(sig.updated_buffers, into_buffers))
