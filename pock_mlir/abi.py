@@ -226,6 +226,12 @@ class StepSignature:
         return bool(self.inputs) and self.inputs[-1].name == SEED_INPUT
 
     @property
+    def batch(self) -> list[TensorSpec]:
+        """A call's batch tensors in the order the functions take them: the model's inputs, the
+        dropout seed (where the model has dropout), the target."""
+        return [*self.inputs, self.target]
+
+    @property
     def model_inputs(self) -> list[TensorSpec]:
         """The inputs a batch provides: all but the dropout seed, which the runtime supplies."""
         return self.inputs[:-1] if self.seeded else list(self.inputs)
@@ -283,13 +289,15 @@ class StepSignature:
     def device_bytes(self, in_place: frozenset[str], workspace_bytes: int | None) -> int:
         """The device memory a trainer of this step holds: parameters, buffers, optimizer state, the
         second set of what each step writes where it is not written in place (roles of written(),
-        as IREE's schedule allows: pock_mlir/in_place.py) and the workspace its calls share."""
+        as IREE's schedule allows: pock_mlir/in_place.py), the batch (a CPU driver's trainer keeps
+        it in buffers of its own, see pock_mlir/runtime/workspace.py BatchSlots; elsewhere each
+        call uploads it) and the workspace its calls share."""
 
         def size(specs) -> int:
             return sum(np.dtype(s.dtype).itemsize * math.prod(s.shape) for s in specs)
 
         spare = [spec for role, specs in self.written().items() if role not in in_place for spec in specs]
-        return size(self.params + self.buffers + self.state) + size(spare) + (workspace_bytes or 0)
+        return size(self.params + self.buffers + self.state + self.batch) + size(spare) + (workspace_bytes or 0)
 
     def written_argument_pairs(self) -> dict[str, list[tuple[int, int]]]:
         """By role (see written): train_step_into's (argument holding a tensor the step updates,

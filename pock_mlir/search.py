@@ -203,8 +203,8 @@ class CostModel:
         step_module = program.module(trainer_module(TRAIN_STEP_INTO))
         # What each step writes where it reads it (Trainer.in_place), taken to be full BP's for every scheme.
         self.copies = {role: 1 if role in step_module.in_place else 2 for role in sig.written()}
-        # Parameters and buffers, and the second set of the buffers each step updates.
-        self.fixed_bytes = sum(map(_bytes, sig.params + sig.buffers)) + (self.copies["buffers"] - 1) * sum(
+        # Parameters, buffers and the batch, and the second set of the buffers each step updates.
+        self.fixed_bytes = sum(map(_bytes, sig.params + sig.buffers + sig.batch)) + (self.copies["buffers"] - 1) * sum(
             _bytes(buffers[n]) for n in sig.updated_buffers
         )
         self.int8_savings = int8_savings or {}

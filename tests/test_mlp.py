@@ -1,5 +1,6 @@
 """The walking skeleton end to end: an MLP through torch -> pock -> passes -> IREE -> runtime."""
 
+import copy
 import gc
 import re
 import weakref
@@ -8,6 +9,7 @@ import numpy as np
 import pytest
 import torch
 import torch.nn as nn
+import torch.nn.functional as F
 from oracle import assert_close_to_norm, torch_gradients, torch_trajectory
 
 import pock_mlir as pock
@@ -76,6 +78,30 @@ def test_evaluate_and_state_dict_round_trip(compiled, batch):
     zeros = {n: np.zeros_like(v) for n, v in trainer.state_dict().items()}
     trainer.load_state_dict(zeros)
     np.testing.assert_array_equal(trainer.evaluate(x), np.zeros((8, 5), np.float32))
+
+
+def test_steps_read_each_batch_and_go_on_from_loaded_state(compiled, batch):
+    """A step reads the batch it is given, and after load_state_dict and load_optimizer_state
+    mid-run the steps go on from what was loaded (a step reuses its argument lists: Trainer.step)."""
+    model, optimizer, program = compiled
+    x, y = batch
+    batches = [(x, y), (x.flip(0) * 0.5, y.flip(0))]
+    trainer = program.trainer()
+    for i in range(3):  # an odd count: the step counter that a step passes has alternated
+        trainer.step(*batches[i % 2])
+    trainer.load_state_dict(model.state_dict())
+    trainer.load_optimizer_state(program.trainer().optimizer_state())
+    losses = [trainer.step(*batches[i % 2]) for i in range(6)]
+    reference = copy.deepcopy(model)
+    torch_optimizer = optimizer.torch_optimizer(list(reference.parameters()))
+    want = []
+    for i in range(6):
+        torch_optimizer.zero_grad()
+        loss = F.cross_entropy(reference(batches[i % 2][0]), batches[i % 2][1])
+        loss.backward()
+        torch_optimizer.step()
+        want.append(loss.item())
+    np.testing.assert_allclose(losses, want, rtol=1e-4)
 
 
 def test_mse_loss_and_numpy_inputs():

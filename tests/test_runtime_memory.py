@@ -40,8 +40,8 @@ def growth_after_first_step(trainer, inputs, target, steps=4) -> float:
 
 def device_bytes(trainer) -> int:
     """What a trainer holds on the device: parameters and buffers, the optimizer state, a second
-    set of the trainable parameters and of the state unless each is updated in place, and the
-    workspace."""
+    set of the trainable parameters and of the state unless each is updated in place, the batch
+    and the workspace."""
     sig = trainer.signature
     size = lambda spec: 4 * math.prod(spec.shape)  # noqa: E731  (every tensor of these models is 32-bit)
     params = {p.name: size(p) for p in sig.params}
@@ -51,6 +51,7 @@ def device_bytes(trainer) -> int:
         + sum(size(b) for b in sig.buffers)
         + copies["optimizer"] * sum(size(s) for s in sig.state)
         + (copies["params"] - 1) * sum(params[name] for name in sig.trainable)
+        + sum(size(s) for s in (*sig.inputs, sig.target))
         + (trainer.workspace_bytes or 0)
     )
 

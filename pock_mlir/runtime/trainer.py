@@ -33,7 +33,7 @@ from pock_mlir.runtime.bundle import Bundle, load_bundle
 from pock_mlir.runtime.export import DEFAULT_MAX_SHARD_SIZE, ModelParams, Tensor, export_pretrained, model_tensors
 from pock_mlir.runtime.memory import release_freed_memory, retain_freed_memory
 from pock_mlir.runtime.onnx_export import write_onnx
-from pock_mlir.runtime.workspace import ModuleFunctions, Workspace, to_host
+from pock_mlir.runtime.workspace import BatchSlots, ModuleFunctions, Workspace, to_host
 
 CALLED = tuple(f for module in TRAINER_MODULES for f in module)  # the module functions the Trainer calls
 
@@ -153,6 +153,11 @@ class Trainer:
         # read by every call's batch check: the signature computes them anew on each access
         self._model_inputs, self._seeded = sig.model_inputs, sig.seeded
         self._target_classes = sig.target_classes
+        self._slots = BatchSlots(self._config.device, sig.batch)
+        # train_step_into's argument lists by the step counter they pass (two alternate, see step):
+        # where the batch's buffers are the same every step (BatchSlots), so are a step's
+        # arguments but for that alternation, until something replaces the arrays held
+        self._step_arguments: dict[int, rt.VmVariantList] = {}
         self._params = {p.name: self._put(artifact.initial_params[p.name]) for p in sig.params}
         self._buffers = {b.name: self._put(artifact.initial_buffers[b.name]) for b in sig.buffers}
         self._state = [self._put(np.zeros(s.shape, np.float32)) for s in sig.state]
@@ -227,8 +232,8 @@ class Trainer:
     @property
     def device_bytes(self) -> int:
         """The device memory the trainer holds: parameters, buffers, optimizer state, the second
-        set of what each step writes where it is not written in place (see __init__) and the
-        workspace (see workspace_bytes)."""
+        set of what each step writes where it is not written in place (see __init__), the batch
+        and the workspace (see workspace_bytes)."""
         self._functions_for(TRAIN_STEP_INTO)
         return self.signature.device_bytes(self._in_place, self._workspace.bytes)
 
@@ -251,8 +256,12 @@ class Trainer:
     def _host(self, array) -> np.ndarray:
         return to_host(self._config.device, array)
 
-    def _check(self, values, specs: list[TensorSpec], batch: bool = True) -> list[np.ndarray]:
-        """Host arrays for `specs`, checked and uploaded. float64 becomes float32 and int64 int32
+    def _check(self, values, specs: list[TensorSpec], batch: bool = True) -> list:
+        """Device arrays of `values` for `specs`, checked (see _checked) and uploaded."""
+        return [self._put(v) for v in self._checked(values, specs, batch)]
+
+    def _checked(self, values, specs: list[TensorSpec], batch: bool = True) -> list[np.ndarray]:
+        """Host arrays for `specs`, checked. float64 becomes float32 and int64 int32
         (numpy's and torch's defaults); anything else that differs is an InputError naming the
         tensor and what differs, before anything is uploaded."""
         values = [to_numpy(v) for v in values]
@@ -279,30 +288,42 @@ class Trainer:
                 )
                 raise InputError(f"{spec.name}: expected shape {tuple(spec.shape)}, got {tuple(v.shape)}{hint}")
             checked.append(v)
-        return [self._put(v) for v in checked]
+        return checked
 
-    def _inputs(self, inputs):
+    def _on_device(self, values: list[np.ndarray]) -> list:
+        """Checked batch tensors (a prefix of signature.batch, as the slots), on the device."""
+        if self._slots.arrays is None:
+            return [self._put(v) for v in values]
+        return [self._slots.write(i, v) for i, v in enumerate(values)]
+
+    def _host_inputs(self, inputs) -> list[np.ndarray]:
         try:
             flat = self.signature.flat_inputs(inputs)
         except ValueError as e:
             raise InputError(str(e)) from None
-        checked = self._check(flat, self._model_inputs)
+        checked = self._checked(flat, self._model_inputs)
         if self._seeded:
-            checked.append(self._put(np.array(self.seed & 0xFFFFFFFF, np.uint32).view(np.int32)))
+            checked.append(np.array(self.seed & 0xFFFFFFFF, np.uint32).view(np.int32))
         return checked
 
-    def _batch(self, inputs, target):
-        return self._inputs(inputs) + self._check((target,), [self.signature.target])
+    def _inputs(self, inputs):
+        return self._on_device(self._host_inputs(inputs))
 
-    def _call(self, function: str, **by_role) -> list:
-        """Call `function` with the trainer's parameters and buffers and the lists given by role."""
+    def _batch(self, inputs, target):
+        return self._on_device(self._host_inputs(inputs) + self._checked((target,), [self.signature.target]))
+
+    def _arguments(self, function: str, **by_role) -> list:
+        """`function`'s arguments: the trainer's parameters and buffers and the lists given by role."""
         by_role.setdefault("params", self._params.values())
         by_role.setdefault("buffers", self._buffers.values())  # no run of them when the model has none
-        functions = self._functions_for(function)
         arguments = []
         for role in self._roles[function]:
             arguments.extend(by_role[role])
-        return functions(function, *arguments)
+        return arguments
+
+    def _call(self, function: str, **by_role) -> list:
+        """Call `function` with the trainer's parameters and buffers and the lists given by role."""
+        return self._functions_for(function)(function, *self._arguments(function, **by_role))
 
     # -- the API ---------------------------------------------------------------------------
 
@@ -314,18 +335,25 @@ class Trainer:
         `self.seed`, which then increments, so every step draws fresh masks. A NaN or infinite
         loss leaves parameters, buffers and optimizer state as they were and raises
         NonFiniteLossError (or, with on_nonfinite="skip", counts the batch in skipped_steps)."""
-        self._functions_for(TRAIN_STEP_INTO)  # which sets _in_place and _spare
+        functions = self._functions_for(TRAIN_STEP_INTO)  # which sets _in_place and _spare
         sig, spare = self.signature, self._spare
         params = [self._params[name] for name in sig.trainable]
         buffers = [self._buffers[name] for name in sig.updated_buffers]
         into_params, into_state = spare.get("params", params), spare.get("optimizer", self._state)
         into_buffers = spare.get("buffers", buffers)
-        (loss,) = self._call(
-            TRAIN_STEP_INTO,
-            optimizer=[*self._state, self._step],
-            batch=self._batch(inputs, target),
-            into=[*into_params, *into_state, *into_buffers, self._spare_step],
-        )
+        batch = self._batch(inputs, target)
+        arguments = self._step_arguments.get(id(self._step))
+        if arguments is None:
+            step_arrays = self._arguments(
+                TRAIN_STEP_INTO,
+                optimizer=[*self._state, self._step],
+                batch=batch,
+                into=[*into_params, *into_state, *into_buffers, self._spare_step],
+            )
+            arguments = functions.arguments(TRAIN_STEP_INTO, step_arrays)
+            if self._slots.arrays is not None:
+                self._step_arguments[id(self._step)] = arguments
+        (loss,) = functions.invoke(TRAIN_STEP_INTO, arguments)
         # a step that raised above changed nothing here (what it writes in place aside)
         for role, old in (("params", params), ("optimizer", self._state), ("buffers", buffers)):
             if role in spare:
@@ -468,6 +496,7 @@ class Trainer:
         arrays = self._check([state[given[n][0]] for n in names], [specs[given[n][0]] for n in names], batch=False)
         for name, array in zip(names, arrays):
             (self._params if name in self._params else self._buffers)[name] = array
+        self._step_arguments.clear()
         release_freed_memory()  # the arrays replaced
 
     def optimizer_state(self) -> dict[str, np.ndarray]:
@@ -497,6 +526,7 @@ class Trainer:
             )
         slots = self._check([state[spec.name] for spec in self.signature.state], self.signature.state, batch=False)
         self._state, self._step = slots, self._put(step)
+        self._step_arguments.clear()
         release_freed_memory()  # the state replaced
 
     @property

@@ -74,15 +74,48 @@ class ModuleFunctions:
     def names(self) -> tuple[str, ...]:
         return tuple(self._functions)
 
-    def __call__(self, name: str, *args: rt.DeviceArray) -> list[rt.DeviceArray]:
+    def arguments(self, name: str, args) -> rt.VmVariantList:
+        """The argument list of a call of `name` with the device arrays `args`: invoke takes it as
+        often as those arrays are its arguments (an invocation leaves it as it was)."""
         arguments = rt.VmVariantList(len(args) + 1)
         for array in args:
             arguments.push_ref(array._buffer_view)  # DeviceArray has no public accessor for its buffer view
         if self._takes_workspace[name]:
             arguments.push_ref(self._workspace.buffer)
+        return arguments
+
+    def invoke(self, name: str, arguments: rt.VmVariantList) -> list[rt.DeviceArray]:
         results = rt.VmVariantList(8)
         self._context.vm_context.invoke(self._functions[name], arguments, results)
         return [rt.DeviceArray(self._device, results.get_as_object(i, rt.HalBufferView)) for i in range(results.size)]
+
+    def __call__(self, name: str, *args: rt.DeviceArray) -> list[rt.DeviceArray]:
+        return self.invoke(name, self.arguments(name, args))
+
+
+class BatchSlots:
+    """One device array per batch tensor, which every call's batch is written into, where the
+    device's memory is host memory (CPU drivers: buffers the host maps, see MAPPABLE): a copy into
+    a buffer mapped once costs less than allocating and filling one per call, and a call's arguments
+    stay the same buffers from step to step. None of `arrays` where the device's memory is not
+    (there each call uploads its batch)."""
+
+    def __init__(self, device: rt.HalDevice, specs):
+        self.arrays, self._views = [], []
+        for spec in specs:
+            dtype = np.dtype(spec.dtype)
+            array = rt.asdevicearray(device, np.zeros(spec.shape, dtype))
+            if not array._buffer_view.get_buffer().allowed_usage() & MAPPABLE:
+                self.arrays, self._views = None, None
+                return
+            self.arrays.append(array)
+            self._views.append(array._buffer_view.map().asarray(spec.shape, dtype))
+
+    def write(self, index: int, values: np.ndarray) -> rt.DeviceArray:
+        """Slot `index` holding `values` (of its dtype and shape); calls run one at a time, so the
+        call that read its previous values has finished."""
+        np.copyto(self._views[index], values)
+        return self.arrays[index]
 
 
 def to_host(device: rt.HalDevice, array: rt.DeviceArray) -> np.ndarray:
