@@ -54,6 +54,7 @@ from pock_mlir.tuning import (
     OpChoice,
     Tuning,
     WeightCopies,
+    borrowed_driver_study,
     choose_conv_form,
     choose_data_tiling,
     choose_driver,
@@ -232,7 +233,8 @@ class BackendSwitchPass(ModulePass):
         data_tiled = tiling.form == "data-tiled"
         tails = choose_vector_tails(self.measurements, flops, data_tiled)
         fusion = choose_fusion(self.measurements, flops, data_tiled, masked_tails=tails.form == "masked")
-        driver = choose_driver(self.measurements, flops, TARGETS[self.target].drivers)
+        borrowed = borrowed_driver_study() if self.target == "host" else None  # this CPU's kind of tables
+        driver = choose_driver(self.measurements, flops, TARGETS[self.target].drivers, borrowed)
         for mark, choice in (
             ("pock.data_tiling", tiling),
             ("pock.vector_tails", tails),

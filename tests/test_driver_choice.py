@@ -77,6 +77,58 @@ def test_without_driver_measurements_or_a_second_cpu_driver_the_targets_default_
     assert gpu.form == CUDA_DRIVERS[0] and gpu.measured is None
 
 
+def test_a_table_without_driver_measurements_borrows_another_cpus_study(table):
+    unmeasured = tuning.Tuning("a table of no driver study", {})
+    borrowed = tuning.Tuning.from_file(str(table))
+    choice = tuning.choose_driver(unmeasured, SMALL, CPU_DRIVERS, borrowed)
+    assert choice.form == LOCAL_SYNC and choice.measured == Measured("small", STEP_MS["small"]), choice
+    assert f"measured on {borrowed.name}, as a table of no driver study has no driver measurements" in choice.reason
+    assert tuning.choose_driver(unmeasured, LARGE, CPU_DRIVERS, borrowed).form == LOCAL_TASK
+    own = tuning.choose_driver(borrowed, SMALL, CPU_DRIVERS, unmeasured)  # a table's own study comes first
+    assert own.form == LOCAL_SYNC and own.measured.case == "small"
+
+
+def test_the_borrowed_study_is_the_nearest_other_cpus_never_this_ones(tmp_path, monkeypatch):
+    study = {"drivers": {"programs": {"small": dataclasses.asdict(SMALL)}, "step_ms": {"small": STEP_MS["small"]}}}
+    tables = {
+        "x86_64-AuthenticAMD-25-17": study,  # this CPU's own, in the first case
+        "x86_64-AuthenticAMD-25-1": study,
+        "x86_64-AuthenticAMD-26-2": {},  # nearer than the Intel, but without a study
+        "x86_64-GenuineIntel-6-207": study,
+        "aarch64-0x41-0xd0c": study,
+    }
+    for cpu, table in tables.items():
+        (tmp_path / f"host-{cpu}.json").write_text(json.dumps(table))
+    monkeypatch.setattr(tuning, "TUNING_DIR", tmp_path)
+    for cpu, lender in [
+        ("x86_64-AuthenticAMD-25-17", "x86_64-AuthenticAMD-25-1"),
+        ("x86_64-AuthenticAMD-26-2", "x86_64-AuthenticAMD-25-1"),
+        ("x86_64-GenuineIntel-6-167", "x86_64-GenuineIntel-6-207"),
+        ("aarch64-0x41-0xd08", "aarch64-0x41-0xd0c"),
+        ("riscv64", None),
+    ]:
+        monkeypatch.setattr(tuning, "host_cpu", lambda cpu=cpu: cpu)
+        borrowed = tuning.borrowed_driver_study()
+        assert (borrowed and borrowed.name) == (lender and f"target 'host' (CPU {lender})"), cpu
+
+
+def test_on_a_cpu_without_a_table_a_small_step_runs_on_local_sync_by_a_shipped_study(monkeypatch):
+    """As on a CPU with no table of its own whose nearest shipped table has no driver study (an
+    Intel of family 6 model 167, say, whose nearest is model 207's): another CPU's study decides."""
+    shipped = {p.stem.removeprefix("host-"): json.loads(p.read_text()) for p in tuning.TUNING_DIR.glob("host-*.json")}
+    unstudied = sorted(cpu for cpu, table in shipped.items() if "drivers" not in table and cpu.count("-") == 3)
+    if not unstudied:
+        pytest.skip("every shipped CPU table has a driver study")
+    unmeasured = f"{unstudied[0]}-0"  # a CPU whose nearest table is that one
+    monkeypatch.setattr(tuning, "host_cpu", lambda: unmeasured)
+    assert tuning.table_path("host").stem == f"host-{unstudied[0]}"
+    model, x, y = mlp(16, 4)
+    program = pock.compile_training(model, x, y, optimizer=OPTIMIZER, functions=(), cache=False)
+    lender = tuning.borrowed_driver_study()
+    assert program.driver.form == LOCAL_SYNC and lender.name in program.driver.reason, program.driver
+    assert program.driver.measured.case in lender.table["drivers"]["step_ms"]
+
+
 @pytest.mark.parametrize(
     "study",
     [

@@ -72,16 +72,32 @@ def table_path(target: str, others_only: bool = False) -> Path | None:
     architecture."""
     if target != "host":
         return own_table_path(target)
-    this = host_cpu().split("-")
     own = own_table_path(target)
+    nearest = _nearest_cpu(p for p in TUNING_DIR.glob("host-*.json") if not (others_only and p == own))
+    return nearest or (None if others_only else own)
+
+
+def _nearest_cpu(host_tables) -> Path | None:
+    """Of these host tables, the one of the CPU sharing the longest start of this CPU's name (the
+    same architecture at least; of equals, the first by name); None where none shares it."""
+    this = host_cpu().split("-")
 
     def shared(path: Path) -> int:
         other = path.stem.removeprefix("host-").split("-")
         return next((i for i, (a, b) in enumerate(zip(this, other)) if a != b), min(len(this), len(other)))
 
-    measured = [(shared(p), p) for p in sorted(TUNING_DIR.glob("host-*.json")) if not (others_only and p == own)]
-    best = max(measured, key=lambda sp: sp[0], default=(0, None))
-    return best[1] if best[0] else None if others_only else own
+    best = max(((shared(p), p) for p in sorted(host_tables)), key=lambda sp: sp[0], default=(0, None))
+    return best[1] if best[0] else None
+
+
+def borrowed_driver_study() -> Tuning | None:
+    """The host table of the CPU nearest this one (as table_path orders them) that has a driver
+    study (python -m bench.drivers), never this CPU's own: what chooses the driver where the table
+    answering for this CPU has none (choose_driver), rather than every step, small ones too,
+    running on local-task (bench/runs/amd-epyc-25-17/drivers.md measures what that costs there)."""
+    own = own_table_path("host")
+    path = _nearest_cpu(p for p in TUNING_DIR.glob("host-*.json") if p != own and "drivers" in _read(p))
+    return None if path is None else Tuning(f"target 'host' (CPU {path.stem.removeprefix('host-')})", _checked(path))
 
 
 # What pock-tune writes: its bundle of candidates (pock_mlir/tune.py) and the table a device
@@ -590,14 +606,19 @@ def choose_fusion(tuning: Tuning, flops: MatmulFlops, data_tiled: bool, masked_t
     )
 
 
-def choose_driver(tuning: Tuning, flops: MatmulFlops, drivers: tuple[str, ...]) -> Choice:
+def choose_driver(
+    tuning: Tuning, flops: MatmulFlops, drivers: tuple[str, ...], borrowed: Tuning | None = None
+) -> Choice:
     """The IREE driver a Trainer steps the program on unless told otherwise: for a target whose
     modules run on both CPU drivers, "local-sync" where the program of the table's driver study
     (bench.drivers) nearest in FLOPs took at most MAX_CHOSEN_RATIO of its local-task step time on
     it (a small step's dispatches are too short to share out between cores), else the target's
-    default driver, drivers[0], also where the table measured no program so."""
+    default driver, drivers[0]. Where the table measured no program so, `borrowed`'s study decides
+    (another CPU's: borrowed_driver_study), else drivers[0]."""
     if not {LOCAL_TASK, LOCAL_SYNC} <= set(drivers):
         return Choice(drivers[0], f"the target's driver ({' or '.join(drivers)})")
+    if not tuning.table.get("drivers", {}).get("step_ms") and borrowed is not None:
+        tuning = Tuning(f"{borrowed.name}, as {tuning.name} has no driver measurements", borrowed.table)
     study = tuning.table.get("drivers", {})
     measured = [(model, MatmulFlops(**study["programs"][model]), ms) for model, ms in study.get("step_ms", {}).items()]
     if not measured:
