@@ -41,22 +41,24 @@ CONTRACTIONS = frozenset(
 UPDATE_READERS = frozenset((*UPDATE_OPS, "pock.channel_slice", "pock.channel_update"))
 
 
-def _views(param: ir.Value) -> set:
+def _views(param: ir.Value) -> dict:
     """The values computed from `param` alone (with constants): views of the weight, such as a
-    linear layer's W^T, which IREE folds into whatever reads them, so never the value to wait for."""
-    views, stack = {param}, [param]
+    linear layer's W^T, which IREE folds into whatever reads them, so never the value to wait for.
+    A dict used as a set ordered as found: the waits, and so the IR, follow that order (a set's
+    order is the values' hashes', which differ from one compilation to the next)."""
+    views, stack = {param: None}, [param]
     while stack:
         for use in stack.pop().uses:
             user = use.owner.operation
             tensors = [v for v in user.operands if tensor_type_of(v) is not None]
             if user.results and all(v in views for v in tensors):  # revisited as each operand becomes a view
                 new = [r for r in user.results if r not in views]
-                views.update(new)
+                views.update(dict.fromkeys(new))
                 stack.extend(new)
     return views
 
 
-def _materialized_after(reader: ir.Operation, views: set, position: dict, before: int) -> list[ir.Value]:
+def _materialized_after(reader: ir.Operation, views: dict, position: dict, before: int) -> list[ir.Value]:
     """The first float values downstream of `reader` that IREE holds in a buffer and that are
     computed before position `before`: each is used by a contraction, returned, or a gradient an
     update reads (where no contraction follows, as in the embeddings' backward), and is not a view
