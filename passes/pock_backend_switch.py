@@ -233,7 +233,8 @@ class BackendSwitchPass(ModulePass):
         data_tiled = tiling.form == "data-tiled"
         tails = choose_vector_tails(self.measurements, flops, data_tiled)
         fusion = choose_fusion(self.measurements, flops, data_tiled, masked_tails=tails.form == "masked")
-        borrowed = borrowed_driver_study() if self.target == "host" else None  # this CPU's kind of tables
+        # the host's tables are one per CPU: another CPU's driver study stands in where this one's has none
+        borrowed = borrowed_driver_study() if self.target == "host" else None
         driver = choose_driver(self.measurements, flops, TARGETS[self.target].drivers, borrowed)
         for mark, choice in (
             ("pock.data_tiling", tiling),

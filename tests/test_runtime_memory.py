@@ -51,7 +51,7 @@ def device_bytes(trainer) -> int:
         + sum(size(b) for b in sig.buffers)
         + copies["optimizer"] * sum(size(s) for s in sig.state)
         + (copies["params"] - 1) * sum(params[name] for name in sig.trainable)
-        + sum(size(s) for s in (*sig.inputs, sig.target))
+        + sum(size(s) for s in sig.batch)
         + (trainer.workspace_bytes or 0)
     )
 

@@ -256,9 +256,10 @@ class Trainer:
     def _host(self, array) -> np.ndarray:
         return to_host(self._config.device, array)
 
-    def _check(self, values, specs: list[TensorSpec], batch: bool = True) -> list:
-        """Device arrays of `values` for `specs`, checked (see _checked) and uploaded."""
-        return [self._put(v) for v in self._checked(values, specs, batch)]
+    def _check(self, values, specs: list[TensorSpec]) -> list:
+        """Device arrays of state tensors `values` for `specs` (not a batch), checked (see _checked)
+        and uploaded."""
+        return [self._put(v) for v in self._checked(values, specs, batch=False)]
 
     def _checked(self, values, specs: list[TensorSpec], batch: bool = True) -> list[np.ndarray]:
         """Host arrays for `specs`, checked. float64 becomes float32 and int64 int32
@@ -493,7 +494,7 @@ class Trainer:
                     f"{first} and {', '.join(differing)} are one tied weight of the model but hold "
                     f"different values; give them one value"
                 )
-        arrays = self._check([state[given[n][0]] for n in names], [specs[given[n][0]] for n in names], batch=False)
+        arrays = self._check([state[given[n][0]] for n in names], [specs[given[n][0]] for n in names])
         for name, array in zip(names, arrays):
             (self._params if name in self._params else self._buffers)[name] = array
         self._step_arguments.clear()
@@ -524,7 +525,7 @@ class Trainer:
             raise InputError(
                 f"optimizer state: step must be a float32 scalar counting steps (a whole number >= 0), got {step!r}"
             )
-        slots = self._check([state[spec.name] for spec in self.signature.state], self.signature.state, batch=False)
+        slots = self._check([state[spec.name] for spec in self.signature.state], self.signature.state)
         self._state, self._step = slots, self._put(step)
         self._step_arguments.clear()
         release_freed_memory()  # the state replaced
