@@ -129,6 +129,9 @@ DEPLOYED_SCHEMES = ("full", "sparse")  # pock-mlir's bundle in a torch-free proc
 # The deployed bundle compiled with the optimizer ONNX Runtime runs (bench.models.ort_optimizer), on
 # the models where that differs from theirs: ONNX Runtime's memory against the same training.
 ORT_OPTIMIZER = "pock-mlir-deployed-ort-optimizer"
+# pock-mlir's full step, compiled and timed in another scheme's rounds (bench.held_out's sparse rounds):
+# a sparse step over the full step timed beside it, as alike disturbed as the systems of one scheme.
+FULL_BESIDE = "pock-mlir-full-beside"
 # The ONNX file's rows (ONNX_FILE_SYSTEMS): the model's .onnx file (bench/child.py's "onnx-file", on
 # the models whose loss ONNX Runtime's LossType states) trained by ONNX Runtime (generate_artifacts)
 # and by pock-mlir (pock.from_ort_recipe, its deployed bundle) with the same recipe. They compare with
@@ -386,9 +389,10 @@ def measure(model: str, scheme: str, systems, args, workdir: Path) -> dict[str, 
         deployed = system == "pock-mlir" and "pock-mlir-deployed" in systems
         outputs += [bundle] if deployed else []
         pipelines = ABLATED_PIPELINES.get(system)
+        own = {**common, "scheme": "full"} if system == FULL_BESIDE else common
         rows[system] = run_child(
             {
-                **common,
+                **own,
                 "task": "pock-compile",
                 "program": str(program),
                 "iree_flags": args.iree_flags,
@@ -402,7 +406,7 @@ def measure(model: str, scheme: str, systems, args, workdir: Path) -> dict[str, 
         if rows[system]["status"] == "ok":
             children[system] = TrainingChild(
                 {
-                    **common,
+                    **own,
                     "task": "pock-run",
                     "program": str(program),
                     "retain_memory": system != "pock-mlir-no-retain",

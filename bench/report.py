@@ -16,6 +16,7 @@ SYSTEM_TITLES = {
     "executorch": "ExecuTorch training",
     "pock-mlir": "pock-mlir",
     "pock-mlir-deployed": "pock-mlir, deployed bundle (no torch)",
+    "pock-mlir-full-beside": "pock-mlir, its full step timed in these rounds",
     "pock-mlir-deployed-ort-optimizer": "pock-mlir, deployed bundle, ONNX Runtime's optimizer (plain SGD)",
     "pock-mlir-no-reorder": "pock-mlir, no reorder-updates",
     "pock-mlir-no-param-order": "pock-mlir, no order-param-reads (parameters in two sets)",

@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from bench.held_out import PARTS, distribution, model_summary, summarize
+from bench.__main__ import FULL_BESIDE
+from bench.held_out import PARTS, distribution, model_summary, part_section, summarize
 from bench.models import MODELS
 from bench.zoo import HELD_OUT, bench_model
 
@@ -81,7 +82,7 @@ def test_distribution_of_planted_rows():
     assert full["share_ahead"] == pytest.approx(2 / 3)
     deployed = dist["deployed_full_vs_fastest_peer"]
     assert deployed["median"] == pytest.approx(0.8) and deployed["worst"] == pytest.approx(1.5)
-    assert dist["sparse_vs_full"] == pytest.approx({"median": 0.8, "worst": 1.1})
+    assert dist["sparse_vs_full"] == pytest.approx({"median": 0.8, "worst": 1.1, "models": 2})
     assert dist["deployed_memory_vs_lowest_peer"]["worst"] == pytest.approx(70 / 60)
     assert dist["targets"] == {
         "ahead on >= 80%": False,
@@ -89,6 +90,29 @@ def test_distribution_of_planted_rows():
         "sparse never slower than full": False,
         "deployed peak memory below every peer's": False,
     }
+
+
+def test_sparse_over_full_is_over_the_full_step_of_the_sparse_rounds_and_a_sparse_full_step_is_apart():
+    """The sparse rounds time pock-mlir's full step too (FULL_BESIDE): sparse over full is over that
+    one. A sparse scheme that trains every parameter (trainable_params equal) is a full step: it is
+    reported but left out of the sparse target."""
+    rows = [
+        {**_row("x", "full", "pock-mlir", 4.0, 50), "trainable_params": 100},
+        {**_row("x", "sparse", "pock-mlir", 2.0, 40), "trainable_params": 10},
+        {**_row("x", "sparse", FULL_BESIDE, 5.0, 50), "trainable_params": 100},
+        {**_row("y", "full", "pock-mlir", 2.0, 50), "trainable_params": 60},
+        {**_row("y", "sparse", "pock-mlir", 2.2, 50), "trainable_params": 60},
+        {**_row("y", "sparse", FULL_BESIDE, 2.0, 50), "trainable_params": 60},
+    ]
+    x, y = model_summary(rows, "x"), model_summary(rows, "y")
+    assert x["sparse_vs_full"] == pytest.approx(0.4) and not x["sparse_trains_all"]
+    assert y["sparse_vs_full"] == pytest.approx(1.1) and y["sparse_trains_all"]
+    dist = distribution([x, y])
+    assert dist["sparse_vs_full"] == pytest.approx({"median": 0.4, "worst": 0.4, "models": 1})
+    assert dist["targets"]["sparse never slower than full"] is True
+    section = "\n".join(part_section("held-out", {"distribution": dist, "models": [x, y]}, {}))
+    assert "| 1.10x (trains every parameter: not in the target) |" in section
+    assert "over the 1 models whose sparse scheme freezes some parameters: median 0.40x, worst 0.40x" in section
 
 
 def test_summarize_keeps_the_parts_apart():
@@ -126,6 +150,7 @@ def test_a_held_out_run_as_an_unmeasured_cpu_writes_its_report_and_the_readmes_s
         "ort-training",
         "pock-mlir",
         "pock-mlir-deployed",
+        FULL_BESIDE,
     }
     compiled = [r for r in results["rows"] if r["system"] == "pock-mlir"]
     assert compiled and all(f"{results['machine']['tuning']}'" in r["tuning"] for r in compiled)  # by that table
