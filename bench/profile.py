@@ -19,6 +19,7 @@ import numpy as np
 
 from pock_mlir.abi import TRAIN_STEP_INTO, layout
 from pock_mlir.runtime.artifact import trainer_module
+from pock_mlir.runtime.trainer import to_numpy
 from pock_mlir.runtime.workspace import module_transient_bytes
 
 BIN = Path(sys.executable).parent
@@ -28,13 +29,14 @@ STEP = TRAIN_STEP_INTO  # the function a Trainer steps with
 def step_arguments(program, inputs, target) -> list[np.ndarray]:
     """train_step_into's arguments as pock_mlir.abi lays them out: the initial parameters and
     buffers, zero optimizer state and step, the batch (with the dropout seed of a model with
-    dropout), then the buffers the step's results are written into (initial values or zeros)."""
+    dropout; torch tensors or arrays, in the dtypes the step takes, as a Trainer converts them:
+    int64 as int32), then the buffers the step's results are written into (initial values or zeros)."""
     sig = program.signature
     initial = {**program.initial_params, **program.initial_buffers}
     batch = iter([*inputs, *([np.zeros((), np.int32)] if sig.seeded else []), target])
     arguments, _ = layout(sig, STEP)
     return [
-        next(batch)
+        to_numpy(next(batch)).astype(slot.spec.dtype, copy=False)
         if slot.role == "batch"
         else initial[slot.spec.name]
         if slot.role in ("params", "buffers", "into") and slot.spec.name in initial

@@ -538,8 +538,8 @@ def test_compile_time_targets_read_the_full_step_compile():
 
 def test_profile_runs_the_step_of_a_model_with_dropout():
     """The profiled step gets train_step_into's arguments from pock_mlir.abi's layout, the dropout
-    seed included (the torchvision MobileNetV2 rows failed without it)."""
-    import numpy as np
+    seed included (the torchvision MobileNetV2 rows failed without it), from the batch as PyTorch
+    holds it (an int64 target, which the step takes as int32)."""
     import torch
     import torch.nn as nn
 
@@ -551,7 +551,7 @@ def test_profile_runs_the_step_of_a_model_with_dropout():
     x, y = torch.randn(4, 8), torch.tensor([0, 1, 2, 0])
     program = pock.compile_training(model, x, y, optimizer=pock.SGD(lr=0.1, momentum=0.9))
     assert program.signature.seeded
-    profile = profile_step(program, (x.numpy(),), y.numpy().astype(np.int32), iterations=2)
+    profile = profile_step(program, (x,), y, iterations=2)
     assert profile["dispatch_runs_per_step"] >= profile["dispatches"] > 0
 
 
