@@ -389,10 +389,10 @@ def measure(model: str, scheme: str, systems, args, workdir: Path) -> dict[str, 
         deployed = system == "pock-mlir" and "pock-mlir-deployed" in systems
         outputs += [bundle] if deployed else []
         pipelines = ABLATED_PIPELINES.get(system)
-        own = {**common, "scheme": "full"} if system == FULL_BESIDE else common
+        system_common = {**common, "scheme": "full"} if system == FULL_BESIDE else common
         rows[system] = run_child(
             {
-                **own,
+                **system_common,
                 "task": "pock-compile",
                 "program": str(program),
                 "iree_flags": args.iree_flags,
@@ -406,7 +406,7 @@ def measure(model: str, scheme: str, systems, args, workdir: Path) -> dict[str, 
         if rows[system]["status"] == "ok":
             children[system] = TrainingChild(
                 {
-                    **own,
+                    **system_common,
                     "task": "pock-run",
                     "program": str(program),
                     "retain_memory": system != "pock-mlir-no-retain",
