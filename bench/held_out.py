@@ -150,30 +150,18 @@ def part_section(part: str, summary: dict, titles: dict) -> list[str]:
     """One part's distribution, the targets reached or missed, and its per-model table."""
     dist = summary["distribution"]
     lines = [f"## {part} part: distribution", ""]
-    full = dist.get("full_vs_fastest_peer")
-    if full:
-        lines.append(
-            f"- pock-mlir full step / fastest peer's over {dist['models_measured']} models: median "
-            f"{_x(full['median'])}, worst {_x(full['worst'])}, ahead on {full['share_ahead']:.0%}"
-        )
-    deployed = dist.get("deployed_full_vs_fastest_peer")
-    if deployed:
-        lines.append(
-            f"- the deployed trainer's full step (no torch) / fastest peer's: median {_x(deployed['median'])}, "
-            f"worst {_x(deployed['worst'])}, ahead on {deployed['share_ahead']:.0%}"
-        )
-    sparse = dist.get("sparse_vs_full")
-    if sparse:
-        lines.append(
-            f"- pock-mlir sparse step / its full step over the {sparse['models']} models whose sparse scheme "
-            f"freezes some parameters: median {_x(sparse['median'])}, worst {_x(sparse['worst'])}"
-        )
-    memory = dist.get("deployed_memory_vs_lowest_peer")
-    if memory:
-        lines.append(
-            f"- deployed trainer's peak memory / the lowest peer's: median {_x(memory['median'])}, "
-            f"worst {_x(memory['worst'])}"
-        )
+    labels = {
+        "full_vs_fastest_peer": f"pock-mlir full step / fastest peer's over {dist['models_measured']} models",
+        "deployed_full_vs_fastest_peer": "the deployed trainer's full step (no torch) / fastest peer's",
+        "sparse_vs_full": f"pock-mlir sparse step / its full step over the {dist.get('sparse_vs_full', {}).get('models')} "
+        "models whose sparse scheme freezes some parameters",
+        "deployed_memory_vs_lowest_peer": "deployed trainer's peak memory / the lowest peer's",
+    }
+    for key, label in labels.items():
+        if key in dist:
+            ratios = dist[key]
+            ahead = f", ahead on {ratios['share_ahead']:.0%}" if "share_ahead" in ratios else ""
+            lines.append(f"- {label}: median {_x(ratios['median'])}, worst {_x(ratios['worst'])}{ahead}")
     for target, reached in dist.get("targets", {}).items():
         lines.append(f"- target {target}: {'reached' if reached else 'MISSED'}")
     lines += [
