@@ -63,14 +63,17 @@ def split_call(inputs) -> tuple[tuple, dict]:
     argument), a tuple or list of them, a dict of them by keyword (a tokenizer's or collator's
     batch), or a tuple of tensors ending in such a dict, also written as the pair (args, kwargs).
     A keyword whose value is None is no input, as if absent (an optional attention_mask)."""
-    if isinstance(inputs, Mapping):
-        args, kwargs = (), inputs
-    elif isinstance(inputs, (tuple, list)) and inputs and isinstance(inputs[-1], Mapping):
+    # tuples first: the Mapping check is an ABC's, the dearest part of a small step's batch
+    if isinstance(inputs, (tuple, list)):
+        if not (inputs and isinstance(inputs[-1], Mapping)):
+            return tuple(inputs), {}
         args, kwargs = tuple(inputs[:-1]), inputs[-1]
         if len(args) == 1 and isinstance(args[0], (tuple, list)):
             args = tuple(args[0])
+    elif isinstance(inputs, Mapping):
+        args, kwargs = (), inputs
     else:
-        args, kwargs = (tuple(inputs) if isinstance(inputs, (tuple, list)) else (inputs,)), {}
+        return (inputs,), {}
     wrong = [repr(k) for k in kwargs if not isinstance(k, str) or not k.isidentifier()]
     if wrong:
         raise ValueError(f"keyword inputs are named by the model's argument names; got the key(s) {', '.join(wrong)}")
@@ -251,6 +254,8 @@ class StepSignature:
         """A batch's model inputs, given as the model was called when compiled (see split_call), in
         model_inputs order; ValueError naming what differs from that call."""
         args, kwargs = split_call(inputs)
+        if not kwargs and not self.by_keyword and len(args) == len(self.model_inputs):
+            return list(args)  # the common call, checked without building the lists below
         positional, keywords = self.positional_inputs, [s.name for s in self.keyword_inputs]
         if len(args) != len(positional) or set(kwargs) != set(keywords):
             missing, unknown = [k for k in keywords if k not in kwargs], [k for k in kwargs if k not in keywords]

@@ -362,6 +362,30 @@ def test_ignore_index_is_a_valid_label(program, batch):
     assert np.isfinite(trainer.step(x, y))
 
 
+@pytest.mark.parametrize("size", [1, 32, 33, 500])  # both sides of FEW_VALUES: Python ints, then numpy
+@pytest.mark.parametrize("dtype", [np.int32, np.int64, np.uint8])
+@pytest.mark.parametrize("planted", [None, 0, 6, 7, 300, -1, -100])
+def test_the_class_index_check_refuses_exactly_the_values_outside_the_classes(size, dtype, planted):
+    from pock_mlir.runtime import InputError
+    from pock_mlir.runtime.trainer import FEW_VALUES, IGNORE_INDEX, check_class_indices, check_token_ids
+
+    assert FEW_VALUES == 32
+    values = np.random.default_rng(size).integers(0, 7, size)
+    if planted is not None:
+        values[size // 2] = planted
+    values = values.astype(dtype)  # uint8 wraps -1, -100 and 300 as the device would read them
+    outside = ((values < 0) | (values >= 7)) & (values != IGNORE_INDEX)
+    for check, refused in (
+        (check_class_indices, outside.any()),
+        (check_token_ids, ((values < 0) | (values >= 7)).any()),
+    ):
+        if refused:
+            with pytest.raises(InputError):
+                check(values, 7, "target")
+        else:
+            check(values, 7, "target")
+
+
 def test_pock_train_checks_the_labels_before_training(own_bundle, tmp_path):
     rng = np.random.default_rng(0)
     y = rng.integers(0, 4, 24)

@@ -11,6 +11,8 @@ time). iree-run-module passes one as `--input="&<bytes>xi8"` (bundle run_step.sh
 
 from __future__ import annotations
 
+from functools import cache
+
 import iree.runtime as rt
 import numpy as np
 
@@ -114,17 +116,25 @@ class BatchSlots:
     def write(self, index: int, values: np.ndarray) -> rt.DeviceArray:
         """Slot `index` holding `values` (of its dtype and shape); calls run one at a time, so the
         call that read its previous values has finished."""
-        np.copyto(self._views[index], values)
+        self._views[index][...] = values
         return self.arrays[index]
+
+
+@cache
+def _host_dtype(element_type: rt.HalElementType) -> np.dtype:
+    """The numpy dtype of an IREE element type, remembered: DeviceArray.dtype derives it anew,
+    a microsecond of every step's loss read."""
+    return np.dtype(rt.HalElementType.map_to_dtype(element_type))
 
 
 def to_host(device: rt.HalDevice, array: rt.DeviceArray) -> np.ndarray:
     """A host copy of a device array."""
     # DeviceArray has no public accessor for its buffer.
     view = array._buffer_view
+    shape, dtype = view.shape, _host_dtype(view.element_type)
     buffer = view.get_buffer()
     if buffer.allowed_usage() & MAPPABLE:  # CPU drivers: map the buffer and copy it
-        return np.array(view.map().asarray(array.shape, array.dtype))
+        return np.array(view.map().asarray(shape, dtype))
     # to_host() would import a numpy allocation into the driver, which lavapipe rejects
     # (minImportedHostPointerAlignment 4096): copy through a staging buffer the driver allocates.
     staging = device.allocator.allocate_buffer(
@@ -140,4 +150,4 @@ def to_host(device: rt.HalDevice, array: rt.DeviceArray) -> np.ndarray:
         signal_semaphores=rt.HalFence.create_at(semaphore, 1),
     )
     rt.HalFence.create_at(semaphore, 1).wait()
-    return np.array(staging.map().asarray(array.shape, array.dtype))
+    return np.array(staging.map().asarray(shape, dtype))
