@@ -143,8 +143,10 @@ def build_training_functions(
             new_state.extend(slot_values)
         b = TorchBuilder(ip, loc)
         # A step whose loss is not finite changes nothing (the Trainer then says so): its new
-        # values are its old ones. The select fuses into the updates' dispatches.
-        finite = b.aten.le.Scalar(b.aten.abs(loss), FLOAT32_MAX)  # aten.isfinite has no lowering to linalg
+        # values are its old ones. The select fuses into the updates' dispatches; comparing the
+        # loss itself (aten.isfinite has no lowering to linalg) leaves IREE no op of its own to
+        # dispatch once for all of them, as abs(loss) <= max was (a dispatch per step).
+        finite = b.aten.logical_and(b.aten.le.Scalar(loss, FLOAT32_MAX), b.aten.ge.Scalar(loss, -FLOAT32_MAX))
         old_buffers = dict(zip([s.name for s in signature.buffers], args["buffers"]))
         results = zip(
             new_params + new_state + new_buffers + [b.add(step, 1.0)],
