@@ -69,6 +69,51 @@ func.func @softmax(%w: !torch.vtensor<[2,4],f32>) -> !torch.vtensor<[2,4],f32> {
 
 // -----
 
+// log_softmax: g - exp(y) sum(g, dim, keepdim). Under a cross-entropy, g is the gather's one-hot
+// routing of its cotangent (one position per row), whose sum along the classes is that cotangent:
+// no reduction over the logits.
+
+// CHECK-LABEL: func.func @cross_entropy
+// CHECK: %[[Y:.*]] = torch.aten._log_softmax
+// CHECK: %[[PICK:.*]] = torch.aten.expand {{.*}} -> !torch.vtensor<[2,1],f32>
+// CHECK: %[[ONEHOT:.*]] = torch.aten.where.self %{{.*}}, %[[PICK]], %{{.*}} -> !torch.vtensor<[2,4],f32>
+// CHECK-NOT: torch.aten.sum.dim_IntList
+// CHECK: %[[E:.*]] = torch.aten.exp %[[Y]]
+// CHECK: %[[EG:.*]] = torch.aten.mul.Tensor %[[E]], %[[PICK]]
+// CHECK: %[[GX:.*]] = torch.aten.sub.Tensor %[[ONEHOT]], %[[EG]]
+// CHECK: return %[[GX]]
+
+// A sum of g that is not one-hot is a reduction still.
+// CHECK-LABEL: func.func @log_softmax_summed
+// CHECK: %[[Y:.*]] = torch.aten._log_softmax
+// CHECK: %[[S:.*]] = torch.aten.sum.dim_IntList {{.*}} -> !torch.vtensor<[2,1],f32>
+// CHECK: torch.aten.mul.Tensor %{{.*}}, %[[S]]
+func.func @cross_entropy(%w: !torch.vtensor<[2,4],f32>, %t: !torch.vtensor<[2,1],si64>) -> !torch.vtensor<[2,4],f32> {
+  %p = "pock.param"(%w) {param_name = "logits", policy = "full", ratio = 1.0 : f64} : (!torch.vtensor<[2,4],f32>) -> !torch.vtensor<[2,4],f32>
+  %int1 = torch.constant.int 1
+  %false = torch.constant.bool false
+  %y = torch.aten._log_softmax %p, %int1, %false : !torch.vtensor<[2,4],f32>, !torch.int, !torch.bool -> !torch.vtensor<[2,4],f32>
+  %picked = torch.aten.gather %y, %int1, %t, %false : !torch.vtensor<[2,4],f32>, !torch.int, !torch.vtensor<[2,1],si64>, !torch.bool -> !torch.vtensor<[2,1],f32>
+  %none = torch.constant.none
+  %loss = torch.aten.sum %picked, %none : !torch.vtensor<[2,1],f32>, !torch.none -> !torch.vtensor<[],f32>
+  %g = "pock.grad"(%loss, %p) : (!torch.vtensor<[],f32>, !torch.vtensor<[2,4],f32>) -> !torch.vtensor<[2,4],f32>
+  return %g : !torch.vtensor<[2,4],f32>
+}
+
+func.func @log_softmax_summed(%w: !torch.vtensor<[2,4],f32>) -> !torch.vtensor<[2,4],f32> {
+  %p = "pock.param"(%w) {param_name = "logits", policy = "full", ratio = 1.0 : f64} : (!torch.vtensor<[2,4],f32>) -> !torch.vtensor<[2,4],f32>
+  %int1 = torch.constant.int 1
+  %false = torch.constant.bool false
+  %y = torch.aten._log_softmax %p, %int1, %false : !torch.vtensor<[2,4],f32>, !torch.int, !torch.bool -> !torch.vtensor<[2,4],f32>
+  %yy = torch.aten.mul.Tensor %y, %y : !torch.vtensor<[2,4],f32>, !torch.vtensor<[2,4],f32> -> !torch.vtensor<[2,4],f32>
+  %none = torch.constant.none
+  %loss = torch.aten.sum %yy, %none : !torch.vtensor<[2,4],f32>, !torch.none -> !torch.vtensor<[],f32>
+  %g = "pock.grad"(%loss, %p) : (!torch.vtensor<[],f32>, !torch.vtensor<[2,4],f32>) -> !torch.vtensor<[2,4],f32>
+  return %g : !torch.vtensor<[2,4],f32>
+}
+
+// -----
+
 // bmm: bmm(g, k^T) and bmm(q^T, g), batched matmuls rather than loops.
 
 // CHECK-LABEL: func.func @bmm

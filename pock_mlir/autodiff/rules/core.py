@@ -1,6 +1,7 @@
 """Core rules: elementwise arithmetic, reductions, matmul, shapes and selection."""
 
 import numpy as np
+from torch_mlir import ir
 
 from pock_mlir.op_facts import (
     declare,
@@ -15,6 +16,7 @@ from pock_mlir.op_facts import (
     t_slices,
     transpose_slices,
 )
+from pock_mlir.torch_builder import constant_value
 
 from .base import defrule, scatter_into_zeros, unreduce, zero_where
 
@@ -173,6 +175,34 @@ def to_index(b, g, x, dim, index, keepdim):
     )
     hit = b.aten.eq.Tensor(b.cast(index, b.type_of(positions).dtype), positions)
     return b.aten.where.self(hit, g, b.full((), 0.0, b.type_of(g).dtype))
+
+
+def routed(b, onehot, dim):
+    """The g that to_index routed along `dim` into `onehot` (g kept as size 1 along dim), or None
+    where `onehot` is anything else: its sum along dim (keepdim) is that g, as exactly one
+    position of each row takes it, so a backward that sums it (a cross-entropy's log-softmax)
+    needs no reduction over the logits. An index outside the positions, which would lose its
+    row's g, reads out of bounds in the forward's gather already."""
+    select = onehot.owner
+    if getattr(select, "name", None) != "torch.aten.where.self":
+        return None
+    hit, zero = select.operands[0].owner, select.operands[2].owner
+    shape = b.shape(onehot)
+    if (
+        getattr(hit, "name", None) != "torch.aten.eq.Tensor"
+        or getattr(zero, "name", None) != "torch.aten.full"
+        or constant_value(zero.operands[1]) != 0
+        or b.shape(select.operands[1]) != shape[:dim] + (1,) + shape[dim + 1 :]
+    ):
+        return None
+    positions = hit.operands[1].owner
+    if getattr(positions, "name", None) != "torch.vtensor.literal":
+        return None
+    values = ir.DenseIntElementsAttr(positions.attributes["value"])
+    along = tuple(shape[dim] if d == dim else 1 for d in range(len(shape)))
+    if b.shape(hit.operands[1]) != along or [values[i] for i in range(len(values))] != list(range(shape[dim])):
+        return None
+    return select.operands[1]
 
 
 @defrule("aten.max.dim", "aten.min.dim")

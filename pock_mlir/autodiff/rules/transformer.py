@@ -12,6 +12,7 @@ import numpy as np
 from pock_mlir.op_facts import bmm_flops, bmm_slices, elementwise
 
 from .base import defrule, reduced_size, scatter_into_zeros, unreduce, zero_where
+from .core import routed
 
 # -- embeddings ---------------------------------------------------------------------------
 
@@ -162,11 +163,13 @@ def softmax(b, g, out, x, dim, half_to_float):
 
 @defrule("aten._log_softmax")
 def log_softmax(b, g, out, x, dim, half_to_float):
-    """g - exp(y) sum(g, dim).
+    """g - exp(y) sum(g, dim); for a cross-entropy's one-hot g, sum(g, dim) without a reduction (routed).
 
     Kept whole by the frontend: through its decomposition the gradient would also flow into the
     max it subtracts, which cancels, at the cost of full-size masks (pock_mlir.frontend.decompositions)."""
-    return b.sub(g, b.mul(b.aten.exp(out), b.sum(g, [dim], keepdim=True))), None, None
+    dim = dim % len(b.shape(out))
+    total = routed(b, g, dim)
+    return b.sub(g, b.mul(b.aten.exp(out), total if total is not None else b.sum(g, [dim], keepdim=True))), None, None
 
 
 # -- batched matmul -----------------------------------------------------------------------
