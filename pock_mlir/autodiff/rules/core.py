@@ -202,6 +202,8 @@ def routed(b, onehot, dim):
     along = tuple(shape[dim] if d == dim else 1 for d in range(len(shape)))
     if b.shape(hit.operands[1]) != along or [values[i] for i in range(len(values))] != list(range(shape[dim])):
         return None
+    if b.shape(hit.operands[0])[dim] != 1:  # one index per row: a where of the model's own may compare more
+        return None
     return select.operands[1]
 
 
