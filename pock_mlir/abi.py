@@ -6,8 +6,8 @@ needs neither PyTorch nor torch-mlir, so devices load it.
 
     train_step(params..., buffers..., opt_state..., step, inputs..., target)
         -> (loss, updated trainable params..., new opt_state..., updated buffers..., step + 1)
-    train_step_into(train_step's arguments..., one buffer per train_step result after the loss)
-        -> loss                     (passes/pock_step_into.py: the results written into the buffers)
+    train_step_into(train_step's arguments..., loss buffer, one buffer per train_step result after the loss)
+        -> ()                       (passes/pock_step_into.py: the results written into the buffers)
     gradients(params..., buffers..., inputs..., target) -> (loss, grads of trainable params...)
     loss(params..., buffers..., inputs..., target) -> loss       (forward only: validation)
     evaluate(params..., buffers..., inputs...) -> output
@@ -144,7 +144,8 @@ class Policy:
 class Slot:
     """One argument or result: its role and its tensor. Roles: params, buffers, optimizer (the
     state slots and the step count), batch (inputs and target), into (a buffer train_step_into
-    writes a result into), loss, grads, output."""
+    writes a result into), loss (a result, or the buffer train_step_into writes it into), grads,
+    output."""
 
     role: str
     spec: TensorSpec
@@ -337,7 +338,7 @@ def layout(signature: StepSignature, function: str) -> tuple[list[Slot], list[Sl
         )
         if function == TRAIN_STEP:
             return arguments, results
-        return arguments + [Slot("into", r.spec) for r in results[1:]], loss
+        return arguments + loss + [Slot("into", r.spec) for r in results[1:]], []
     if function == GRADIENTS:
         return params + buffers + batch + target, loss + [
             Slot("grads", TensorSpec(n, signature.trainable_shape(n), "float32")) for n in signature.trainable

@@ -39,8 +39,9 @@ from pock_mlir.targets import Target, TargetError, resolve_target
 FORMAT = "pock-bundle"
 # 2: the module has a `loss` function; 3: every file's sha256; 4: LoRA adapters, int8 weights; 5: keyword
 # inputs, loss and evaluate in eval mode beside loss_train and evaluate_train; 6: int4 weights (each
-# quantized weight's format, group and tied heads); 7: the driver chosen for the program
-FORMAT_VERSION = 7
+# quantized weight's format, group and tied heads); 7: the driver chosen for the program; 8: train_step_into
+# writes its loss into a buffer it is passed
+FORMAT_VERSION = 8
 MANIFEST, MODULE, PARAMS, OPTIMIZER, ARGS, RUN_STEP = (
     "manifest.json",
     "module.vmfb",

@@ -22,6 +22,7 @@ from pock_mlir.abi import (
     GRADIENTS,
     LOSS,
     LOSS_TRAIN,
+    LOSS_VALUE,
     STEP_COUNT,
     TRAIN_STEP_INTO,
     TensorSpec,
@@ -33,7 +34,7 @@ from pock_mlir.runtime.bundle import Bundle, load_bundle
 from pock_mlir.runtime.export import DEFAULT_MAX_SHARD_SIZE, ModelParams, Tensor, export_pretrained, model_tensors
 from pock_mlir.runtime.memory import release_freed_memory, retain_freed_memory
 from pock_mlir.runtime.onnx_export import write_onnx
-from pock_mlir.runtime.workspace import BatchSlots, ModuleFunctions, Workspace, to_host
+from pock_mlir.runtime.workspace import BatchSlots, LossSlot, ModuleFunctions, Workspace, to_host
 
 CALLED = tuple(f for module in TRAINER_MODULES for f in module)  # the module functions the Trainer calls
 
@@ -161,6 +162,7 @@ class Trainer:
         self._model_inputs, self._seeded = sig.model_inputs, sig.seeded
         self._target_classes = sig.target_classes
         self._slots = BatchSlots(self._config.device, sig.batch)
+        self._loss = LossSlot(self._config.device, LOSS_VALUE)  # where each step writes its loss
         # train_step_into's argument lists by the step counter they pass (two alternate, see step):
         # where the batch's buffers are the same every step (BatchSlots), so are a step's
         # arguments but for that alternation, until something replaces the arrays held
@@ -356,12 +358,13 @@ class Trainer:
                 TRAIN_STEP_INTO,
                 optimizer=[*self._state, self._step],
                 batch=batch,
+                loss=[self._loss.array],
                 into=[*into_params, *into_state, *into_buffers, self._spare_step],
             )
             arguments = functions.arguments(TRAIN_STEP_INTO, step_arrays)
             if self._slots.arrays is not None:
                 self._step_arguments[id(self._step)] = arguments
-        (loss,) = functions.invoke(TRAIN_STEP_INTO, arguments)
+        functions.invoke(TRAIN_STEP_INTO, arguments)
         # a step that raised above changed nothing here (what it writes in place aside)
         for role, old in (("params", params), ("optimizer", self._state), ("buffers", buffers)):
             if role in spare:
@@ -371,7 +374,7 @@ class Trainer:
         self._buffers.update(zip(sig.updated_buffers, into_buffers))
         self._step, self._spare_step = self._spare_step, self._step
         self.seed += 1
-        value = float(self._host(loss))
+        value = self._loss.read()
         if not math.isfinite(value):
             if self.on_nonfinite == "raise":
                 raise NonFiniteLossError(

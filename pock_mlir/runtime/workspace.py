@@ -120,6 +120,23 @@ class BatchSlots:
         return self.arrays[index]
 
 
+class LossSlot:
+    """The buffer train_step_into writes its loss into (passes/pock_step_into.py). Where the
+    device's memory is host memory (CPU drivers, see MAPPABLE) it is mapped once, so a step's loss
+    is read with a load, not with a mapping of a buffer IREE allocated for the call; elsewhere it
+    is copied back (to_host)."""
+
+    def __init__(self, device: rt.HalDevice, spec):
+        self._device = device
+        self.array = rt.asdevicearray(device, np.zeros(spec.shape, np.dtype(spec.dtype)))
+        mappable = self.array._buffer_view.get_buffer().allowed_usage() & MAPPABLE
+        self._view = self.array._buffer_view.map().asarray(spec.shape, np.dtype(spec.dtype)) if mappable else None
+
+    def read(self) -> float:
+        """The loss of the last call that wrote it (calls run one at a time: it has finished)."""
+        return float(self._view if self._view is not None else to_host(self._device, self.array))
+
+
 @cache
 def _host_dtype(element_type: rt.HalElementType) -> np.dtype:
     """The numpy dtype of an IREE element type, remembered: DeviceArray.dtype derives it anew,
