@@ -63,3 +63,13 @@ def test_a_missed_memory_target_says_where_each_phase_peaked():
     earlier = {k: v for k, v in row.items() if k not in ("peak_load_mib", "peak_steps_mib", "device_mib")}
     line = next(x for x in llm_scale.targets([earlier]) if "sparse over int4, peak under 3" in x)
     assert line.endswith("compiling from the cache peaked at 0.50 GiB, the cold process at 4.50")
+
+
+def test_the_compile_target_is_the_slowest_7b_rows():
+    rows = [
+        {"arch": "7b", "scheme": scheme, "base": "int4", "system": "pock-mlir", "status": "ok", "compile_s": seconds}
+        | {"peak_mib": 8192, "peak_compile_mib": 512, "peak_cold_mib": 8192}
+        for scheme, seconds in (("sparse", 120.0), ("lora", 330.0))
+    ]
+    line = next(x for x in llm_scale.targets(rows) if "compile under 5 minutes" in x)
+    assert line.endswith("**missed by 0.50 min** (5.50 min) (the slowest row, lora over int4)")
