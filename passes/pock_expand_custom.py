@@ -23,7 +23,9 @@ class ExpandCustomPass(ModulePass):
     name = "pock-expand-custom"
     description = "Expand pock's custom ops (torch.operator: the int4 matmuls) into aten ops for IREE"
 
-    chunk: int = option(1 << 22, "the most float32 values an expansion materializes at once")
+    # 2^24 values (64 MB): a 7B decoder's MLP weights in 3 chunks, not 11 at 2^22, which halves
+    # IREE's compile of an int4 LoRA step (bench/runs/amd-epyc-25-17/NOTES.md)
+    chunk: int = option(1 << 24, "the most float32 values an expansion materializes at once")
 
     def apply(self, module: ir.Operation) -> None:
         for func in functions(module):
