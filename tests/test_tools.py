@@ -20,7 +20,7 @@ from safetensors.torch import load_file
 from pock_mlir.abi import EVALUATE, EVALUATE_TRAIN, GRADIENTS, LOSS, LOSS_TRAIN, TRAIN_STEP
 from pock_mlir.frontend import resolve_loss
 from pock_mlir.runtime import Trainer
-from pock_mlir.runtime.workspace import BatchSlots
+from pock_mlir.runtime.workspace import BatchSlots, LossSlot
 from pock_mlir.tools import pock_compile, pock_train
 
 REPO = Path(__file__).resolve().parents[1]
@@ -140,12 +140,13 @@ def test_run_step_script_matches_the_python_runtime(bundle, example, tmp_path):
 
 def host_arrays(root) -> list[np.ndarray]:
     """The numpy arrays reachable from `root` through containers, bound methods and pock_mlir's
-    objects, but for the Trainer's batch slots: views of device buffers it maps (on a CPU driver),
-    which hold no host memory of their own (pock_mlir/runtime/workspace.py BatchSlots)."""
+    objects, but for the Trainer's batch and loss slots: views of device buffers it maps (on a CPU
+    driver), which hold no host memory of their own (pock_mlir/runtime/workspace.py BatchSlots,
+    LossSlot)."""
     seen, found, todo = set(), [], [root]
     while todo:
         obj = todo.pop()
-        if id(obj) in seen or isinstance(obj, BatchSlots):
+        if id(obj) in seen or isinstance(obj, (BatchSlots, LossSlot)):
             continue
         seen.add(id(obj))
         if isinstance(obj, np.ndarray):
