@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import math
 import sys
-from functools import cache, partial
+from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 
 import iree.runtime as rt
@@ -54,12 +55,6 @@ class NonFiniteLossError(ArithmeticError):
 IGNORE_INDEX = -100  # PyTorch's cross_entropy / nll_loss default: a target entry that counts for nothing
 INT32 = np.iinfo(np.int32)
 FEW_VALUES = 32  # up to this many, min and max of a list beat one numpy reduction (measured with numpy 2)
-
-
-@cache
-def _dtype_name(dtype: np.dtype) -> str:
-    """str(dtype), remembered: numpy builds the name anew on every call, which every step's batch check paid."""
-    return str(dtype)
 
 
 def _within(values: np.ndarray, low: int, high: int) -> bool:
@@ -107,6 +102,25 @@ def check_token_ids(values: np.ndarray, vocabulary: int | None, what: str) -> No
             f"{what}: its {which} token id, {value}, is outside the vocabulary of the embedding it "
             f"indexes: {vocabulary} tokens (ids 0..{vocabulary - 1})"
         )
+
+
+@dataclass(frozen=True)
+class Expected:
+    """A tensor as the device takes it, read off its TensorSpec once rather than in every step's
+    batch check: numpy's dtype, the shape, and for int32 tensors (indices), the bounds of their
+    values (check_class_indices, check_token_ids)."""
+
+    name: str
+    dtype: np.dtype
+    shape: tuple[int, ...]
+    indices: bool
+    classes: int | None = None
+    vocabulary: int | None = None
+
+    @staticmethod
+    def of(spec: TensorSpec, classes: int | None = None, vocabulary: int | None = None) -> Expected:
+        dtype = np.dtype(spec.dtype)
+        return Expected(spec.name, dtype, tuple(spec.shape), dtype == np.int32, classes, vocabulary)
 
 
 def to_numpy(x) -> np.ndarray:
@@ -158,9 +172,10 @@ class Trainer:
         # Each function's arguments as the runs of roles pock_mlir.abi lays out: a call
         # concatenates the trainer's per-role lists in that order.
         self._roles = {name: [role for role, _ in runs(layout(sig, name)[0])] for name in CALLED}
-        # read by every call's batch check: the signature computes them anew on each access
-        self._model_inputs, self._seeded = sig.model_inputs, sig.seeded
-        self._target_classes = sig.target_classes
+        # what every call's batch check compares with (the signature computes its lists anew on each access)
+        self._model_inputs = [Expected.of(s, vocabulary=sig.vocabularies.get(s.name)) for s in sig.model_inputs]
+        self._target = [Expected.of(sig.target, sig.target_classes, sig.vocabularies.get(sig.target.name))]
+        self._seeded = sig.seeded
         self._slots = BatchSlots(self._config.device, sig.batch)
         self._loss = LossSlot(self._config.device, LOSS_VALUE)  # where each step writes its loss
         # train_step_into's argument lists by the step counter they pass (two alternate, see step):
@@ -268,35 +283,35 @@ class Trainer:
     def _check(self, values, specs: list[TensorSpec]) -> list:
         """Device arrays of state tensors `values` for `specs` (not a batch), checked (see _checked)
         and uploaded."""
-        return [self._put(v) for v in self._checked(values, specs, batch=False)]
+        return [self._put(v) for v in self._checked(values, [Expected.of(s) for s in specs], batch=False)]
 
-    def _checked(self, values, specs: list[TensorSpec], batch: bool = True) -> list[np.ndarray]:
-        """Host arrays for `specs`, checked. float64 becomes float32 and int64 int32
+    def _checked(self, values, expected: list[Expected], batch: bool = True) -> list[np.ndarray]:
+        """Host arrays as `expected`, checked. float64 becomes float32 and int64 int32
         (numpy's and torch's defaults); anything else that differs is an InputError naming the
         tensor and what differs, before anything is uploaded."""
-        values = [to_numpy(v) for v in values]
-        if len(values) != len(specs):
+        if len(values) != len(expected):
             raise InputError(
-                f"expected {len(specs)} input tensor(s) ({', '.join(s.name for s in specs)}), got {len(values)}"
+                f"expected {len(expected)} input tensor(s) ({', '.join(e.name for e in expected)}), got {len(values)}"
             )
         checked = []
-        for v, spec in zip(values, specs):
-            if v.dtype.kind in "iu" and spec.dtype == "int32":
-                classes = self._target_classes if spec is self.signature.target else None
-                check_class_indices(v, classes, spec.name)
-                check_token_ids(v, self.signature.vocabularies.get(spec.name), spec.name)
+        for v, want in zip(values, expected):
+            if type(v) is not np.ndarray:
+                v = to_numpy(v)
+            if want.indices and v.dtype.kind in "iu":
+                check_class_indices(v, want.classes, want.name)
+                check_token_ids(v, want.vocabulary, want.name)
                 v = v.astype(np.int32, copy=False)  # the device takes int32 indices
-            elif v.dtype == np.float64 and spec.dtype == "float32":
+            elif v.dtype != want.dtype:
+                if v.dtype != np.float64 or want.dtype != np.float32:
+                    raise InputError(f"{want.name}: expected dtype {want.dtype}, got {v.dtype}")
                 v = v.astype(np.float32)
-            if _dtype_name(v.dtype) != spec.dtype:
-                raise InputError(f"{spec.name}: expected dtype {spec.dtype}, got {v.dtype}")
-            if tuple(v.shape) != tuple(spec.shape):
+            if v.shape != want.shape:
                 hint = (
                     "; the program was compiled for the example batch's shape (recompile for another batch size)"
                     if batch
                     else ""
                 )
-                raise InputError(f"{spec.name}: expected shape {tuple(spec.shape)}, got {tuple(v.shape)}{hint}")
+                raise InputError(f"{want.name}: expected shape {want.shape}, got {v.shape}{hint}")
             checked.append(v)
         return checked
 
@@ -320,7 +335,7 @@ class Trainer:
         return self._on_device(self._host_inputs(inputs))
 
     def _batch(self, inputs, target):
-        return self._on_device(self._host_inputs(inputs) + self._checked((target,), [self.signature.target]))
+        return self._on_device(self._host_inputs(inputs) + self._checked((target,), self._target))
 
     def _arguments(self, function: str, **by_role) -> list:
         """`function`'s arguments: the trainer's parameters and buffers and the lists given by role."""
