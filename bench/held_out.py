@@ -33,7 +33,7 @@ from pock_mlir.files import atomic_write
 from pock_mlir.tuning import TUNING_DIR, host_cpu, table_path
 
 PARTS = {"fit": tuple(MODELS), "held-out": tuple(HELD_OUT)}
-SYSTEMS = ("eager", "torch.compile", "ort-training", "jax", "pock-mlir", "pock-mlir-deployed")
+SYSTEMS = ("eager", "torch.compile", "ort-training", "jax", "executorch", "pock-mlir", "pock-mlir-deployed")
 SCHEMES = ("full", "sparse")
 # The sparse rounds time pock-mlir's full step too: sparse over full from one set of rounds.
 SCHEME_SYSTEMS = {"full": SYSTEMS, "sparse": (*SYSTEMS, FULL_BESIDE)}
