@@ -295,8 +295,7 @@ class Trainer:
             )
         checked = []
         for v, want in zip(values, expected):
-            if type(v) is not np.ndarray:
-                v = to_numpy(v)
+            v = to_numpy(v)
             if want.indices and v.dtype.kind in "iu":
                 check_class_indices(v, want.classes, want.name)
                 check_token_ids(v, want.vocabulary, want.name)
