@@ -6,11 +6,14 @@ the step. This pass moves each update, together with the ops that exist only to 
 (its weight-gradient op, gradient slices, constants), to just after the last op it needs
 that stays in place. Values only move earlier, so no lifetime grows.
 
-Under IREE the effect on memory is nil so far: IREE fuses an elementwise update into the
-dispatch that produces its gradient wherever the update sits, so the gradient is never a
-buffer (the same transient slab per step with and without this pass, measured with IREE's
-HAL profiling; the bench's "no reorder-updates" rows, bench/results.md). The order matters to runtimes that execute and free in
-program order, and it makes the IR read as the schedule PockEngine describes.
+Under IREE it matters where a gradient is a buffer of its own: a convolution's weight gradient
+(im2col, a matmul, a transpose) is, a linear layer's is not (IREE fuses the elementwise update
+into the matmul producing it, wherever the update sits). IREE places a fused update where its
+last op is; the training builder guards every new value with a select on whether the loss was
+finite, at the return, so the lowered pipeline runs this pass twice: before lowering
+(`roots=optimizer`) to move the updates, and after (`roots=returned`) to move each select to
+its update. Without the second run every such gradient lives to the end of the step
+(tests/test_passes_perf.py compares the step's workspace with and without the pass).
 
 Roots are the optimizer ops before pock-lower-optimizers (`roots=optimizer`); after
 lowering, `roots=returned` takes every op whose results only the function returns (the

@@ -6,7 +6,7 @@ runs them, the sparse-BP report reruns the autodiff and sparse ones, and tests a
 STAGE_PIPELINES = {
     "autodiff": "inline,pock-autodiff,pock-dce",
     "sparse": "pock-sparse-bp",
-    "lowered": "pock-expand-custom,pock-backend-switch{target={target}},pock-factor-reductions,pock-order-param-reads,pock-reorder-updates,pock-lower-optimizers,pock-strip-params,"
+    "lowered": "pock-expand-custom,pock-backend-switch{target={target}},pock-factor-reductions,pock-order-param-reads,pock-reorder-updates,pock-lower-optimizers,pock-reorder-updates{roots=returned},pock-strip-params,"
     "pock-dce,canonicalize,pock-step-into",
 }
 STAGES = ("imported", "training", *STAGE_PIPELINES)

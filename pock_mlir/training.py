@@ -119,6 +119,13 @@ def build_training_functions(
         ip, args = _function(body, signature, TRAIN_STEP)
         marked = _mark_params(signature, args["params"], ip, loc)
         loss, new_buffers = _call_forward_loss(forward_loss, marked, args["buffers"], args["batch"], ip)
+        b = TorchBuilder(ip, loc)
+        # A step whose loss is not finite changes nothing (the Trainer then says so): its new
+        # values are its old ones. The select fuses into the updates' dispatches; comparing the
+        # loss itself (aten.isfinite has no lowering to linalg) leaves IREE no op of its own to
+        # dispatch once for all of them, as abs(loss) <= max was (a dispatch per step). It is
+        # computed where the loss is, so that pock-reorder-updates can move each select to its update.
+        finite = b.aten.logical_and(b.aten.le.Scalar(loss, FLOAT32_MAX), b.aten.ge.Scalar(loss, -FLOAT32_MAX))
         grads = _grads(signature, loss, marked, ip, loc)
         *state, step = args["optimizer"]
         new_params, new_state = [], []
@@ -141,12 +148,6 @@ def build_training_functions(
                 updated, slot_values = optimizer.emit(ip, loc, param, grads[name], slots, step)
             new_params.append(updated)
             new_state.extend(slot_values)
-        b = TorchBuilder(ip, loc)
-        # A step whose loss is not finite changes nothing (the Trainer then says so): its new
-        # values are its old ones. The select fuses into the updates' dispatches; comparing the
-        # loss itself (aten.isfinite has no lowering to linalg) leaves IREE no op of its own to
-        # dispatch once for all of them, as abs(loss) <= max was (a dispatch per step).
-        finite = b.aten.logical_and(b.aten.le.Scalar(loss, FLOAT32_MAX), b.aten.ge.Scalar(loss, -FLOAT32_MAX))
         old_buffers = dict(zip([s.name for s in signature.buffers], args["buffers"]))
         results = zip(
             new_params + new_state + new_buffers + [b.add(step, 1.0)],

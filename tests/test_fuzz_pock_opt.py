@@ -24,7 +24,7 @@ PIPELINES = [
     "",
     "pock-autodiff,pock-dce",
     "inline,pock-autodiff,pock-sparse-bp,pock-backend-switch,pock-order-param-reads,pock-reorder-updates,"
-    "pock-lower-optimizers,pock-strip-params,pock-dce,canonicalize",
+    "pock-lower-optimizers,pock-reorder-updates{roots=returned},pock-strip-params,pock-dce,canonicalize",
 ]
 HANG_SECONDS = 60
 TOKEN = re.compile(r"%[\w.-]+|@[\w.$-]+|\b\d+\b|\b[a-z_]+\.[\w.]+\b|[\[\]{}()<>,:=]")

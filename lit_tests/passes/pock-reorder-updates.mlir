@@ -1,6 +1,7 @@
 // RUN: pock-opt %s -p pock-reorder-updates | filecheck %s
 // RUN: pock-opt %s -p pock-reorder-updates{roots=optimizer},pock-lower-optimizers | filecheck %s --check-prefix=LOWERED
 // RUN: pock-opt %s -p pock-lower-optimizers,pock-reorder-updates{roots=returned} | filecheck %s --check-prefix=RETURNED
+// RUN: pock-opt %s -p pock-reorder-updates,pock-lower-optimizers,pock-reorder-updates{roots=returned} | filecheck %s --check-prefix=GUARDED
 // RUN: not pock-opt %s -p pock-reorder-updates{roots=everything} 2>&1 | filecheck %s --check-prefix=BAD
 
 // Two linear layers, backward written out (%y stands in for the output's cotangent, %gx is the
@@ -109,4 +110,53 @@ func.func @write_back_after_its_needs(%w: !torch.vtensor<[4,4],f32>, %x: !torch.
   %written = "pock.channel_update"(%ordered, %new) : (!torch.vtensor<[4,4],f32>, !torch.vtensor<[2,4],f32>) -> !torch.vtensor<[4,4],f32>
   %gx_sum = torch.aten.sum %gx, %none : !torch.vtensor<[2,4],f32>, !torch.none -> !torch.vtensor<[],f32>
   return %loss, %written, %gx_sum : !torch.vtensor<[],f32>, !torch.vtensor<[4,4],f32>, !torch.vtensor<[],f32>
+}
+
+// The training builder's step: each new value is selected against the old one by whether the loss
+// is finite, in selects at the return. The lowered pipeline moves the updates (roots=optimizer),
+// lowers them, then moves each select to its update (roots=returned): a select left at the return
+// would keep every gradient alive to the end of the step, since IREE fuses the update into it.
+// (%dy stands in for the output's cotangent, which the backward computes after the loss; %gx, the
+// input gradient, is a root too, anchored where layer 1's update is, and goes first by input order.)
+// GUARDED-LABEL: func.func @guarded_updates
+// GUARDED:      %[[LOSS:.*]] = torch.aten.sum
+// GUARDED:      %[[FINITE:.*]] = torch.aten.logical_and
+// GUARDED:      %[[DY:.*]] = torch.aten.mul.Tensor
+// GUARDED:      %[[GW2:.*]] = torch.aten.mm %{{.*}}, %[[DY]] :
+// GUARDED:      %[[N2:.*]] = torch.aten.sub.Tensor
+// GUARDED-NEXT: %[[S2:.*]] = torch.aten.where.self %[[FINITE]], %[[N2]], %arg1
+// GUARDED:      %[[GH:.*]] = torch.aten.mm %[[DY]], %{{.*}} :
+// GUARDED:      %[[GW1:.*]] = torch.aten.mm %{{.*}}, %[[GH]]
+// GUARDED:      %[[N1:.*]] = torch.aten.sub.Tensor
+// GUARDED:      %[[GX:.*]] = torch.aten.mm %[[GH]]
+// GUARDED-NEXT: %[[S1:.*]] = torch.aten.where.self %[[FINITE]], %[[N1]], %arg0
+// GUARDED-NEXT: return %[[LOSS]], %[[S1]], %[[S2]], %[[GX]]
+func.func @guarded_updates(%w1: !torch.vtensor<[4,4],f32>, %w2: !torch.vtensor<[4,4],f32>, %x: !torch.vtensor<[2,4],f32>) -> (!torch.vtensor<[],f32>, !torch.vtensor<[4,4],f32>, !torch.vtensor<[4,4],f32>, !torch.vtensor<[2,4],f32>) {
+  %none = torch.constant.none
+  %int0 = torch.constant.int 0
+  %int1 = torch.constant.int 1
+  %max = torch.constant.float 3.4028234663852886E+38
+  %min = torch.constant.float -3.4028234663852886E+38
+  %p1 = "pock.param"(%w1) {param_name = "l1.weight", policy = "full", ratio = 1.0 : f64} : (!torch.vtensor<[4,4],f32>) -> !torch.vtensor<[4,4],f32>
+  %p2 = "pock.param"(%w2) {param_name = "l2.weight", policy = "full", ratio = 1.0 : f64} : (!torch.vtensor<[4,4],f32>) -> !torch.vtensor<[4,4],f32>
+  %h = torch.aten.mm %x, %p1 : !torch.vtensor<[2,4],f32>, !torch.vtensor<[4,4],f32> -> !torch.vtensor<[2,4],f32>
+  %y = torch.aten.mm %h, %p2 : !torch.vtensor<[2,4],f32>, !torch.vtensor<[4,4],f32> -> !torch.vtensor<[2,4],f32>
+  %loss = torch.aten.sum %y, %none : !torch.vtensor<[2,4],f32>, !torch.none -> !torch.vtensor<[],f32>
+  %le = torch.aten.le.Scalar %loss, %max : !torch.vtensor<[],f32>, !torch.float -> !torch.vtensor<[],i1>
+  %ge = torch.aten.ge.Scalar %loss, %min : !torch.vtensor<[],f32>, !torch.float -> !torch.vtensor<[],i1>
+  %finite = torch.aten.logical_and %le, %ge : !torch.vtensor<[],i1>, !torch.vtensor<[],i1> -> !torch.vtensor<[],i1>
+  %dy = torch.aten.mul.Tensor %y, %loss : !torch.vtensor<[2,4],f32>, !torch.vtensor<[],f32> -> !torch.vtensor<[2,4],f32>
+  %p2t = torch.aten.transpose.int %p2, %int0, %int1 : !torch.vtensor<[4,4],f32>, !torch.int, !torch.int -> !torch.vtensor<[4,4],f32>
+  %gh = torch.aten.mm %dy, %p2t : !torch.vtensor<[2,4],f32>, !torch.vtensor<[4,4],f32> -> !torch.vtensor<[2,4],f32>
+  %ht = torch.aten.transpose.int %h, %int0, %int1 : !torch.vtensor<[2,4],f32>, !torch.int, !torch.int -> !torch.vtensor<[4,2],f32>
+  %gw2 = torch.aten.mm %ht, %dy : !torch.vtensor<[4,2],f32>, !torch.vtensor<[2,4],f32> -> !torch.vtensor<[4,4],f32>
+  %xt = torch.aten.transpose.int %x, %int0, %int1 : !torch.vtensor<[2,4],f32>, !torch.int, !torch.int -> !torch.vtensor<[4,2],f32>
+  %gw1 = torch.aten.mm %xt, %gh : !torch.vtensor<[4,2],f32>, !torch.vtensor<[2,4],f32> -> !torch.vtensor<[4,4],f32>
+  %n1 = "pock.sgd"(%p1, %gw1) {lr = 0.1 : f64, weight_decay = 0.0 : f64} : (!torch.vtensor<[4,4],f32>, !torch.vtensor<[4,4],f32>) -> !torch.vtensor<[4,4],f32>
+  %n2 = "pock.sgd"(%p2, %gw2) {lr = 0.1 : f64, weight_decay = 0.0 : f64} : (!torch.vtensor<[4,4],f32>, !torch.vtensor<[4,4],f32>) -> !torch.vtensor<[4,4],f32>
+  %p1t = torch.aten.transpose.int %p1, %int0, %int1 : !torch.vtensor<[4,4],f32>, !torch.int, !torch.int -> !torch.vtensor<[4,4],f32>
+  %gx = torch.aten.mm %gh, %p1t : !torch.vtensor<[2,4],f32>, !torch.vtensor<[4,4],f32> -> !torch.vtensor<[2,4],f32>
+  %s1 = torch.aten.where.self %finite, %n1, %w1 : !torch.vtensor<[],i1>, !torch.vtensor<[4,4],f32>, !torch.vtensor<[4,4],f32> -> !torch.vtensor<[4,4],f32>
+  %s2 = torch.aten.where.self %finite, %n2, %w2 : !torch.vtensor<[],i1>, !torch.vtensor<[4,4],f32>, !torch.vtensor<[4,4],f32> -> !torch.vtensor<[4,4],f32>
+  return %loss, %s1, %s2, %gx : !torch.vtensor<[],f32>, !torch.vtensor<[4,4],f32>, !torch.vtensor<[4,4],f32>, !torch.vtensor<[2,4],f32>
 }
