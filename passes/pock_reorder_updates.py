@@ -92,6 +92,8 @@ def reorder_block(block: ir.Block, roots: str) -> None:
 
     for root in needs:
         resolve(root)
+    if roots == "returned":
+        _after_other_readers(group, needs, ready, position)
 
     last_placed: dict[int, ir.Operation] = {}
     for op in ops:  # original order within a group keeps every def before its uses
@@ -104,6 +106,31 @@ def reorder_block(block: ir.Block, roots: str) -> None:
         else:
             op.move_after(after)
         last_placed[anchor] = op
+
+
+def _after_other_readers(group, needs, ready, position) -> None:
+    """Raise each group's anchor to the anchors of the other groups reading the op it is anchored at
+    (and to those of the groups it needs), until nothing moves. IREE fuses an elementwise value read
+    by several ops into the last of its readers only: a select of SGD's momentum placed before the
+    parameter's update, which reads the new momentum too, would keep that update out of the
+    dispatch of the weight gradient's matmul (a dispatch of its own per update)."""
+    readers: dict[int, set] = {}  # by the position of an op that stays: the groups with an op reading it
+    for op, root in group.items():
+        for operand in op.operands:
+            owner = operand.owner
+            # a constant (an op without operands) is no value IREE fuses: groups reading it are unrelated
+            if not isinstance(owner, ir.Block) and owner.operation not in group and len(owner.operation.operands):
+                readers.setdefault(position[owner.operation], set()).add(root)
+    moved = True
+    while moved:
+        moved = False
+        for root in ready:
+            later = max(
+                [*(ready[other] for other in readers.get(ready[root], ())), *(ready[other] for other in needs[root])],
+                default=-1,
+            )
+            if later > ready[root]:
+                ready[root], moved = later, True
 
 
 @dataclass(frozen=True)

@@ -116,22 +116,27 @@ func.func @write_back_after_its_needs(%w: !torch.vtensor<[4,4],f32>, %x: !torch.
 // is finite, in selects at the return. The lowered pipeline moves the updates (roots=optimizer),
 // lowers them, then moves each select to its update (roots=returned): a select left at the return
 // would keep every gradient alive to the end of the step, since IREE fuses the update into it.
+// Layer 2's AdamW moments are each read by their select and by the parameter's update: the selects
+// go after the update, as IREE fuses a value read twice into its last reader only.
 // (%dy stands in for the output's cotangent, which the backward computes after the loss; %gx, the
 // input gradient, is a root too, anchored where layer 1's update is, and goes first by input order.)
 // GUARDED-LABEL: func.func @guarded_updates
 // GUARDED:      %[[LOSS:.*]] = torch.aten.sum
 // GUARDED:      %[[FINITE:.*]] = torch.aten.logical_and
 // GUARDED:      %[[DY:.*]] = torch.aten.mul.Tensor
-// GUARDED:      %[[GW2:.*]] = torch.aten.mm %{{.*}}, %[[DY]] :
+// GUARDED:      torch.aten.mm %{{.*}}, %[[DY]] :
+// GUARDED:      torch.aten.sqrt
 // GUARDED:      %[[N2:.*]] = torch.aten.sub.Tensor
 // GUARDED-NEXT: %[[S2:.*]] = torch.aten.where.self %[[FINITE]], %[[N2]], %arg1
+// GUARDED-NEXT: %[[SM2:.*]] = torch.aten.where.self %[[FINITE]], %{{.*}}, %arg3
+// GUARDED-NEXT: %[[SV2:.*]] = torch.aten.where.self %[[FINITE]], %{{.*}}, %arg4
 // GUARDED:      %[[GH:.*]] = torch.aten.mm %[[DY]], %{{.*}} :
 // GUARDED:      %[[GW1:.*]] = torch.aten.mm %{{.*}}, %[[GH]]
 // GUARDED:      %[[N1:.*]] = torch.aten.sub.Tensor
 // GUARDED:      %[[GX:.*]] = torch.aten.mm %[[GH]]
 // GUARDED-NEXT: %[[S1:.*]] = torch.aten.where.self %[[FINITE]], %[[N1]], %arg0
-// GUARDED-NEXT: return %[[LOSS]], %[[S1]], %[[S2]], %[[GX]]
-func.func @guarded_updates(%w1: !torch.vtensor<[4,4],f32>, %w2: !torch.vtensor<[4,4],f32>, %x: !torch.vtensor<[2,4],f32>) -> (!torch.vtensor<[],f32>, !torch.vtensor<[4,4],f32>, !torch.vtensor<[4,4],f32>, !torch.vtensor<[2,4],f32>) {
+// GUARDED-NEXT: return %[[LOSS]], %[[S1]], %[[S2]], %[[SM2]], %[[SV2]], %[[GX]]
+func.func @guarded_updates(%w1: !torch.vtensor<[4,4],f32>, %w2: !torch.vtensor<[4,4],f32>, %x: !torch.vtensor<[2,4],f32>, %m2: !torch.vtensor<[4,4],f32>, %v2: !torch.vtensor<[4,4],f32>, %step: !torch.vtensor<[],f32>) -> (!torch.vtensor<[],f32>, !torch.vtensor<[4,4],f32>, !torch.vtensor<[4,4],f32>, !torch.vtensor<[4,4],f32>, !torch.vtensor<[4,4],f32>, !torch.vtensor<[2,4],f32>) {
   %none = torch.constant.none
   %int0 = torch.constant.int 0
   %int1 = torch.constant.int 1
@@ -153,10 +158,12 @@ func.func @guarded_updates(%w1: !torch.vtensor<[4,4],f32>, %w2: !torch.vtensor<[
   %xt = torch.aten.transpose.int %x, %int0, %int1 : !torch.vtensor<[2,4],f32>, !torch.int, !torch.int -> !torch.vtensor<[4,2],f32>
   %gw1 = torch.aten.mm %xt, %gh : !torch.vtensor<[4,2],f32>, !torch.vtensor<[2,4],f32> -> !torch.vtensor<[4,4],f32>
   %n1 = "pock.sgd"(%p1, %gw1) {lr = 0.1 : f64, weight_decay = 0.0 : f64} : (!torch.vtensor<[4,4],f32>, !torch.vtensor<[4,4],f32>) -> !torch.vtensor<[4,4],f32>
-  %n2 = "pock.sgd"(%p2, %gw2) {lr = 0.1 : f64, weight_decay = 0.0 : f64} : (!torch.vtensor<[4,4],f32>, !torch.vtensor<[4,4],f32>) -> !torch.vtensor<[4,4],f32>
+  %n2:3 = "pock.adamw"(%p2, %gw2, %m2, %v2, %step) {lr = 0.001 : f64, beta1 = 0.9 : f64, beta2 = 0.999 : f64, eps = 1.0e-8 : f64, weight_decay = 0.0 : f64} : (!torch.vtensor<[4,4],f32>, !torch.vtensor<[4,4],f32>, !torch.vtensor<[4,4],f32>, !torch.vtensor<[4,4],f32>, !torch.vtensor<[],f32>) -> (!torch.vtensor<[4,4],f32>, !torch.vtensor<[4,4],f32>, !torch.vtensor<[4,4],f32>)
   %p1t = torch.aten.transpose.int %p1, %int0, %int1 : !torch.vtensor<[4,4],f32>, !torch.int, !torch.int -> !torch.vtensor<[4,4],f32>
   %gx = torch.aten.mm %gh, %p1t : !torch.vtensor<[2,4],f32>, !torch.vtensor<[4,4],f32> -> !torch.vtensor<[2,4],f32>
   %s1 = torch.aten.where.self %finite, %n1, %w1 : !torch.vtensor<[],i1>, !torch.vtensor<[4,4],f32>, !torch.vtensor<[4,4],f32> -> !torch.vtensor<[4,4],f32>
-  %s2 = torch.aten.where.self %finite, %n2, %w2 : !torch.vtensor<[],i1>, !torch.vtensor<[4,4],f32>, !torch.vtensor<[4,4],f32> -> !torch.vtensor<[4,4],f32>
-  return %loss, %s1, %s2, %gx : !torch.vtensor<[],f32>, !torch.vtensor<[4,4],f32>, !torch.vtensor<[4,4],f32>, !torch.vtensor<[2,4],f32>
+  %s2 = torch.aten.where.self %finite, %n2#0, %w2 : !torch.vtensor<[],i1>, !torch.vtensor<[4,4],f32>, !torch.vtensor<[4,4],f32> -> !torch.vtensor<[4,4],f32>
+  %sm2 = torch.aten.where.self %finite, %n2#1, %m2 : !torch.vtensor<[],i1>, !torch.vtensor<[4,4],f32>, !torch.vtensor<[4,4],f32> -> !torch.vtensor<[4,4],f32>
+  %sv2 = torch.aten.where.self %finite, %n2#2, %v2 : !torch.vtensor<[],i1>, !torch.vtensor<[4,4],f32>, !torch.vtensor<[4,4],f32> -> !torch.vtensor<[4,4],f32>
+  return %loss, %s1, %s2, %sm2, %sv2, %gx : !torch.vtensor<[],f32>, !torch.vtensor<[4,4],f32>, !torch.vtensor<[4,4],f32>, !torch.vtensor<[4,4],f32>, !torch.vtensor<[4,4],f32>, !torch.vtensor<[2,4],f32>
 }
