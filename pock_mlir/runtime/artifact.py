@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import iree.runtime as rt
 import numpy as np
@@ -36,13 +37,20 @@ class Schedule:
 
 @dataclass(frozen=True)
 class CompiledModule:
-    vmfb: bytes
+    vmfb: bytes | Path  # the module, or the file holding it (a bundle's)
     functions: tuple[str, ...]  # what it holds, of pock_mlir.abi's FUNCTIONS
     in_place: frozenset[str]  # the roles train_step_into may overwrite where it reads them (empty without it)
 
+    def load(self, instance: rt.VmInstance) -> rt.VmModule:
+        """The module in the VM: a file mapped, where IREE reads it in place (the host holds no copy
+        of it), bytes copied into the aligned buffer IREE needs."""
+        if isinstance(self.vmfb, Path):
+            return rt.VmModule.mmap(instance, str(self.vmfb))
+        return rt.VmModule.copy_buffer(instance, self.vmfb)
+
     @property
     def schedule(self) -> Schedule:
-        vm_module = rt.VmModule.copy_buffer(rt.VmInstance(), self.vmfb)
+        vm_module = self.load(rt.VmInstance())
         sizes = [size for f in self.functions if (size := transient_bytes(vm_module, f)) is not None]
         return Schedule(self.in_place, max(sizes, default=None))
 

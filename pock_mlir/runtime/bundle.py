@@ -95,7 +95,7 @@ class Bundle:
     def artifact(self) -> TrainingArtifact:
         """What a Trainer runs: its one module, which holds every function the Trainer calls
         (nothing is left to compile), and the parameters and buffers it holds."""
-        module = CompiledModule(self.vmfb, FUNCTIONS, self.in_place)
+        module = CompiledModule((self.path / MODULE).absolute(), FUNCTIONS, self.in_place)  # mapped when loaded
         return TrainingArtifact(
             self.signature,
             self.target,

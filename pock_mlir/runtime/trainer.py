@@ -210,7 +210,7 @@ class Trainer:
             compiled = self._compile(trainer_module(function))
         context = rt.SystemContext(config=self._config)  # one per module: each is named "module"
         try:
-            context.add_vm_module(rt.VmModule.copy_buffer(self._config.vm_instance, compiled.vmfb))
+            context.add_vm_module(compiled.load(self._config.vm_instance))
             loaded = ModuleFunctions(
                 context, self._config.device, tuple(f for f in CALLED if f in compiled.functions), self._workspace
             )
