@@ -522,6 +522,7 @@ def export_executorch(spec) -> dict:
     batch.npz, and training.json (its optimizer, eager PyTorch's losses of the checked steps) in
     spec["artifacts"], for bench/executorch_child.py."""
     from executorch.exir import to_edge
+    from torch._export.verifier import SpecViolationError
     from torch.export.experimental import _export_forward_backward
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
@@ -551,7 +552,11 @@ def export_executorch(spec) -> dict:
         joint = _export_forward_backward(exported).run_decompositions(_executorch_decompositions())
     _check_executorch_kernels(joint.graph)
     # ExecuTorch's portable and optimized kernels, no XNNPACK delegate: its partitioner gave wrong losses
-    (directory / "program.pte").write_bytes(to_edge(joint).to_executorch().buffer)
+    try:
+        program = to_edge(joint).to_executorch()
+    except SpecViolationError as e:  # an op of the joint graph outside the Core ATen opset to_edge takes
+        raise Unsupported(f"ExecuTorch's to_edge: {first_line(e).split(' (https')[0]}") from None
+    (directory / "program.pte").write_bytes(program.buffer)
     compile_s = time.perf_counter() - start
     checked = max(spec["warmup"], 1)
     (directory / "training.json").write_text(

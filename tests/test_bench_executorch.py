@@ -78,6 +78,26 @@ def test_executorch_says_it_cannot_run_a_1d_convolutions_backward(tmp_path):
     )
 
 
+def test_executorch_says_which_op_its_edge_dialect_refuses(tmp_path):
+    """timm's ConvNeXt: its joint graph holds aten.as_strided_scatter, outside the Core ATen opset
+    ExecuTorch's to_edge takes."""
+    row = run_child(
+        {
+            "model": "ho-timm-convnext",
+            "scheme": "full",
+            "warmup": WARMUP,
+            "steps": STEPS,
+            "task": "executorch-export",
+            "artifacts": str(tmp_path / "convnext"),
+        },
+        timeout=300,
+    )
+    assert row["status"] == (
+        "not supported yet: ExecuTorch's to_edge: Operator torch._ops.aten.as_strided_scatter.default "
+        "is not in Core ATen opset"
+    ), row["status"]
+
+
 def test_the_report_says_how_the_executorch_rows_were_made(tmp_path):
     from bench.report import write_markdown
 
