@@ -61,18 +61,14 @@ def test_executorch_losses_unlike_eagers_fail_the_row_before_timing(exported, tm
     assert "step_ms" not in row
 
 
+def export_row(model: str, tmp_path) -> dict:
+    """The row of exporting `model`'s full step for ExecuTorch."""
+    spec = {**COMMON, "model": model, "task": "executorch-export", "artifacts": str(tmp_path / model)}
+    return run_child(spec, timeout=300)
+
+
 def test_executorch_says_it_cannot_run_a_1d_convolutions_backward(tmp_path):
-    row = run_child(
-        {
-            "model": "kws",
-            "scheme": "full",
-            "warmup": WARMUP,
-            "steps": STEPS,
-            "task": "executorch-export",
-            "artifacts": str(tmp_path / "kws"),
-        },
-        timeout=300,
-    )
+    row = export_row("kws", tmp_path)
     assert (
         row["status"] == "not supported yet: ExecuTorch has no backward of 1-D (or 3-D) convolutions, only of 2-D ones"
     )
@@ -81,17 +77,7 @@ def test_executorch_says_it_cannot_run_a_1d_convolutions_backward(tmp_path):
 def test_executorch_says_which_op_its_edge_dialect_refuses(tmp_path):
     """timm's ConvNeXt: its joint graph holds aten.as_strided_scatter, outside the Core ATen opset
     ExecuTorch's to_edge takes."""
-    row = run_child(
-        {
-            "model": "ho-timm-convnext",
-            "scheme": "full",
-            "warmup": WARMUP,
-            "steps": STEPS,
-            "task": "executorch-export",
-            "artifacts": str(tmp_path / "convnext"),
-        },
-        timeout=300,
-    )
+    row = export_row("ho-timm-convnext", tmp_path)
     assert row["status"] == (
         "not supported yet: ExecuTorch's to_edge: Operator torch._ops.aten.as_strided_scatter.default "
         "is not in Core ATen opset"
