@@ -66,13 +66,17 @@ def test_the_driver_is_the_faster_one_of_the_program_nearest_in_flops(table):
     )
 
 
-def test_without_driver_measurements_or_a_second_cpu_driver_the_targets_default_stays(table):
+def test_without_any_driver_measurements_the_size_decides_and_without_a_second_driver_the_default(table):
     unmeasured = tuning.Tuning("a table of no driver study", {})
     choice = tuning.choose_driver(unmeasured, SMALL, CPU_DRIVERS)
-    assert choice.form == LOCAL_TASK and choice.measured is None
+    assert choice.form == LOCAL_SYNC and choice.measured is None
     assert choice.reason == (
-        "the target's default driver: no driver measurements for a table of no driver study (python -m bench.drivers)"
+        "no driver measurements for a table of no driver study (python -m bench.drivers): "
+        "2 MFLOP of matmuls and convolutions, under 40"
     )
+    at_the_bound = tuning.choose_driver(unmeasured, flops(tuning.UNMEASURED_SYNC_FLOPS), CPU_DRIVERS)
+    assert at_the_bound.form == LOCAL_TASK and at_the_bound.reason.endswith("40 MFLOP of matmuls and convolutions, not under 40")
+    assert tuning.choose_driver(unmeasured, LARGE, CPU_DRIVERS).form == LOCAL_TASK
     gpu = tuning.choose_driver(tuning.Tuning.from_file(str(table)), SMALL, CUDA_DRIVERS)
     assert gpu.form == CUDA_DRIVERS[0] and gpu.measured is None
 

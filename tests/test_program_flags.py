@@ -223,6 +223,24 @@ def test_a_step_of_untiled_rows_is_data_tiled_and_matches_autograd(pipelines, ta
     assert_gradients_close(grads, want)
 
 
+def test_a_program_far_smaller_than_the_step_data_tiling_was_measured_on_stays_plain(table):
+    """Packing a matmul's operands is work of its own that only a large enough matmul repays: the
+    vit's data-tiled measurement carries to a program like it down to a tenth of its largest matmul
+    (MAX_DATA_TILING_SHRINK), not below; what the program is most alike to does not change."""
+    measured = tuning.Tuning.from_file(str(table))
+    vit = MEASURED["vit"][1]
+
+    def tiling(largest_matmul: int):
+        return tuning.choose_data_tiling(measured, dataclasses.replace(vit, largest_matmul=largest_matmul))
+
+    at_a_tenth = tiling(vit.largest_matmul // tuning.MAX_DATA_TILING_SHRINK)
+    assert at_a_tenth.form == "data-tiled" and at_a_tenth.measured.case == "vit", at_a_tenth
+    below = tiling(vit.largest_matmul // tuning.MAX_DATA_TILING_SHRINK - 1)
+    assert below.form == "plain" and below.measured == at_a_tenth.measured, below
+    assert below.reason.startswith("its largest matmul (3.000 MFLOP) is more than 10x smaller than that of the step")
+    assert below.reason.endswith(at_a_tenth.reason)
+
+
 def test_a_program_is_like_one_of_its_structure_before_one_of_its_matmul_sizes(tmp_path):
     """Under aggressive fusion IREE 3.13 failed to compile the attention steps of the flag studies
     (but the ViT's), not the MLPs': a small transformer's step takes the decoder's choice, though

@@ -385,6 +385,13 @@ MAX_CHOSEN_RATIO = 0.95
 # weights are copied at 1-2x their own bytes (a forward, and input gradients where they flow),
 # int8 at 4-8x, int4 at 7-14x: past this ratio a program is plain, whatever its speed measured.
 MAX_WEIGHT_COPIES = 2.5
+# Data tiling adds work of its own to a step (packing each matmul's operands into the tile layout,
+# in dispatches of their own), which only a large enough matmul's faster kernel repays: a program
+# whose largest matmul is more than this many times smaller than the most alike measured program's
+# is plain, as that measurement does not carry down to it. On the EPYC 25-17 the flag study's
+# data-tiled steps ran 0.85-0.88x the plain ones' time at a largest matmul of 0.5-6 GFLOP and
+# 0.88-1.12x at 19-34 MFLOP (pock_mlir/tuning/host-x86_64-AuthenticAMD-25-17.json).
+MAX_DATA_TILING_SHRINK = 10
 # IREE's plain CPU matmul code handles a dimension that is not a multiple of its tile through a
 # remainder path: 260 rows (a ViT's 4 x 65 tokens) ran 1.2-1.6x slower than 256, data-tiled not.
 MATMUL_TILE = 8
@@ -531,6 +538,15 @@ def choose_data_tiling(tuning: Tuning, flops: MatmulFlops, weights: WeightCopies
         return Choice(
             "plain", f"{weights.describe()}, more than {MAX_WEIGHT_COPIES}x; {measured.reason}", measured.measured
         )
+    if measured.form == "data-tiled":
+        alike = MatmulFlops(**tuning.table["flags"]["programs"][measured.measured.case])
+        if flops.largest_matmul * MAX_DATA_TILING_SHRINK < alike.largest_matmul:
+            return Choice(
+                "plain",
+                f"its largest matmul ({flops.largest_matmul / 1e6:.3f} MFLOP) is more than {MAX_DATA_TILING_SHRINK}x "
+                f"smaller than that of the step data tiling was measured on; {measured.reason}",
+                measured.measured,
+            )
     return measured
 
 
@@ -606,6 +622,13 @@ def choose_fusion(tuning: Tuning, flops: MatmulFlops, data_tiled: bool, masked_t
     )
 
 
+# Where no table (this CPU's or a borrowed one) measured the drivers, a step of fewer FLOPs of
+# matmuls and convolutions than this runs on local-sync: its dispatches are too short to hand to
+# worker threads. The largest step of the driver study's sizes (bench.drivers) that ran faster on
+# local-sync on the EPYC 25-17: 0.41-0.82x local-task's time up to 38.6 MFLOP, 1.22x at 238.
+UNMEASURED_SYNC_FLOPS = 40_000_000
+
+
 def choose_driver(
     tuning: Tuning, flops: MatmulFlops, drivers: tuple[str, ...], borrowed: Tuning | None = None
 ) -> Choice:
@@ -614,7 +637,7 @@ def choose_driver(
     (bench.drivers) nearest in FLOPs took at most MAX_CHOSEN_RATIO of its local-task step time on
     it (a small step's dispatches are too short to share out between cores), else the target's
     default driver, drivers[0]. Where the table measured no program so, `borrowed`'s study decides
-    (another CPU's: borrowed_driver_study), else drivers[0]."""
+    (another CPU's: borrowed_driver_study), else the program's size (UNMEASURED_SYNC_FLOPS)."""
     if not {LOCAL_TASK, LOCAL_SYNC} <= set(drivers):
         return Choice(drivers[0], f"the target's driver ({' or '.join(drivers)})")
     if not tuning.table.get("drivers", {}).get("step_ms") and borrowed is not None:
@@ -622,9 +645,13 @@ def choose_driver(
     study = tuning.table.get("drivers", {})
     measured = [(model, MatmulFlops(**study["programs"][model]), ms) for model, ms in study.get("step_ms", {}).items()]
     if not measured:
+        total = flops.matmuls + flops.convolutions
+        small = total < UNMEASURED_SYNC_FLOPS
         return Choice(
-            drivers[0],
-            f"the target's default driver: no driver measurements for {tuning.name} (python -m bench.drivers)",
+            LOCAL_SYNC if small else drivers[0],
+            f"no driver measurements for {tuning.name} (python -m bench.drivers): "
+            f"{total / 1e6:.0f} MFLOP of matmuls and convolutions, "
+            f"{'under' if small else 'not under'} {UNMEASURED_SYNC_FLOPS / 1e6:.0f}",
         )
 
     def size(f: MatmulFlops) -> float:
