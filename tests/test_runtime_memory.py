@@ -109,3 +109,30 @@ def test_set_up_gives_back_what_it_freed():
     assert float(growth) < float(held) + 8, (
         f"set-up left {float(growth):.0f} MB resident for {float(held):.0f} MB of device data"
     )
+
+
+def test_a_trainers_cpu_workers_hold_little_local_memory():
+    """IREE's task executor gives each worker local memory the size of its core's L2 cache by
+    default, resident once touched; a trainer's device gives each WORKER_LOCAL_MEMORY
+    (pock_mlir/runtime/memory.py). Both devices are made in one fresh process, IREE's own first
+    (the setting is process-wide)."""
+    l2 = Path("/sys/devices/system/cpu/cpu0/cache/index2/size")
+    if not l2.exists():
+        pytest.skip("no L2 cache size in sysfs")
+    code = textwrap.dedent(
+        """
+        import iree.runtime as rt
+        from bench.memory import rss_kb
+        from pock_mlir.runtime.memory import new_device
+        before = rss_kb()
+        stock = rt.get_device("local-task", cache=False)
+        after_stock = rss_kb()
+        ours = new_device("local-task")
+        print(after_stock - before, rss_kb() - after_stock)
+        """
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, check=True)
+    stock_kb, ours_kb = map(int, result.stdout.split())
+    l2_kb = int(l2.read_text().strip().rstrip("K"))
+    assert stock_kb >= l2_kb, (stock_kb, l2_kb)  # IREE's default: at least one worker's L2 resident
+    assert ours_kb < stock_kb - l2_kb // 2, (ours_kb, stock_kb)

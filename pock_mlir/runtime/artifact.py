@@ -5,6 +5,7 @@ initial parameters, as a compiled TrainingProgram (`program.artifact()`) and a l
 
 from __future__ import annotations
 
+import mmap
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -47,6 +48,20 @@ class CompiledModule:
         if isinstance(self.vmfb, Path):
             return rt.VmModule.mmap(instance, str(self.vmfb))
         return rt.VmModule.copy_buffer(instance, self.vmfb)
+
+    def add_to(self, context: rt.SystemContext, instance: rt.VmInstance) -> None:
+        """Load the module into `context`, as load() does. Once the context has initialized a mapped
+        file's module, IREE has copied each executable's code out of it: the kernel may then drop
+        the file's pages from the resident set, and what the VM reads again (its function tables
+        and bytecode) faults back in from the file."""
+        if not isinstance(self.vmfb, Path):
+            context.add_vm_module(self.load(instance))
+            return
+        with open(self.vmfb, "rb") as f:
+            mapped = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+        context.add_vm_module(rt.VmModule.wrap_buffer(instance, mapped, close_buffer=True))
+        if hasattr(mmap, "MADV_DONTNEED"):  # not on Windows
+            mapped.madvise(mmap.MADV_DONTNEED)
 
     @property
     def schedule(self) -> Schedule:

@@ -18,10 +18,27 @@ from __future__ import annotations
 import ctypes
 import platform
 
+import iree.runtime as rt
+
 _M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3
 _NEVER = 2**31 - 1  # bytes: larger than any block a step frees
 
 _applied: bool | None = None
+
+# IREE's task executor (the local-task driver) gives each worker thread local memory for dispatches
+# that ask for workgroup memory, by default the size of its core's L2 cache, resident once touched:
+# 1 MB a worker on the EPYC 25-17, 2 of the 12.4 MB the held-out MobileNetV3's deployed step held.
+# The tests and the bench's programs run with this much; a dispatch asking for more would fail
+# with IREE's error rather than run short.
+WORKER_LOCAL_MEMORY = 64 * 1024
+
+
+def new_device(driver: str):
+    """A device of its own on `driver` (iree.runtime's shared devices live as long as the process),
+    its task workers' local memory WORKER_LOCAL_MEMORY (IREE reads it from its process-wide flags
+    when it creates a device's executor)."""
+    rt.flags.parse_flags(f"--task_worker_local_memory={WORKER_LOCAL_MEMORY}")
+    return rt.get_device(driver, cache=False)
 
 
 def _glibc():

@@ -33,7 +33,7 @@ from pock_mlir.abi import (
 from pock_mlir.runtime.artifact import TRAINER_MODULES, TrainingArtifact, trainer_module
 from pock_mlir.runtime.bundle import Bundle, load_bundle
 from pock_mlir.runtime.export import DEFAULT_MAX_SHARD_SIZE, ModelParams, Tensor, export_pretrained, model_tensors
-from pock_mlir.runtime.memory import release_freed_memory, retain_freed_memory
+from pock_mlir.runtime.memory import new_device, release_freed_memory, retain_freed_memory
 from pock_mlir.runtime.onnx_export import write_onnx
 from pock_mlir.runtime.workspace import BatchSlots, LossSlot, ModuleFunctions, Workspace, to_host
 
@@ -158,9 +158,9 @@ class Trainer:
         self.signature = artifact.signature
         self.device_name = device or artifact.driver
         artifact.target.check_runtime(self.device_name)
-        # A device of the trainer's own, freed with it: iree.runtime's shared devices live as long as
-        # the process, and a Vulkan device on Mesa's lavapipe keeps two threads polling while it exists.
-        self._config = rt.Config(device=rt.get_device(self.device_name, cache=False))
+        # A device of the trainer's own, freed with it: a Vulkan device on Mesa's lavapipe keeps two
+        # threads polling while it exists.
+        self._config = rt.Config(device=new_device(self.device_name))
         # Only the modules and the compiler of the rest (a program's compiler(): not the program,
         # whose host copy of the initial values would live as long as the trainer): the host
         # copies of the initial values are not held once uploaded.
@@ -210,7 +210,7 @@ class Trainer:
             compiled = self._compile(trainer_module(function))
         context = rt.SystemContext(config=self._config)  # one per module: each is named "module"
         try:
-            context.add_vm_module(compiled.load(self._config.vm_instance))
+            compiled.add_to(context, self._config.vm_instance)
             loaded = ModuleFunctions(
                 context, self._config.device, tuple(f for f in CALLED if f in compiled.functions), self._workspace
             )

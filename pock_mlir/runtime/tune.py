@@ -35,6 +35,7 @@ import numpy as np
 from pock_mlir.abi import TRAIN_STEP
 from pock_mlir.files import atomic_write, check_writable
 from pock_mlir.runtime.bundle import ARGS, load_bundle
+from pock_mlir.runtime.memory import new_device
 from pock_mlir.runtime.timing import (
     REPEATS,
     STEPS_PER_TURN,
@@ -264,7 +265,7 @@ def run(
         )
     start = time.perf_counter()
     benchmark = Benchmark(benchmark_module, driver) if benchmark_module else None
-    config = None if benchmark else rt.Config(device=rt.get_device(driver, cache=False))
+    config = None if benchmark else rt.Config(device=new_device(driver))
     rng = np.random.default_rng(0)
     count = len(manifest["convs"]) + bool(manifest["steps"])
     cases = []
