@@ -5,7 +5,6 @@ initial parameters, as a compiled TrainingProgram (`program.artifact()`) and a l
 
 from __future__ import annotations
 
-import mmap
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -48,22 +47,6 @@ class CompiledModule:
         if isinstance(self.vmfb, Path):
             return rt.VmModule.mmap(instance, str(self.vmfb))
         return rt.VmModule.copy_buffer(instance, self.vmfb)
-
-    def add_to(self, context: rt.SystemContext, instance: rt.VmInstance) -> Callable[[], None]:
-        """Load the module into `context`, as load() does. Returns what lets the kernel drop a
-        mapped file's pages from the resident set, for the caller to call once it has read what it
-        reads of the module at set-up: IREE copied each executable's code out of the file when the
-        context initialized it, and what the VM reads again (its function tables and bytecode)
-        faults back in from the file."""
-        if not isinstance(self.vmfb, Path):
-            context.add_vm_module(self.load(instance))
-            return lambda: None
-        with open(self.vmfb, "rb") as f:
-            mapped = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
-        context.add_vm_module(rt.VmModule.wrap_buffer(instance, mapped, close_buffer=True))
-        if not hasattr(mmap, "MADV_DONTNEED"):  # Windows
-            return lambda: None
-        return lambda: mapped.madvise(mmap.MADV_DONTNEED)
 
     @property
     def schedule(self) -> Schedule:

@@ -210,11 +210,10 @@ class Trainer:
             compiled = self._compile(trainer_module(function))
         context = rt.SystemContext(config=self._config)  # one per module: each is named "module"
         try:
-            drop_file_pages = compiled.add_to(context, self._config.vm_instance)
+            context.add_vm_module(compiled.load(self._config.vm_instance))
             loaded = ModuleFunctions(
                 context, self._config.device, tuple(f for f in CALLED if f in compiled.functions), self._workspace
             )
-            drop_file_pages()
         except (RuntimeError, ValueError, IndexError, KeyError, TypeError) as e:
             raise ModuleError(
                 f"the module is corrupt or was not compiled by this pock-mlir for {self.device_name} "
