@@ -23,7 +23,7 @@ def quoted_by(page: str) -> list[str]:
 def test_every_generated_block_is_quoted_and_none_is_stale():
     assert quoted_by("README.md") == [
         "pipeline",
-        "bench/runs/amd-epyc-25-17/unmeasured-cpu/held_out_summary.md",
+        "bench/runs/amd-epyc-25-17/unmeasured-cpu-with-executorch/held_out_summary.md",
         "bench-summary",
     ]
     assert quoted_by("docs/architecture.md") == ["pipeline"]
