@@ -75,7 +75,9 @@ def test_without_any_driver_measurements_the_size_decides_and_without_a_second_d
         "2 MFLOP of matmuls and convolutions, under 40"
     )
     at_the_bound = tuning.choose_driver(unmeasured, flops(tuning.UNMEASURED_SYNC_FLOPS), CPU_DRIVERS)
-    assert at_the_bound.form == LOCAL_TASK and at_the_bound.reason.endswith("40 MFLOP of matmuls and convolutions, not under 40")
+    assert at_the_bound.form == LOCAL_TASK and at_the_bound.reason.endswith(
+        "40 MFLOP of matmuls and convolutions, not under 40"
+    )
     assert tuning.choose_driver(unmeasured, LARGE, CPU_DRIVERS).form == LOCAL_TASK
     gpu = tuning.choose_driver(tuning.Tuning.from_file(str(table)), SMALL, CUDA_DRIVERS)
     assert gpu.form == CUDA_DRIVERS[0] and gpu.measured is None
