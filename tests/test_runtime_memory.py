@@ -4,8 +4,10 @@ buffer sets the Trainer alternates (passes/pock_step_into.py) and its optimizer 
 (pock_mlir/in_place.py). Set-up leaves nothing behind: what it freed is given back
 (pock_mlir/runtime/memory.py)."""
 
+import hashlib
 import math
 import platform
+import random
 import resource
 import subprocess
 import sys
@@ -136,3 +138,33 @@ def test_a_trainers_cpu_workers_hold_little_local_memory():
     l2_kb = int(l2.read_text().strip().rstrip("K"))
     assert stock_kb >= l2_kb, (stock_kb, l2_kb)  # IREE's default: at least one worker's L2 resident
     assert ours_kb < stock_kb - l2_kb // 2, (ours_kb, stock_kb)
+
+
+def test_checking_a_bundles_hashes_leaves_mallocs_mmap_threshold_alone(tmp_path):
+    """glibc raises its mmap threshold to the size of a mapped block that is freed: hashing the
+    bundle's files in 1 MiB reads did so, and what the Trainer then allocated below 1 MiB went on
+    the heap and stayed (0.95 MB of MobileNetV3's deployed process). After hashing a 4 MiB file,
+    a 512 KiB block is still mapped (mallinfo2's hblkhd: bytes in mapped blocks), in a fresh
+    process (the threshold is process-wide)."""
+    big = tmp_path / "big.bin"
+    big.write_bytes(random.Random(0).randbytes((4 << 20) + 12345))  # not a whole number of reads
+    expected = hashlib.sha256(big.read_bytes()).hexdigest()
+    code = textwrap.dedent(
+        f"""
+        import ctypes
+        from pock_mlir.runtime.bundle import file_sha256
+
+        class MallInfo2(ctypes.Structure):
+            _fields_ = [(name, ctypes.c_size_t) for name in
+                        "arena ordblks smblks hblks hblkhd usmblks fsmblks uordblks fordblks keepcost".split()]
+
+        libc = ctypes.CDLL(None)
+        libc.mallinfo2.restype = MallInfo2
+        assert file_sha256({str(big)!r}) == {expected!r}
+        before = libc.mallinfo2().hblkhd
+        block = bytearray(512 << 10)
+        print(libc.mallinfo2().hblkhd - before)
+        """
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, check=True)
+    assert int(result.stdout) >= 512 << 10, "a 512 KiB block went on the heap after hashing"

@@ -57,11 +57,18 @@ class BundleError(ValueError):
     pass
 
 
+# Hashed through one buffer below glibc's mmap threshold (128 KiB): reading 1 MiB chunks raised the
+# threshold (glibc does so when a mapped block is freed), and what the Trainer then allocated stayed
+# on the heap: MobileNetV3's deployed process held 0.95 MB more after loading its bundle.
+HASH_BUFFER = 1 << 16
+
+
 def file_sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            digest.update(chunk)
+    digest, buffer = hashlib.sha256(), bytearray(HASH_BUFFER)
+    view = memoryview(buffer)
+    with open(path, "rb", buffering=0) as f:
+        while read := f.readinto(buffer):
+            digest.update(view[:read])
     return digest.hexdigest()
 
 
