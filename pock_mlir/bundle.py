@@ -23,6 +23,7 @@ from pock_mlir.runtime.bundle import (
     ARGS,
     FORMAT,
     FORMAT_VERSION,
+    FUNCTIONS_JSON,
     HF,
     MANIFEST,
     MODULE,
@@ -32,6 +33,7 @@ from pock_mlir.runtime.bundle import (
     Bundle,
     BundleError,
     file_sha256,
+    step_argument_files,
 )
 from pock_mlir.runtime.workspace import module_transient_bytes
 
@@ -40,11 +42,12 @@ VERSIONED_PACKAGES = ("pock-mlir", "iree-base-compiler", "iree-base-runtime", "t
 BUNDLED_FUNCTIONS = tuple(f for f in FUNCTIONS if f != TRAIN_STEP_INTO)  # what iree-run-module users call
 
 
-def function_abi(signature: StepSignature) -> dict[str, dict[str, list[tuple[str, TensorSpec]]]]:
-    """Each bundled function's arguments and results as (relative .npy path, spec), in ABI order."""
+def function_abi(signature: StepSignature) -> dict[str, dict[str, list[dict]]]:
+    """functions.json: each bundled function's "arguments" and "results" in ABI order, each with
+    its file relative to args/ (or to run_step.sh's output directory), name, shape and dtype."""
     return {
         name: {
-            part: [(slot.path, slot.spec) for slot in slots]
+            part: [{"path": slot.path, **slot.spec.to_json()} for slot in slots]
             for part, slots in zip(("arguments", "results"), layout(signature, name))
         }
         for name in BUNDLED_FUNCTIONS
@@ -77,7 +80,6 @@ def _manifest(program, *, model_file: str | None, loss, sparse) -> dict:
     sig, target, optimizer = program.signature, program.target, program.optimizer
     vmfb = program.vmfb  # compiled before the flags are read: a fallback in compiling changes them (program.fusion)
     policies = {p.name: sig.policies.get(p.name) for p in sig.params}
-    abi = function_abi(sig)
     return {
         "format": FORMAT,
         "format_version": FORMAT_VERSION,
@@ -97,7 +99,7 @@ def _manifest(program, *, model_file: str | None, loss, sparse) -> dict:
         # the workspace each function takes (pock_mlir/runtime/workspace.py)
         "module": {
             "file": MODULE,
-            "workspace_bytes": {name: module_transient_bytes(vmfb, name) for name in abi},
+            "workspace_bytes": {name: module_transient_bytes(vmfb, name) for name in BUNDLED_FUNCTIONS},
             "in_place": sorted(program.in_place),
         },
         "loss": _loss_name(loss),
@@ -126,20 +128,21 @@ def _manifest(program, *, model_file: str | None, loss, sparse) -> dict:
         },
         "output": sig.output.to_json(),
         "hf_files": sorted(program.hf_files),  # in hf/
-        "functions": {
-            name: {
-                part: [{"path": path, **spec.to_json()} for path, spec in entries] for part, entries in function.items()
-            }
-            for name, function in abi.items()
+        "files": {
+            "functions": FUNCTIONS_JSON,
+            "parameters": PARAMS,
+            "optimizer_state": OPTIMIZER,
+            "arguments": ARGS + "/",
+            "run_step": RUN_STEP,
         },
-        "files": {"parameters": PARAMS, "optimizer_state": OPTIMIZER, "arguments": ARGS + "/", "run_step": RUN_STEP},
         "sha256": {},  # every file of the bundle but this manifest, by relative path: filled once they are written
     }
 
 
-def run_step_script(manifest: dict) -> str:
-    """run_step.sh: one train_step with the stock iree-run-module, arguments from args/."""
-    step = manifest["functions"][TRAIN_STEP]
+def run_step_script(manifest: dict, functions: dict) -> str:
+    """run_step.sh: one train_step with the stock iree-run-module, arguments from args/ (`functions`:
+    function_abi's)."""
+    step = functions[TRAIN_STEP]
     state_dirs = sorted({r["path"].split("/")[0] for r in step["results"] if "/" in r["path"]})
     inputs = "".join(f'  --input=@"$bundle/{ARGS}/{a["path"]}" \\\n' for a in step["arguments"])
     inputs += f'  --input="&{manifest["module"]["workspace_bytes"][TRAIN_STEP]}xi8" \\\n'
@@ -317,6 +320,7 @@ def write_bundle(program, directory, *, example_inputs, example_target, loss, mo
     destination.parent.mkdir(parents=True, exist_ok=True)
     sig = program.signature
     manifest = _manifest(program, model_file=model_file, loss=loss, sparse=sparse)
+    functions = function_abi(sig)
     try:
         inputs = sig.flat_inputs(example_inputs)
     except ValueError as e:
@@ -327,12 +331,13 @@ def write_bundle(program, directory, *, example_inputs, example_target, loss, mo
         batch[SEED_INPUT] = np.zeros((), np.int32)  # the first step's dropout masks
     optimizer_state = {s.name: np.zeros(s.shape, np.float32) for s in sig.state} | {"step": np.zeros((), np.float32)}
     arguments = {}  # train_step's argument files, by group and name
-    for argument in manifest["functions"][TRAIN_STEP]["arguments"]:
-        group, name = argument["path"].split("/", 1)
-        arguments.setdefault(group, {})[name.removesuffix(".npy")] = argument["path"]
+    for file in step_argument_files(sig):
+        group, name = file.split("/", 1)
+        arguments.setdefault(group, {})[name.removesuffix(".npy")] = file
 
     with _staged_bundle(destination) as staged:
         (staged / MODULE).write_bytes(program.vmfb)
+        (staged / FUNCTIONS_JSON).write_text(json.dumps(functions, indent=2) + "\n")
         for path in arguments.values():
             for file in path.values():
                 (staged / ARGS / file).parent.mkdir(parents=True, exist_ok=True)
@@ -352,7 +357,7 @@ def write_bundle(program, directory, *, example_inputs, example_target, loss, mo
         for group, files in arguments.items():
             for name, file in files.items() if group in values else ():
                 np.save(staged / ARGS / file, values[group][name])
-        (staged / RUN_STEP).write_text(run_step_script(manifest))
+        (staged / RUN_STEP).write_text(run_step_script(manifest, functions))
         (staged / RUN_STEP).chmod(0o755)
         for name, content in program.hf_files.items():
             (staged / HF).mkdir(exist_ok=True)
@@ -385,9 +390,9 @@ def write_trained_bundle(bundle: Bundle, state: dict[str, np.ndarray], directory
             (staged / name).parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(bundle.path / name, staged / name)
         (staged / PARAMS).write_bytes(save({n: np.require(held[n], requirements="C") for n in names}))
-        for argument in manifest["functions"][TRAIN_STEP]["arguments"]:
-            group, name = argument["path"].split("/", 1)
+        for file in bundle.step_argument_files:
+            group, name = file.split("/", 1)
             if group in ("params", "buffers"):
-                np.save(staged / ARGS / argument["path"], held[name.removesuffix(".npy")])
+                np.save(staged / ARGS / file, held[name.removesuffix(".npy")])
         _publish(staged, manifest, destination)
     return destination

@@ -255,6 +255,7 @@ def edit_manifest(bundle: Path, edit) -> None:
             "params.safetensors is not the file the manifest describes",
         ),
         (lambda b: b.joinpath("args", "optimizer", "step.npy").unlink(), "step.npy is missing or not a regular file"),
+        (lambda b: b.joinpath("functions.json").unlink(), "functions.json is missing or not a regular file"),
         (
             lambda b: edit_manifest(b, lambda m: m["params"][0].update(shape=[3, "x"])),
             "shape must be a list of non-negative integers",

@@ -1,8 +1,10 @@
 """Device bundles: one folder with everything a device needs to train, without PyTorch.
 
     bundle/
-      manifest.json          functions and their arguments, parameters, sparse scheme, target, versions
+      manifest.json          parameters, buffers, optimizer state, batch, sparse scheme, target, versions
       module.vmfb            the IREE module: its functions as pock_mlir/abi.py lays them out
+      functions.json         each function's arguments and results (name, shape, dtype, file), for
+                             iree-run-module users; the Trainer reads the layout from pock_mlir/abi.py
       params.safetensors     the model's state_dict as compiled (parameters and buffers)
       optimizer.safetensors  the optimizer state ("<param>.<slot>") and "step"
       args/                  one .npy per train_step argument, for iree-run-module --input=@FILE
@@ -30,7 +32,7 @@ from safetensors import SafetensorError
 from safetensors.numpy import load_file
 
 from pock_mlir import lora
-from pock_mlir.abi import FUNCTIONS, STEP_COUNT, TRAIN_STEP, Policy, StepSignature, TensorSpec
+from pock_mlir.abi import FUNCTIONS, STEP_COUNT, TRAIN_STEP, Policy, StepSignature, TensorSpec, layout
 from pock_mlir.quantize import QuantizedWeight
 from pock_mlir.runtime.artifact import CompiledModule, TrainingArtifact
 from pock_mlir.runtime.export import HF_FILES
@@ -40,11 +42,13 @@ FORMAT = "pock-bundle"
 # 2: the module has a `loss` function; 3: every file's sha256; 4: LoRA adapters, int8 weights; 5: keyword
 # inputs, loss and evaluate in eval mode beside loss_train and evaluate_train; 6: int4 weights (each
 # quantized weight's format, group and tied heads); 7: the driver chosen for the program; 8: train_step_into
-# writes its loss into a buffer it is passed
-FORMAT_VERSION = 8
-MANIFEST, MODULE, PARAMS, OPTIMIZER, ARGS, RUN_STEP = (
+# writes its loss into a buffer it is passed; 9: the functions' arguments and results in functions.json (a
+# Trainer needs none of it, and parsing it held 0.43 MB resident of MobileNetV3's deployed process)
+FORMAT_VERSION = 9
+MANIFEST, MODULE, FUNCTIONS_JSON, PARAMS, OPTIMIZER, ARGS, RUN_STEP = (
     "manifest.json",
     "module.vmfb",
+    "functions.json",
     "params.safetensors",
     "optimizer.safetensors",
     "args",
@@ -118,8 +122,17 @@ class Bundle:
         return self.manifest["sha256"][MODULE]
 
     @property
+    def step_argument_files(self) -> list[str]:
+        """train_step's argument files, in order, relative to the bundle's args/."""
+        return step_argument_files(self.signature)
+
+    @property
     def batch_size(self) -> int:
         return self.signature.target.shape[0] if self.signature.target.shape else 1
+
+
+def step_argument_files(signature: StepSignature) -> list[str]:
+    return [slot.path for slot in layout(signature, TRAIN_STEP)[0]]
 
 
 def _read_manifest(path: Path) -> dict:
@@ -164,14 +177,14 @@ def _load_tensors(path: Path, specs: list, what: str) -> dict[str, np.ndarray]:
     return tensors
 
 
-def _check_files(path: Path, manifest: dict) -> None:
+def _check_files(path: Path, manifest: dict, signature: StepSignature) -> None:
     """Every file the bundle needs is listed with its sha256, is a regular file and matches:
     checked before anything is read or run."""
     hashes = manifest["sha256"]
     if not isinstance(hashes, dict) or not all(isinstance(v, str) for v in hashes.values()):
         raise BundleError(f"{path / MANIFEST}: sha256 must map file names to hashes")
-    needed = {MODULE, PARAMS, OPTIMIZER, RUN_STEP} | {
-        f"{ARGS}/{a['path']}" for a in manifest["functions"][TRAIN_STEP]["arguments"]
+    needed = {MODULE, FUNCTIONS_JSON, PARAMS, OPTIMIZER, RUN_STEP} | {
+        f"{ARGS}/{file}" for file in step_argument_files(signature)
     }
     unlisted = sorted(needed - set(hashes))
     if unlisted:
@@ -304,8 +317,8 @@ def load_bundle(directory) -> Bundle:
             - {s.name for s in signature.params + signature.buffers}
             - {w.weight for w in signature.quantized}
         )
-        _check_files(path, manifest)
         _check_names(path, signature)
+        _check_files(path, manifest, signature)
         hf_files = _load_hf_files(path, manifest)
     except BundleError:
         raise

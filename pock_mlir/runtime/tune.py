@@ -214,8 +214,7 @@ def _benchmarked_steps(directory: Path, steps_of: dict, benchmark: Benchmark, st
     calls, results = {}, {}
     for flag_set, path in steps_of.items():
         bundle = load_bundle(directory / path)
-        step = bundle.manifest["functions"][TRAIN_STEP]
-        inputs = [f"@{bundle.path / ARGS / a['path']}" for a in step["arguments"]]
+        inputs = [f"@{bundle.path / ARGS / file}" for file in bundle.step_argument_files]
         inputs.append(f"&{bundle.manifest['module']['workspace_bytes'][TRAIN_STEP]}xi8")
         calls[flag_set] = functools.partial(
             benchmark.ms, bundle.path / "module.vmfb", TRAIN_STEP, inputs, STEPS_PER_TURN
