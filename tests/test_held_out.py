@@ -186,6 +186,22 @@ def test_the_drivers_bench_steps_one_module_alike_on_both_cpu_drivers(tmp_path):
         drivers.main(["--models", "no-such-model", "--out", str(tmp_path)])
 
 
+def test_the_fusion_sizes_bench_times_each_variant_on_each_driver_and_they_train_alike(tmp_path):
+    """bench.fusion_sizes on the smallest size: fused and unfused steps, with either tails, on
+    either driver, timed, their parameters the same after the same steps, and unknown sizes refused."""
+    from bench import drivers, fusion_sizes
+
+    assert fusion_sizes.main(["--models", "size-mlp-32x1", "--steps", "5", "--out", str(tmp_path)]) == 0
+    row = json.loads((tmp_path / "fusion_sizes.json").read_text())["rows"]["size-mlp-32x1"]
+    assert row["max_parameter_difference"] <= 1e-6
+    for driver in drivers.DRIVERS:
+        for tails in fusion_sizes.PAIRS:
+            assert row[driver][tails]["fused_vs_unfused"] > 0 and row[driver][tails]["unfused"]["step_ms_min"] > 0
+    assert "| MLP 256-32-32-10, batch 1 | 0.16 |" in (tmp_path / "fusion_sizes.md").read_text()
+    with pytest.raises(SystemExit):
+        fusion_sizes.main(["--models", "ho-edge-mlp", "--out", str(tmp_path)])  # a held-out model: no size
+
+
 def test_the_drivers_bench_puts_the_fit_part_in_the_cpus_table_and_judges_held_out_rows_by_it(tmp_path, monkeypatch):
     """A bench model's idle medians and FLOPs go into this CPU's table (here one in tmp_path), which
     the choice then reads; a held-out row is reported with the driver that table chooses for it."""

@@ -241,6 +241,42 @@ def test_a_program_far_smaller_than_the_step_data_tiling_was_measured_on_stays_p
     assert below.reason.endswith(at_a_tenth.reason)
 
 
+def test_a_small_step_far_smaller_than_the_one_fusion_was_measured_on_is_fused(table, tmp_path):
+    """A small step is dispatch-bound: below a tenth of the largest matmul of the step fusion was
+    measured on (MAX_DATA_TILING_SHRINK), a plain step without attention and under SMALL_FUSED_FLOPS
+    of matmuls and convolutions is fused aggressively, where the mlp's peeled measurement (1.02x)
+    would leave it the default; at the bound, with attention, data-tiled, or where IREE failed to
+    compile the measured step fused, it is not."""
+    measured = tuning.Tuning.from_file(str(table))
+    mlp = MEASURED["mlp"][1]
+    tenth = mlp.largest_matmul // tuning.MAX_DATA_TILING_SHRINK
+    small = MatmulFlops(convolutions=0, matmuls=1_000_000, largest_matmul=tenth - 1, untiled_matmuls=0, softmaxes=0)
+
+    def fusion(flops: MatmulFlops, data_tiled: bool = False):
+        return tuning.choose_fusion(measured, flops, data_tiled=data_tiled, masked_tails=False)
+
+    at_a_tenth = fusion(dataclasses.replace(small, largest_matmul=tenth))
+    assert at_a_tenth.form == "default" and at_a_tenth.measured.case == "mlp", at_a_tenth
+    below = fusion(small)
+    assert below.form == "aggressive" and below.measured == at_a_tenth.measured, below
+    assert below.reason.startswith(
+        "its largest matmul (3.400 MFLOP) is more than 10x smaller than that of the step fusion was measured on, "
+        "and it is a step without attention under 40 MFLOP of matmuls and convolutions (1.0); "
+    )
+    assert below.reason.endswith(at_a_tenth.reason)
+    at_the_bound = fusion(dataclasses.replace(small, matmuls=tuning.SMALL_FUSED_FLOPS))
+    assert at_the_bound.form == "default" and "it is not a step without attention" in at_the_bound.reason
+    attention = fusion(dataclasses.replace(small, softmaxes=1))
+    assert attention.form == "default" and "(1.0, with attention)" in attention.reason, attention
+    tiled = fusion(small, data_tiled=True)  # as measured on the vit, the one step measured so
+    assert tiled.measured.case == "vit" and not tiled.reason.startswith("its largest matmul"), tiled
+    failed = tuning.Tuning.from_file(str(write_table(tmp_path / "t.json", MEASURED, {"mlp": AGGRESSIVE_FUSION_SET})))
+    after_a_failure = tuning.choose_fusion(failed, small, data_tiled=False, masked_tails=False)
+    assert after_a_failure.form == "default" and after_a_failure.reason.endswith(
+        "failed to compile with aggressive fusion"
+    )
+
+
 def test_a_program_is_like_one_of_its_structure_before_one_of_its_matmul_sizes(tmp_path):
     """Under aggressive fusion IREE 3.13 failed to compile the attention steps of the flag studies
     (but the ViT's), not the MLPs': a small transformer's step takes the decoder's choice, though

@@ -604,14 +604,26 @@ FUSION_SETS = {
 }
 
 
+# A small step is dispatch-bound, and aggressive fusion gives it fewer dispatches. Fusion measured on
+# a program carries no further down than data tiling (MAX_DATA_TILING_SHRINK); below that, a plain
+# step whose matmuls carry most of its FLOPs (as in the steps measured), without attention and with
+# fewer FLOPs of matmuls and convolutions than this, is fused. On the EPYC 25-17 (python -m
+# bench.fusion_sizes: MLP steps of graded size, the fit part), every step up to 38.6 MFLOP ran at
+# 0.80-0.93x its unfused median time, on either CPU driver and with either tails; at 238 MFLOP, 0.91-0.99x.
+SMALL_FUSED_FLOPS = 40_000_000
+
+
 def choose_fusion(tuning: Tuning, flops: MatmulFlops, data_tiled: bool, masked_tails: bool) -> Choice:
     """ "aggressive" if IREE should form dispatches with its aggressive fusion: the most alike
     program of the target's flag study, with the same data tiling and vector tails, took at most
     MAX_CHOSEN_RATIO of its step's time without it, or no more time and at most MAX_CHOSEN_RATIO of
     its device memory, and compiled; else "default" (also where the study did not measure it
-    under those, so that no program takes a combination never measured)."""
+    under those, so that no program takes a combination never measured). A plain program whose
+    matmuls carry most of its FLOPs and whose largest is more than MAX_DATA_TILING_SHRINK times
+    smaller than that program's is decided by its size instead (SMALL_FUSED_FLOPS), unless IREE
+    failed to compile that program with it."""
     under = ("data-tiled" if data_tiled else "plain") + (", masked tails" if masked_tails else "")
-    return _by_most_alike_under(
+    measured = _by_most_alike_under(
         tuning,
         flops,
         under,
@@ -619,6 +631,21 @@ def choose_fusion(tuning: Tuning, flops: MatmulFlops, data_tiled: bool, masked_t
         FUSION_SETS[data_tiled, masked_tails],
         ("aggressive", "default", "default"),
         "with aggressive fusion",
+    )
+    if measured.measured is None or data_tiled or flops.convolution_led or math.inf in measured.measured.ms.values():
+        return measured  # a failure to compile carries down: IREE may fail the smaller program alike
+    alike = MatmulFlops(**tuning.table["flags"]["programs"][measured.measured.case])
+    if flops.largest_matmul * MAX_DATA_TILING_SHRINK >= alike.largest_matmul:
+        return measured
+    total = flops.matmuls + flops.convolutions
+    small = total < SMALL_FUSED_FLOPS and not flops.attention
+    return Choice(
+        "aggressive" if small else "default",
+        f"its largest matmul ({flops.largest_matmul / 1e6:.3f} MFLOP) is more than {MAX_DATA_TILING_SHRINK}x "
+        f"smaller than that of the step fusion was measured on, and it is {'a' if small else 'not a'} step "
+        f"without attention under {SMALL_FUSED_FLOPS / 1e6:.0f} MFLOP of matmuls and convolutions "
+        f"({total / 1e6:.1f}{', with attention' if flops.attention else ''}); {measured.reason}",
+        measured.measured,
     )
 
 
