@@ -231,6 +231,10 @@ def parse_args(argv):
     parser = argparse.ArgumentParser(prog="python -m bench.held_out", description=__doc__.splitlines()[0])
     parser.add_argument("--part", choices=(*PARTS, "both"), default="both", help="which part to run")
     parser.add_argument("--models", help="comma-separated subset of the part's models")
+    parser.add_argument(
+        "--systems",
+        help=f"comma-separated subset of {','.join(SYSTEMS)} (pock-mlir, whose report this is, is always measured)",
+    )
     parser.add_argument("--steps", type=int, default=20)
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--warmup", type=int, default=3)
@@ -254,6 +258,10 @@ def parse_args(argv):
             )
         parts = {part: tuple(m for m in chosen if m in models) for part, models in parts.items()}
     args.parts = {part: models for part, models in parts.items() if models}
+    chosen = set(args.systems.split(",")) if args.systems else set(SYSTEMS)
+    if chosen - set(SYSTEMS):
+        parser.error(f"unknown {', '.join(sorted(chosen - set(SYSTEMS)))}; choose from {', '.join(SYSTEMS)}")
+    args.systems = [s for s in SYSTEMS if s in chosen | {"pock-mlir"}]
     args.tuning = None  # what measure() gives pock-mlir's compilations: this CPU's table unless another
     if args.as_unmeasured_cpu:
         other = table_path("host", others_only=True)
@@ -281,7 +289,11 @@ def main(argv=None) -> int:
         for part, models in args.parts.items():
             for model in models:
                 for scheme in SCHEMES:
-                    systems = [s for s in SCHEME_SYSTEMS[scheme] if s != "jax" or bench_model(model).jax_port]
+                    systems = [
+                        s
+                        for s in SCHEME_SYSTEMS[scheme]
+                        if (s in args.systems or s == FULL_BESIDE) and (s != "jax" or bench_model(model).jax_port)
+                    ]
                     for system, row in measure(model, scheme, systems, args, Path(workdir)).items():
                         rows.append({"model": model, "scheme": scheme, "system": system, "part": part, **row})
                         shown = (

@@ -138,20 +138,29 @@ def test_as_an_unmeasured_cpu_the_bench_compiles_by_another_cpus_table():
     assert parse_args(["--part", "held-out"]).tuning is None
 
 
+def test_systems_are_a_subset_that_always_holds_pock_mlir():
+    from bench.held_out import SYSTEMS, parse_args
+
+    assert parse_args([]).systems == list(SYSTEMS)
+    assert parse_args(["--systems", "executorch,eager"]).systems == ["eager", "executorch", "pock-mlir"]
+    with pytest.raises(SystemExit):
+        parse_args(["--systems", "eager,tensorflow"])
+
+
 def test_a_held_out_run_as_an_unmeasured_cpu_writes_its_report_and_the_readmes_summary(tmp_path):
-    """The README's command, on the smallest held-out model: every system measured, pock-mlir's
+    """The README's command, on the smallest held-out model and one peer (each peer's own rows are
+    test_bench*'s): the systems asked for and pock-mlir's sparse full step beside measured, pock-mlir's
     compilations by another CPU's table, and the summary the README quotes is the held-out part's."""
     from bench.held_out import main
 
-    command = "--part held-out --models ho-edge-mlp --steps 1 --rounds 1 --warmup 1 --as-unmeasured-cpu --out"
+    command = (
+        "--part held-out --models ho-edge-mlp --systems ort-training,pock-mlir-deployed "
+        "--steps 1 --rounds 1 --warmup 1 --as-unmeasured-cpu --out"
+    )
     assert main([*command.split(), str(tmp_path)]) == 0
     results = json.loads((tmp_path / "held_out.json").read_text())
-    assert {r["system"] for r in results["rows"] if r["status"] == "ok"} >= {
-        "ort-training",
-        "pock-mlir",
-        "pock-mlir-deployed",
-        FULL_BESIDE,
-    }
+    assert {r["system"] for r in results["rows"]} == {"ort-training", "pock-mlir", "pock-mlir-deployed", FULL_BESIDE}
+    assert all(r["status"] == "ok" for r in results["rows"]), [r["status"] for r in results["rows"]]
     compiled = [r for r in results["rows"] if r["system"] == "pock-mlir"]
     assert compiled and all(f"{results['machine']['tuning']}'" in r["tuning"] for r in compiled)  # by that table
     summary = (tmp_path / "held_out_summary.md").read_text()
