@@ -7,20 +7,17 @@ from __future__ import annotations
 
 import importlib
 
-import timm
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
-import torchvision
-import transformers
-from torchvision.models.efficientnet import MBConvConfig
-from torchvision.models.mobilenetv3 import InvertedResidualConfig
-from torchvision.models.resnet import BasicBlock
 
 from bench.models import ADAMW, MOMENTUM_SGD, BenchModel, KeywordSpotter, _spectrograms, _token_loss
 from bench.models import MODELS as BENCH_MODELS
 
 VOCAB, SEQ, CLASSES = 97, 16, 10
+
+# torchvision, timm and transformers are imported by the builders that need them: importing all
+# three took 1.9 s, which every bench child paid, whatever model it ran.
 
 
 def next_token_loss(out, y):
@@ -32,6 +29,8 @@ def classification_loss(out, y):
 
 
 def mobilenet_v2():
+    import torchvision
+
     return torchvision.models.MobileNetV2(
         num_classes=CLASSES,
         width_mult=0.5,
@@ -41,6 +40,9 @@ def mobilenet_v2():
 
 
 def mobilenet_v3():
+    import torchvision
+    from torchvision.models.mobilenetv3 import InvertedResidualConfig
+
     blocks = [
         InvertedResidualConfig(16, 3, 16, 16, True, "RE", 2, 1, 1.0),
         InvertedResidualConfig(16, 3, 72, 24, False, "RE", 2, 1, 1.0),
@@ -51,14 +53,22 @@ def mobilenet_v3():
 
 
 def shufflenet_v2():
+    import torchvision
+
     return torchvision.models.ShuffleNetV2([2, 1, 1], [8, 16, 32, 64, 128], num_classes=CLASSES)
 
 
 def resnet():
+    import torchvision
+    from torchvision.models.resnet import BasicBlock
+
     return torchvision.models.ResNet(BasicBlock, [1, 1, 1, 1], num_classes=CLASSES)
 
 
 def efficientnet():  # EfficientNet-B0's blocks, fewer and narrower; B0's dropout and stochastic depth
+    import torchvision
+    from torchvision.models.efficientnet import MBConvConfig
+
     blocks = [MBConvConfig(1, 3, 1, 16, 8, 1), MBConvConfig(6, 3, 2, 8, 16, 2), MBConvConfig(6, 5, 2, 16, 24, 2)]
     return torchvision.models.EfficientNet(
         blocks, dropout=0.2, stochastic_depth_prob=0.2, num_classes=CLASSES, last_channel=64
@@ -66,12 +76,16 @@ def efficientnet():  # EfficientNet-B0's blocks, fewer and narrower; B0's dropou
 
 
 def vit():
+    import timm
+
     return timm.models.VisionTransformer(
         img_size=64, patch_size=16, embed_dim=64, depth=2, num_heads=4, num_classes=CLASSES
     )
 
 
 def convnext():
+    import timm
+
     return timm.models.ConvNeXt(depths=(1, 1, 1, 1), dims=(16, 32, 64, 128), num_classes=CLASSES)
 
 
@@ -83,6 +97,8 @@ def _hf_model(model_class, config_class, **config):
 # One layer has every op the text models' deeper stacks repeat (each more costs compile time); the
 # presets' tests, which tell the last layer from the others, take two.
 def llama(layers=1):
+    import transformers
+
     return _hf_model(
         transformers.LlamaForCausalLM,
         transformers.LlamaConfig,
@@ -96,6 +112,8 @@ def llama(layers=1):
 
 
 def gpt2():
+    import transformers
+
     return transformers.GPT2LMHeadModel(
         transformers.GPT2Config(
             vocab_size=VOCAB, n_positions=32, n_embd=64, n_layer=2, n_head=4, bos_token_id=0, eos_token_id=0
@@ -104,11 +122,15 @@ def gpt2():
 
 
 def bert(layers=1):
+    import transformers
+
     config = dict(hidden_size=64, num_hidden_layers=layers, num_attention_heads=4, intermediate_size=128, num_labels=3)
     return _hf_model(transformers.BertForSequenceClassification, transformers.BertConfig, **config)
 
 
 def distilbert(layers=1):
+    import transformers
+
     config = dict(dim=64, n_layers=layers, n_heads=4, hidden_dim=128, num_labels=3)
     return _hf_model(transformers.DistilBertForSequenceClassification, transformers.DistilBertConfig, **config)
 
