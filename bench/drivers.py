@@ -25,7 +25,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import dataclasses
-import datetime
 import json
 import math
 import os
@@ -39,7 +38,7 @@ import torch
 import torch.nn as nn
 
 from bench.child import device_batch
-from bench.machine import runs_dir
+from bench.machine import measure_rows, runs_dir
 from bench.models import MODELS, MOMENTUM_SGD, BenchModel
 from bench.zoo import HELD_OUT, bench_model
 from pock_mlir.files import atomic_write
@@ -227,18 +226,21 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"unknown model(s) {', '.join(unknown)}; fit: {', '.join(FIT)}; held-out: {', '.join(HELD_OUT)}")
     out = args.out or runs_dir()
     out.mkdir(parents=True, exist_ok=True)
-    path = out / "drivers.json"
-    results = json.loads(path.read_text()) if path.exists() else {"rows": {}}
-    results.update(cpu=host_cpu(), cores=os.cpu_count())
-    for name in names:
-        print(f"bench.drivers: {name}", file=sys.stderr, flush=True)
-        row = measure(name, args.steps)
-        row["date"] = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC")
-        results["rows"][name] = row
-        atomic_write(path, json.dumps(results, indent=1) + "\n")  # each row kept as it is measured
+
+    def after(results: dict, name: str) -> None:
         if name in FIT:
-            print(f"bench.drivers: wrote {write_fit_rows({name: row})}", file=sys.stderr)
+            print(f"bench.drivers: wrote {write_fit_rows({name: results['rows'][name]})}", file=sys.stderr)
         atomic_write(out / "drivers.md", markdown(results))
+
+    results = measure_rows(
+        out / "drivers.json",
+        names,
+        lambda name: measure(name, args.steps),
+        "bench.drivers",
+        after,
+        cpu=host_cpu(),
+        cores=os.cpu_count(),
+    )
     print(markdown(results))
     return 0
 

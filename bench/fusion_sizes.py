@@ -17,16 +17,14 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import datetime
 import functools
-import json
 import sys
 from pathlib import Path
 
 import numpy as np
 
 from bench.drivers import DRIVERS, SIZES
-from bench.machine import runs_dir
+from bench.machine import measure_rows, runs_dir
 from pock_mlir.files import atomic_write
 from pock_mlir.iree_flags import (
     AGGRESSIVE_FUSION_SET,
@@ -120,15 +118,9 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"unknown size(s) {', '.join(unknown)}; the sizes: {', '.join(SIZES)}")
     out = args.out or runs_dir()
     out.mkdir(parents=True, exist_ok=True)
-    path = out / "fusion_sizes.json"
-    results = json.loads(path.read_text()) if path.exists() else {"rows": {}}
-    results["cpu"] = host_cpu()
-    for name in names:
-        print(f"bench.fusion_sizes: {name}", file=sys.stderr, flush=True)
-        row = measure(name, args.steps)
-        row["date"] = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC")
-        results["rows"][name] = row
-        atomic_write(path, json.dumps(results, indent=1) + "\n")  # each row kept as it is measured
+    results = measure_rows(
+        out / "fusion_sizes.json", names, lambda name: measure(name, args.steps), "bench.fusion_sizes", cpu=host_cpu()
+    )
     atomic_write(out / "fusion_sizes.md", markdown(results))
     print(markdown(results))
     return 0
