@@ -258,10 +258,10 @@ def parse_args(argv):
             )
         parts = {part: tuple(m for m in chosen if m in models) for part, models in parts.items()}
     args.parts = {part: models for part, models in parts.items() if models}
-    chosen = set(args.systems.split(",")) if args.systems else set(SYSTEMS)
-    if chosen - set(SYSTEMS):
-        parser.error(f"unknown {', '.join(sorted(chosen - set(SYSTEMS)))}; choose from {', '.join(SYSTEMS)}")
-    args.systems = [s for s in SYSTEMS if s in chosen | {"pock-mlir"}]
+    systems = set(args.systems.split(",")) if args.systems else set(SYSTEMS)
+    if systems - set(SYSTEMS):
+        parser.error(f"unknown {', '.join(sorted(systems - set(SYSTEMS)))}; choose from {', '.join(SYSTEMS)}")
+    args.systems = [s for s in SYSTEMS if s in systems | {"pock-mlir"}]
     args.tuning = None  # what measure() gives pock-mlir's compilations: this CPU's table unless another
     if args.as_unmeasured_cpu:
         other = table_path("host", others_only=True)

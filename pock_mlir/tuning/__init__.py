@@ -538,16 +538,22 @@ def choose_data_tiling(tuning: Tuning, flops: MatmulFlops, weights: WeightCopies
         return Choice(
             "plain", f"{weights.describe()}, more than {MAX_WEIGHT_COPIES}x; {measured.reason}", measured.measured
         )
-    if measured.form == "data-tiled":
-        alike = MatmulFlops(**tuning.table["flags"]["programs"][measured.measured.case])
-        if flops.largest_matmul * MAX_DATA_TILING_SHRINK < alike.largest_matmul:
-            return Choice(
-                "plain",
-                f"its largest matmul ({flops.largest_matmul / 1e6:.3f} MFLOP) is more than {MAX_DATA_TILING_SHRINK}x "
-                f"smaller than that of the step data tiling was measured on; {measured.reason}",
-                measured.measured,
-            )
+    if measured.form == "data-tiled" and (far := _far_smaller(tuning, flops, measured.measured, "data tiling")):
+        return Choice("plain", f"{far}; {measured.reason}", measured.measured)
     return measured
+
+
+def _far_smaller(tuning: Tuning, flops: MatmulFlops, measured: Measured, what: str) -> str | None:
+    """Why a measurement of `what` (a flag) does not carry to the program: its largest matmul is
+    more than MAX_DATA_TILING_SHRINK times smaller than that of the program measured; None where
+    it carries."""
+    alike = MatmulFlops(**tuning.table["flags"]["programs"][measured.case])
+    if flops.largest_matmul * MAX_DATA_TILING_SHRINK >= alike.largest_matmul:
+        return None
+    return (
+        f"its largest matmul ({flops.largest_matmul / 1e6:.3f} MFLOP) is more than {MAX_DATA_TILING_SHRINK}x "
+        f"smaller than that of the step {what} was measured on"
+    )
 
 
 def _by_most_alike_under(
@@ -634,15 +640,14 @@ def choose_fusion(tuning: Tuning, flops: MatmulFlops, data_tiled: bool, masked_t
     )
     if measured.measured is None or data_tiled or flops.convolution_led or math.inf in measured.measured.ms.values():
         return measured  # a failure to compile carries down: IREE may fail the smaller program alike
-    alike = MatmulFlops(**tuning.table["flags"]["programs"][measured.measured.case])
-    if flops.largest_matmul * MAX_DATA_TILING_SHRINK >= alike.largest_matmul:
+    far = _far_smaller(tuning, flops, measured.measured, "fusion")
+    if far is None:
         return measured
     total = flops.matmuls + flops.convolutions
     small = total < SMALL_FUSED_FLOPS and not flops.attention
     return Choice(
         "aggressive" if small else "default",
-        f"its largest matmul ({flops.largest_matmul / 1e6:.3f} MFLOP) is more than {MAX_DATA_TILING_SHRINK}x "
-        f"smaller than that of the step fusion was measured on, and it is {'a' if small else 'not a'} step "
+        f"{far}, and it is {'a' if small else 'not a'} step "
         f"without attention under {SMALL_FUSED_FLOPS / 1e6:.0f} MFLOP of matmuls and convolutions "
         f"({total / 1e6:.1f}{', with attention' if flops.attention else ''}); {measured.reason}",
         measured.measured,
